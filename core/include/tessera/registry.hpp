@@ -1,0 +1,93 @@
+#pragma once
+// PluginRegistry: finds plugin shared objects, checks their descriptors, and creates objects.
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/options.hpp"
+#include "tessera/plugin_object.hpp"
+#include "tessera/plugin_kind.hpp"
+
+namespace tessera {
+
+struct PluginInfo {
+  PluginKind kind = PluginKind::transport;
+  std::string name;
+  std::vector<std::string> aliases;
+  std::string version;
+  std::string description;
+  std::filesystem::path file;
+  std::vector<OptionSpec> options;
+};
+
+struct PluginLoadFailure {
+  std::filesystem::path file;
+  std::string reason;
+};
+
+// No global state: a host may hold several registries. Loaded libraries stay mapped while the
+// registry or any object created from them is alive.
+// Thread-safety: loading is not thread-safe; once loaded, find/list/create may be called from
+// any thread concurrently.
+class PluginRegistry {
+ public:
+  PluginRegistry();
+  ~PluginRegistry();
+  PluginRegistry(const PluginRegistry&) = delete;
+  PluginRegistry& operator=(const PluginRegistry&) = delete;
+
+  // The folder of in-tree plugins beside libtessera (lib/tessera/plugins), then every folder
+  // of TESSERA_PLUGIN_PATH (colon-separated), in that order.
+  [[nodiscard]] static std::vector<std::filesystem::path> default_search_path();
+
+  // Loads every "*.so" in `dir` (not recursive). A file that fails is recorded in failures()
+  // and skipped, so one broken plugin does not hide the others. A missing folder is skipped.
+  void scan_directory(const std::filesystem::path& dir);
+  // scan_directory over each folder in order.
+  void scan(const std::vector<std::filesystem::path>& dirs);
+
+  // Loads one plugin file. Throws PluginError naming the file and the offending field. A
+  // plugin whose kind and name (or alias) is already registered is refused the same way.
+  const PluginInfo& load_file(const std::filesystem::path& file);
+
+  // Every loaded plugin, optionally of one kind, sorted by kind then name.
+  [[nodiscard]] std::vector<const PluginInfo*> plugins(std::optional<PluginKind> kind = {}) const;
+  [[nodiscard]] const std::vector<PluginLoadFailure>& failures() const noexcept;
+
+  // Looks a plugin up by name or alias. Throws ConfigError listing the known names and
+  // suggesting the nearest one.
+  [[nodiscard]] const PluginInfo& find(PluginKind kind, std::string_view name) const;
+  [[nodiscard]] const PluginInfo* try_find(PluginKind kind, std::string_view name) const noexcept;
+
+  // Creates an object of plugin `name`. `options` must be resolved against the plugin's schema
+  // (Config does that). Errors thrown by the plugin's constructor propagate unchanged.
+  template <class Interface>
+  [[nodiscard]] std::shared_ptr<Interface> create(std::string_view name, const Options& options) const {
+    auto [object, anchor] = create_raw(interface_kind<Interface>::value, name, options);
+    return adopt_plugin_object(static_cast<Interface*>(object), std::move(anchor));
+  }
+
+  // The options of plugin `name` with every default filled in and nothing overridden.
+  [[nodiscard]] Options default_options(PluginKind kind, std::string_view name) const;
+
+ private:
+  struct Loaded;
+  std::pair<void*, std::shared_ptr<const void>> create_raw(PluginKind kind, std::string_view name,
+                                                           const Options& options) const;
+
+  std::vector<std::unique_ptr<Loaded>> loaded_;
+  std::vector<PluginLoadFailure> failures_;
+};
+
+// The build id this libtessera was compiled with; plugins must carry the same one.
+[[nodiscard]] std::string_view host_build_id() noexcept;
+
+// Closest candidate to `word` by edit distance, if it is close enough to be a likely typo.
+[[nodiscard]] std::optional<std::string> nearest_name(std::string_view word,
+                                                      const std::vector<std::string>& candidates);
+
+}  // namespace tessera

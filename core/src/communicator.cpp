@@ -1,0 +1,81 @@
+#include "tessera/communicator.hpp"
+
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+namespace {
+
+std::string describe(const BufferView& v) {
+  return std::to_string(v.count) + " x " + std::string(dtype_name(v.dtype));
+}
+
+}  // namespace
+
+// Every Work and child communicator leaves through here, so that each keeps the transport's
+// library loaded (see PluginObject).
+std::shared_ptr<Work> Communicator::anchored(std::shared_ptr<Work> work) const {
+  TESSERA_CHECK(work != nullptr, "transport returned no Work");
+  if (!library_anchor()) return work;
+  auto anchor = library_anchor();
+  Work* raw = work.get();
+  return std::shared_ptr<Work>(raw, [inner = std::move(work), anchor = std::move(anchor)](Work*) mutable {
+    inner.reset();  // runs the plugin's destructor while `anchor` still holds the library
+  });
+}
+
+std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
+  TESSERA_CHECK(data.data != nullptr || data.count == 0, "all_reduce: null buffer");
+  return anchored(do_all_reduce(data, op));
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op) {
+  TESSERA_CHECK(input.dtype == output.dtype, "reduce_scatter: input " + describe(input) +
+                                                 " and output " + describe(output) + " differ in dtype");
+  TESSERA_CHECK(input.count == output.count * static_cast<std::size_t>(size()),
+                "reduce_scatter: input must hold size() * output.count = " +
+                    std::to_string(output.count * static_cast<std::size_t>(size())) +
+                    " elements, got " + std::to_string(input.count));
+  return anchored(do_reduce_scatter(input, output, op));
+}
+
+std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView output) {
+  TESSERA_CHECK(input.dtype == output.dtype, "all_gather: input " + describe(input) +
+                                                 " and output " + describe(output) + " differ in dtype");
+  TESSERA_CHECK(output.count == input.count * static_cast<std::size_t>(size()),
+                "all_gather: output must hold size() * input.count = " +
+                    std::to_string(input.count * static_cast<std::size_t>(size())) +
+                    " elements, got " + std::to_string(output.count));
+  return anchored(do_all_gather(input, output));
+}
+
+std::shared_ptr<Work> Communicator::broadcast(BufferView data, int root) {
+  TESSERA_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
+                                                " is outside [0, " + std::to_string(size()) + ")");
+  return anchored(do_broadcast(data, root));
+}
+
+std::shared_ptr<Work> Communicator::send(BufferView data, int peer, std::uint32_t tag) {
+  TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
+                "send: peer " + std::to_string(peer) + " is not another rank of this group");
+  return anchored(do_send(data, peer, tag));
+}
+
+std::shared_ptr<Work> Communicator::recv(BufferView data, int peer, std::uint32_t tag) {
+  TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
+                "recv: peer " + std::to_string(peer) + " is not another rank of this group");
+  return anchored(do_recv(data, peer, tag));
+}
+
+std::shared_ptr<Work> Communicator::barrier() { return anchored(do_barrier()); }
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key) {
+  auto child = do_split(color, key);
+  if (!child) return nullptr;
+  child->set_library_anchor(library_anchor());
+  return adopt_plugin_object(child.release(), library_anchor());
+}
+
+}  // namespace tessera

@@ -1,0 +1,88 @@
+#pragma once
+// TESSERA_PLUGIN: the one way a plugin, in-tree or third-party, declares itself.
+//
+//   namespace {
+//   constexpr tessera_option_desc kOptions[] = {
+//       {"timeout", "duration", "300s", "deadline of every blocking call", nullptr},
+//   };
+//   constexpr const char* kAliases[] = {"threads", nullptr};
+//   }  // namespace
+//   TESSERA_PLUGIN(transport, "local", "1.0.0", "ranks as threads of one process",
+//                  kAliases, kOptions, tessera::local::LocalTransport)
+//
+// The class must derive from the kind's interface (tessera::Transport for `transport`, ...)
+// and be constructible from `const tessera::Options&`. Pass TESSERA_NO_ALIASES or
+// TESSERA_NO_OPTIONS where a plugin has none. The macro defines the exported descriptor and a
+// factory that turns exceptions into an exception_ptr for the host to rethrow.
+
+#include <cstdint>
+#include <exception>
+#include <type_traits>
+
+#include "tessera/build_id.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+#include "tessera/options.hpp"
+#include "tessera/plugin_abi.h"
+#include "tessera/plugin_kind.hpp"
+#include "tessera/store.hpp"
+#include "tessera/strategy.hpp"
+#include "tessera/transport.hpp"
+
+namespace tessera::sdk {
+
+template <PluginKind kind> struct kind_interface;
+template <> struct kind_interface<PluginKind::transport> { using type = Transport; };
+template <> struct kind_interface<PluginKind::store> { using type = Store; };
+template <> struct kind_interface<PluginKind::strategy> { using type = Strategy; };
+template <> struct kind_interface<PluginKind::optimizer> { using type = Optimizer; };
+template <> struct kind_interface<PluginKind::model> { using type = Model; };
+template <> struct kind_interface<PluginKind::dataset> { using type = Dataset; };
+
+template <std::size_t N>
+constexpr std::uint32_t option_count(const tessera_option_desc (&)[N]) noexcept { return N; }
+constexpr std::uint32_t option_count(std::nullptr_t) noexcept { return 0; }
+template <std::size_t N>
+constexpr const tessera_option_desc* option_table(const tessera_option_desc (&table)[N]) noexcept { return table; }
+constexpr const tessera_option_desc* option_table(std::nullptr_t) noexcept { return nullptr; }
+
+// The factory behind every descriptor: builds Concrete, returns it as its kind's interface.
+template <PluginKind kind, class Concrete>
+void* create(const tessera_factory_args* args) noexcept {
+  using Interface = typename kind_interface<kind>::type;
+  static_assert(std::is_base_of_v<Interface, Concrete>,
+                "TESSERA_PLUGIN: the class must derive from its kind's interface");
+  static_assert(std::is_constructible_v<Concrete, const Options&>,
+                "TESSERA_PLUGIN: the class must be constructible from const tessera::Options&");
+  try {
+    const auto& options = *static_cast<const Options*>(args->options);
+    Interface* object = new Concrete(options);
+    return object;
+  } catch (...) {
+    *static_cast<std::exception_ptr*>(args->error) = std::current_exception();
+    return nullptr;
+  }
+}
+
+}  // namespace tessera::sdk
+
+#define TESSERA_NO_ALIASES nullptr
+#define TESSERA_NO_OPTIONS nullptr
+
+#define TESSERA_PLUGIN(kind, name, version, description, aliases, options, Concrete)           \
+  extern "C" __attribute__((visibility("default")))                                            \
+  const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {                             \
+      sizeof(tessera_plugin_descriptor),                                                       \
+      TESSERA_PLUGIN_ABI_MAJOR,                                                                \
+      TESSERA_PLUGIN_ABI_MINOR,                                                                \
+      TESSERA_BUILD_ID,                                                                        \
+      #kind,                                                                                   \
+      name,                                                                                    \
+      aliases,                                                                                 \
+      version,                                                                                 \
+      description,                                                                             \
+      ::tessera::sdk::option_table(options),                                                   \
+      ::tessera::sdk::option_count(options),                                                   \
+      &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                          \
+  };
