@@ -57,6 +57,8 @@ class PluginRegistry {
   // Every loaded plugin, optionally of one kind, sorted by kind then name.
   [[nodiscard]] std::vector<const PluginInfo*> plugins(std::optional<PluginKind> kind = {}) const;
   [[nodiscard]] const std::vector<PluginLoadFailure>& failures() const noexcept;
+  // Every folder scan_directory() was asked to read, in order, whether or not it existed.
+  [[nodiscard]] const std::vector<std::filesystem::path>& scanned_directories() const noexcept;
 
   // Looks a plugin up by name or alias. Throws ConfigError listing the known names and
   // suggesting the nearest one.
@@ -64,7 +66,9 @@ class PluginRegistry {
   [[nodiscard]] const PluginInfo* try_find(PluginKind kind, std::string_view name) const noexcept;
 
   // Creates an object of plugin `name`. `options` must be resolved against the plugin's schema
-  // (Config does that). Errors thrown by the plugin's constructor propagate unchanged.
+  // (Config does that); a default-constructed Options stands for the plugin's defaults, and
+  // options of another section are refused with ConfigError. Errors thrown by the plugin's
+  // constructor propagate unchanged. The object keeps the plugin's library loaded.
   template <class Interface>
   [[nodiscard]] std::shared_ptr<Interface> create(std::string_view name, const Options& options) const {
     auto [object, anchor] = create_raw(interface_kind<Interface>::value, name, options);
@@ -81,6 +85,7 @@ class PluginRegistry {
 
   std::vector<std::unique_ptr<Loaded>> loaded_;
   std::vector<PluginLoadFailure> failures_;
+  std::vector<std::filesystem::path> scanned_;
 };
 
 // The build id this libtessera was compiled with; plugins must carry the same one.

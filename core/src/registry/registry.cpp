@@ -1,0 +1,249 @@
+#include "tessera/registry.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <boost/dll/shared_library.hpp>
+#include <exception>
+#include <type_traits>
+
+#include "registry/descriptor_check.hpp"
+#include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
+#include "tessera/model.hpp"
+#include "tessera/optimizer.hpp"
+#include "tessera/plugin_abi.h"
+#include "tessera/store.hpp"
+#include "tessera/strategy.hpp"
+#include "tessera/transport.hpp"
+
+namespace tessera {
+
+struct PluginRegistry::Loaded {
+  PluginInfo info;
+  std::filesystem::path canonical_file;
+  // Shared with every object created from this plugin (see PluginObject::library_anchor).
+  std::shared_ptr<const boost::dll::shared_library> library;
+  const tessera_plugin_descriptor* descriptor = nullptr;
+
+  [[nodiscard]] bool answers_to(PluginKind kind, std::string_view name) const {
+    if (info.kind != kind) return false;
+    return info.name == name ||
+           std::find(info.aliases.begin(), info.aliases.end(), name) != info.aliases.end();
+  }
+};
+
+namespace {
+
+[[noreturn]] void refuse(const std::filesystem::path& file, const std::string& why) {
+  throw PluginError(file.string() + ": " + why);
+}
+
+boost::dll::shared_library open_library(const std::filesystem::path& file) {
+  std::error_code ec;
+  // RTLD_NOW: a plugin with an unresolved symbol is refused here, with the symbol named,
+  // rather than crashing in the middle of a run.
+  boost::dll::shared_library library(
+      file, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  if (!ec) return library;
+  // The loader's own words ("file too short", "undefined symbol: ...") say more than the
+  // error code; they start with the path, which the refusal already names.
+  const char* loader_error = dlerror();
+  std::string why = loader_error != nullptr ? loader_error : ec.message();
+  const std::string path_prefix = file.string() + ": ";
+  if (why.starts_with(path_prefix)) why.erase(0, path_prefix.size());
+  refuse(file, "not a loadable shared object: " + why);
+}
+
+// A plugin built for another ABI exports a descriptor under another name; saying so beats
+// "symbol missing".
+[[noreturn]] void refuse_missing_descriptor(const std::filesystem::path& file,
+                                            const boost::dll::shared_library& library) {
+  for (int v = 2; v <= 9; ++v) {
+    const std::string other = "tessera_plugin_descriptor_v" + std::to_string(v);
+    if (library.has(other)) {
+      refuse(file, "exports " + other + " (plugin ABI " + std::to_string(v) +
+                       "), this libtessera speaks ABI " + std::to_string(TESSERA_PLUGIN_ABI_MAJOR));
+    }
+  }
+  refuse(file, std::string("no ") + TESSERA_PLUGIN_DESCRIPTOR_SYMBOL +
+                   " symbol: not a tessera plugin (declare it with TESSERA_PLUGIN)");
+}
+
+template <class Interface>
+void set_anchor_as(void* object, const std::shared_ptr<const void>& anchor) {
+  // Interfaces that are not PluginObjects (Store) are kept alive by adopt_plugin_object's
+  // deleter alone; they have no children to hand the anchor on to.
+  if constexpr (std::is_base_of_v<PluginObject, Interface>) {
+    static_cast<Interface*>(object)->set_library_anchor(anchor);
+  }
+}
+
+void set_anchor(PluginKind kind, void* object, const std::shared_ptr<const void>& anchor) {
+  // The factory returned the kind's interface as void*; the cast goes back to that exact type.
+  switch (kind) {
+    case PluginKind::transport: set_anchor_as<Transport>(object, anchor); break;
+    case PluginKind::store: set_anchor_as<Store>(object, anchor); break;
+    case PluginKind::strategy: set_anchor_as<Strategy>(object, anchor); break;
+    case PluginKind::optimizer: set_anchor_as<Optimizer>(object, anchor); break;
+    case PluginKind::model: set_anchor_as<Model>(object, anchor); break;
+    case PluginKind::dataset: set_anchor_as<Dataset>(object, anchor); break;
+  }
+}
+
+std::string section_name(const PluginInfo& info) {
+  return std::string(plugin_kind_name(info.kind)) + "." + info.name;
+}
+
+}  // namespace
+
+PluginRegistry::PluginRegistry() = default;
+PluginRegistry::~PluginRegistry() = default;
+
+void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
+  scanned_.push_back(dir);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return;
+  std::vector<std::filesystem::path> files;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code file_ec;
+    if (it->path().extension() == ".so" && it->is_regular_file(file_ec))
+      files.push_back(it->path());
+  }
+  if (ec) {
+    failures_.push_back({dir, "cannot list the folder: " + ec.message()});
+    return;
+  }
+  // Sorted, so that which of two clashing plugins wins does not depend on the file system.
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    try {
+      (void)load_file(file);
+    } catch (const PluginError& e) {
+      failures_.push_back({file, e.what()});
+    }
+  }
+}
+
+void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
+  for (const auto& dir : dirs) scan_directory(dir);
+}
+
+const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  auto canonical = std::filesystem::canonical(file, ec);
+  if (ec) refuse(file, "cannot open: " + ec.message());
+  // The same file reached through two search folders is one plugin, not a clash.
+  for (const auto& loaded : loaded_) {
+    if (loaded->canonical_file == canonical) return loaded->info;
+  }
+
+  auto library = std::make_shared<const boost::dll::shared_library>(open_library(file));
+  if (!library->has(TESSERA_PLUGIN_DESCRIPTOR_SYMBOL)) refuse_missing_descriptor(file, *library);
+  const auto& descriptor =
+      library->get<const tessera_plugin_descriptor>(TESSERA_PLUGIN_DESCRIPTOR_SYMBOL);
+  PluginInfo info = detail::check_descriptor(file, descriptor);
+
+  std::vector<std::string> names = info.aliases;
+  names.insert(names.begin(), info.name);
+  for (const auto& loaded : loaded_) {
+    for (const auto& name : names) {
+      if (loaded->answers_to(info.kind, name)) {
+        refuse(file, std::string(plugin_kind_name(info.kind)) + " name '" + name +
+                         "' is already taken by " + loaded->info.file.string());
+      }
+    }
+  }
+
+  auto entry = std::make_unique<Loaded>();
+  entry->info = std::move(info);
+  entry->canonical_file = std::move(canonical);
+  entry->library = std::move(library);
+  entry->descriptor = &descriptor;
+  loaded_.push_back(std::move(entry));
+  return loaded_.back()->info;
+}
+
+std::vector<const PluginInfo*> PluginRegistry::plugins(std::optional<PluginKind> kind) const {
+  std::vector<const PluginInfo*> out;
+  for (const auto& loaded : loaded_) {
+    if (!kind || loaded->info.kind == *kind) out.push_back(&loaded->info);
+  }
+  std::sort(out.begin(), out.end(), [](const PluginInfo* a, const PluginInfo* b) {
+    return std::tie(a->kind, a->name) < std::tie(b->kind, b->name);
+  });
+  return out;
+}
+
+const std::vector<PluginLoadFailure>& PluginRegistry::failures() const noexcept {
+  return failures_;
+}
+
+const std::vector<std::filesystem::path>& PluginRegistry::scanned_directories() const noexcept {
+  return scanned_;
+}
+
+const PluginInfo* PluginRegistry::try_find(PluginKind kind, std::string_view name) const noexcept {
+  for (const auto& loaded : loaded_) {
+    if (loaded->answers_to(kind, name)) return &loaded->info;
+  }
+  return nullptr;
+}
+
+const PluginInfo& PluginRegistry::find(PluginKind kind, std::string_view name) const {
+  if (const auto* info = try_find(kind, name)) return *info;
+  const std::string kind_name(plugin_kind_name(kind));
+  std::string message = "no " + kind_name + " plugin named '" + std::string(name) + "'";
+  std::vector<std::string> candidates;
+  std::string known;
+  for (const auto* info : plugins(kind)) {
+    known += (known.empty() ? "" : ", ") + info->name;
+    candidates.push_back(info->name);
+    candidates.insert(candidates.end(), info->aliases.begin(), info->aliases.end());
+  }
+  if (auto near = nearest_name(name, candidates)) message += "; did you mean '" + *near + "'?";
+  if (known.empty()) {
+    message += " (no " + kind_name + " plugins are loaded; searched:";
+    for (const auto& dir : scanned_) message += " " + dir.string();
+    message += scanned_.empty() ? " nothing)" : ")";
+  } else {
+    message += " (known: " + known + ")";
+  }
+  throw ConfigError(message);
+}
+
+Options PluginRegistry::default_options(PluginKind kind, std::string_view name) const {
+  const auto& info = find(kind, name);
+  return Options(section_name(info), info.options, {});
+}
+
+std::pair<void*, std::shared_ptr<const void>> PluginRegistry::create_raw(
+    PluginKind kind, std::string_view name, const Options& options) const {
+  const Loaded* loaded = nullptr;
+  for (const auto& entry : loaded_) {
+    if (entry->answers_to(kind, name)) loaded = entry.get();
+  }
+  if (loaded == nullptr) (void)find(kind, name);  // throws the error with suggestions
+
+  const std::string section = section_name(loaded->info);
+  const bool unresolved = options.section().empty() && options.specs().empty();
+  const Options defaults = unresolved ? Options(section, loaded->info.options, {}) : Options();
+  const Options& resolved = unresolved ? defaults : options;
+  if (resolved.section() != section) {
+    throw ConfigError("options of [" + resolved.section() + "] given to the " + section +
+                      " plugin; resolve them against its own section");
+  }
+
+  std::exception_ptr error;
+  const tessera_factory_args args{sizeof(tessera_factory_args), &resolved, &error};
+  void* object = loaded->descriptor->create(&args);
+  if (object == nullptr) {
+    if (error) std::rethrow_exception(error);
+    throw PluginError(loaded->info.file.string() + ": create returned no object and no error");
+  }
+  std::shared_ptr<const void> anchor = loaded->library;
+  set_anchor(kind, object, anchor);
+  return {object, std::move(anchor)};
+}
+
+}  // namespace tessera

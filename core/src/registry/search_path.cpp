@@ -1,0 +1,39 @@
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <cstdlib>
+#include <string_view>
+
+#include "tessera/registry.hpp"
+
+namespace tessera {
+
+namespace {
+
+// The folder libtessera itself was loaded from, found through a function with internal linkage
+// (an inline one such as this_line_location could be interposed by another module's copy), so
+// that a relocated install finds the plugins that came with it.
+std::optional<std::filesystem::path> library_folder() {
+  std::error_code ec;
+  auto path = boost::dll::symbol_location(library_folder, ec);
+  if (ec || path.empty()) return std::nullopt;
+  return std::filesystem::absolute(path, ec).parent_path();
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> PluginRegistry::default_search_path() {
+  std::vector<std::filesystem::path> dirs;
+  if (auto folder = library_folder()) dirs.push_back(*folder / "tessera" / "plugins");
+  if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) {
+    std::string_view rest(env);
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      const auto entry = rest.substr(0, colon);
+      if (!entry.empty()) dirs.emplace_back(entry);
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  return dirs;
+}
+
+}  // namespace tessera

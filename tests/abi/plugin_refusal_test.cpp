@@ -1,0 +1,170 @@
+// Every deliberately broken plugin is refused with a message naming its file and the field.
+#include <string>
+
+#include "abi_test_support.hpp"
+#include "tessera/error.hpp"
+#include "tessera/optimizer.hpp"
+#include "tessera/registry.hpp"
+
+namespace tessera {
+namespace {
+
+using abi_test::contains;
+using abi_test::plugin_file;
+
+// The PluginError message load_file() gives for lib<stem>.so, or a test failure if it loads.
+std::string refusal_of(const std::string& stem) {
+  PluginRegistry registry;
+  try {
+    (void)registry.load_file(plugin_file(stem));
+  } catch (const PluginError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << plugin_file(stem) << " was accepted";
+  return {};
+}
+
+std::string prefix(const std::string& stem) {
+  return plugin_file(stem).string() + ": ";
+}
+
+TEST(PluginRefusal, GoodPluginLoadsWithEveryDescriptorField) {
+  PluginRegistry registry;
+  const PluginInfo& info = registry.load_file(plugin_file("good"));
+  EXPECT_EQ(info.kind, PluginKind::optimizer);
+  EXPECT_EQ(info.name, "abi_good");
+  EXPECT_TRUE(info.aliases.empty());
+  EXPECT_EQ(info.version, "1.2.3");
+  EXPECT_EQ(info.description, "test optimizer with a deliberately configurable descriptor");
+  EXPECT_EQ(info.file, plugin_file("good"));
+  ASSERT_EQ(info.options.size(), 2U);
+  EXPECT_EQ(info.options[0].name, "scale");
+  EXPECT_EQ(info.options[0].type, OptionType::floating);
+  EXPECT_EQ(info.options[0].default_value, "0.5");
+  EXPECT_EQ(info.options[1].choices, (std::vector<std::string>{"plain", "fancy"}));
+  EXPECT_TRUE(registry.failures().empty());
+}
+
+TEST(PluginRefusal, WrongAbiMajorSaysBothVersions) {
+  EXPECT_TRUE(contains(refusal_of("abi_major_two"),
+                       prefix("abi_major_two") + "abi_major is 2, this libtessera speaks 1"));
+}
+
+TEST(PluginRefusal, WrongBuildIdShowsBothIds) {
+  EXPECT_TRUE(contains(refusal_of("wrong_build_id"),
+                       prefix("wrong_build_id") +
+                           "build_id is 'gcc-1,libfoo,tessera-99', this libtessera was built as '" +
+                           std::string(host_build_id()) + "'"));
+}
+
+TEST(PluginRefusal, MissingDescriptorSymbolIsNotAPlugin) {
+  EXPECT_TRUE(contains(refusal_of("no_descriptor"),
+                       prefix("no_descriptor") + "no tessera_plugin_descriptor_v1 symbol"));
+}
+
+TEST(PluginRefusal, UnknownKindSuggestsTheNearestKind) {
+  const std::string message = refusal_of("wrong_kind");
+  EXPECT_TRUE(contains(message, prefix("wrong_kind") + "kind is 'optimiser', not a known kind"));
+  EXPECT_TRUE(contains(message, "did you mean 'optimizer'?"));
+}
+
+TEST(PluginRefusal, UnknownOptionTypeNamesTheOption) {
+  EXPECT_TRUE(
+      contains(refusal_of("bad_option_type"),
+               prefix("bad_option_type") + "options[0] 'scale': type 'double' is not one of"));
+}
+
+TEST(PluginRefusal, UpperCaseNameIsNotAValidName) {
+  EXPECT_TRUE(contains(refusal_of("bad_name"),
+                       prefix("bad_name") + "name 'Abi Bad' is not a valid plugin name"));
+}
+
+TEST(PluginRefusal, TextFileIsNotASharedObject) {
+  EXPECT_TRUE(contains(refusal_of("not_a_library"),
+                       prefix("not_a_library") + "not a loadable shared object"));
+}
+
+TEST(PluginRefusal, MissingFileIsRefusedWithItsPath) {
+  EXPECT_TRUE(contains(refusal_of("does_not_exist"), prefix("does_not_exist") + "cannot open"));
+}
+
+TEST(PluginRefusal, SecondPluginWithTheSameNameNamesTheFirstFile) {
+  PluginRegistry registry;
+  (void)registry.load_file(plugin_file("good"));
+  try {
+    (void)registry.load_file(plugin_file("good_again"));
+    FAIL() << "the duplicate was accepted";
+  } catch (const PluginError& e) {
+    EXPECT_TRUE(contains(e.what(), prefix("good_again") +
+                                       "optimizer name 'abi_good' is already "
+                                       "taken by " +
+                                       plugin_file("good").string()));
+  }
+  EXPECT_EQ(registry.plugins().size(), 1U);
+}
+
+TEST(PluginRefusal, SameFileLoadedTwiceIsOnePlugin) {
+  PluginRegistry registry;
+  const PluginInfo& first = registry.load_file(plugin_file("good"));
+  const PluginInfo& second = registry.load_file(plugin_file("good"));
+  EXPECT_EQ(&first, &second);
+  EXPECT_EQ(registry.plugins().size(), 1U);
+}
+
+TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
+  PluginRegistry registry;
+  registry.scan_directory(TESSERA_ABI_PLUGIN_DIR);
+  std::vector<std::string> names;
+  for (const auto* info : registry.plugins(PluginKind::optimizer)) names.push_back(info->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"abi_good", "abi_throws"}));
+  std::vector<std::string> refused;
+  for (const auto& failure : registry.failures()) {
+    refused.push_back(failure.file.filename().string());
+    EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
+  }
+  EXPECT_EQ(refused, (std::vector<std::string>{"libabi_major_two.so", "libbad_name.so",
+                                               "libbad_option_type.so", "libgood_again.so",
+                                               "libno_descriptor.so", "libnot_a_library.so",
+                                               "libwrong_build_id.so", "libwrong_kind.so"}));
+}
+
+TEST(PluginRefusal, MissingFolderIsSkippedSilently) {
+  PluginRegistry registry;
+  registry.scan_directory("/nonexistent/tessera/plugins");
+  EXPECT_TRUE(registry.failures().empty());
+  EXPECT_TRUE(registry.plugins().empty());
+}
+
+TEST(PluginRefusal, UnknownPluginNameSuggestsTheNearest) {
+  PluginRegistry registry;
+  (void)registry.load_file(plugin_file("good"));
+  try {
+    (void)registry.find(PluginKind::optimizer, "abi_god");
+    FAIL() << "abi_god was found";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(),
+                         "no optimizer plugin named 'abi_god'; did you mean 'abi_good'? "
+                         "(known: abi_good)"));
+  }
+}
+
+TEST(PluginRefusal, FactoryExceptionIsRethrownWithItsOwnType) {
+  PluginRegistry registry;
+  (void)registry.load_file(plugin_file("factory_throws"));
+  try {
+    (void)registry.create<Optimizer>("abi_throws", Options{});
+    FAIL() << "the factory did not throw";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "abi_throws refuses to be built: scale 0.500000");
+  }
+}
+
+TEST(PluginRefusal, OptionsOfAnotherSectionAreRefused) {
+  PluginRegistry registry;
+  (void)registry.load_file(plugin_file("good"));
+  const Options foreign("transport.local", {}, {});
+  EXPECT_THROW((void)registry.create<Optimizer>("abi_good", foreign), ConfigError);
+}
+
+}  // namespace
+}  // namespace tessera

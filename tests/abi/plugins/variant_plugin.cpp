@@ -1,0 +1,79 @@
+// One optimizer plugin source, built several times with different compile definitions, each
+// build breaking one descriptor field on purpose (see ../CMakeLists.txt).
+#include <algorithm>
+#include <span>
+
+#include "tessera/error.hpp"
+#include "tessera/sdk/plugin.hpp"
+
+#ifndef TEST_ABI_MAJOR
+#define TEST_ABI_MAJOR TESSERA_PLUGIN_ABI_MAJOR
+#endif
+#ifndef TEST_BUILD_ID
+#define TEST_BUILD_ID TESSERA_BUILD_ID
+#endif
+#ifndef TEST_KIND
+#define TEST_KIND "optimizer"
+#endif
+#ifndef TEST_NAME
+#define TEST_NAME "abi_good"
+#endif
+#ifndef TEST_RATE_TYPE
+#define TEST_RATE_TYPE "float"
+#endif
+
+namespace {
+
+// Adds `scale` times the gradient: simple enough that a test can predict every bit.
+class ScaledAdd final : public tessera::Optimizer {
+ public:
+  explicit ScaledAdd(const tessera::Options& options)
+      : scale_(static_cast<float>(options.get_float("scale"))) {
+#ifdef TEST_FACTORY_THROWS
+    throw tessera::InvalidArgument("abi_throws refuses to be built: scale " +
+                                   std::to_string(scale_));
+#endif
+  }
+
+  [[nodiscard]] std::size_t state_per_param() const noexcept override {
+    return 0;
+  }
+
+  void step(std::span<float> params, std::span<const float> grads, std::span<float> /*state*/,
+            const tessera::StepInfo& /*info*/) const override {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] += scale_ * grads[i];
+  }
+
+ private:
+  float scale_;
+};
+
+constexpr tessera_option_desc kOptions[] = {
+    {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr},
+    {"mode", "string", "plain", "how to add", "plain|fancy"},
+};
+
+}  // namespace
+
+#ifndef TEST_NO_DESCRIPTOR
+extern "C" __attribute__((visibility("default")))
+const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {
+    sizeof(tessera_plugin_descriptor),
+    TEST_ABI_MAJOR,
+    TESSERA_PLUGIN_ABI_MINOR,
+    TEST_BUILD_ID,
+    TEST_KIND,
+    TEST_NAME,
+    TESSERA_NO_ALIASES,
+    "1.2.3",
+    "test optimizer with a deliberately configurable descriptor",
+    kOptions,
+    2,
+    &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
+};
+#else
+// Exported, so that the file is a real shared object with symbols, just not a plugin.
+extern "C" __attribute__((visibility("default"))) int abi_not_a_plugin_answer() {
+  return 42;
+}
+#endif
