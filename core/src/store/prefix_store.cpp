@@ -1,0 +1,45 @@
+#include <utility>
+
+#include "tessera/error.hpp"
+#include "tessera/store.hpp"
+
+namespace tessera {
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
+    : prefix_(std::move(prefix)), inner_(std::move(inner)) {
+  TESSERA_CHECK(inner_ != nullptr, "PrefixStore needs an inner store");
+}
+
+void PrefixStore::set(const std::string& key, const std::string& value) {
+  inner_->set(full(key), value);
+}
+
+std::string PrefixStore::get(const std::string& key, Duration timeout) {
+  return inner_->get(full(key), timeout);
+}
+
+std::int64_t PrefixStore::add(const std::string& key, std::int64_t delta) {
+  return inner_->add(full(key), delta);
+}
+
+std::string PrefixStore::compare_set(const std::string& key, const std::string& expected,
+                                     const std::string& desired) {
+  return inner_->compare_set(full(key), expected, desired);
+}
+
+void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  std::vector<std::string> full_keys;
+  full_keys.reserve(keys.size());
+  for (const auto& key : keys) full_keys.push_back(full(key));
+  inner_->wait(full_keys, timeout);
+}
+
+bool PrefixStore::check(const std::string& key) {
+  return inner_->check(full(key));
+}
+
+bool PrefixStore::remove(const std::string& key) {
+  return inner_->remove(full(key));
+}
+
+}  // namespace tessera
