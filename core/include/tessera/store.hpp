@@ -44,6 +44,11 @@ class Store {
 
   // Deletes key; returns whether it existed.
   virtual bool remove(const std::string& key) = 0;
+
+  // Where other processes reach this store ("host:port" for a tcp store), so a process that
+  // serves one can hand the address to its workers; empty for a store with no address of its
+  // own (in-memory). Never blocks.
+  [[nodiscard]] virtual std::string address() const { return {}; }
 };
 
 // Prepends "prefix/" to every key, so that groups, jobs or generations share one store
@@ -60,6 +65,7 @@ class PrefixStore final : public Store {
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
   [[nodiscard]] bool check(const std::string& key) override;
   bool remove(const std::string& key) override;
+  [[nodiscard]] std::string address() const override { return inner_->address(); }
 
  private:
   [[nodiscard]] std::string full(const std::string& key) const { return prefix_ + "/" + key; }

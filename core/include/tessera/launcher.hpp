@@ -1,0 +1,44 @@
+#pragma once
+// The launcher behind `tessera launch`: serves the job's tcp store, starts the workers of this
+// host with their rank in the environment, relays their output line by line with a rank
+// prefix, forwards SIGINT and SIGTERM, and stops every worker as soon as one fails.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/registry.hpp"
+#include "tessera/store.hpp"
+
+namespace tessera {
+
+struct LaunchOptions {
+  int processes = 1;                 // workers to start on this host
+  std::vector<std::string> command;  // program (searched in PATH) and its arguments
+  bool rank0_only_output = false;    // relay only rank 0's stdout (stderr of every rank is kept)
+  std::string store_host = "127.0.0.1";  // where the store server binds
+  int store_port = 0;                    // 0: a free port
+  std::optional<Duration> timeout;       // the whole job's deadline; none: no deadline
+  Duration grace_period{3000};           // between SIGTERM and SIGKILL when stopping workers
+  int stdout_fd = 1;                     // where relayed output and messages go
+  int stderr_fd = 2;
+};
+
+struct LaunchResult {
+  // 0 when every worker exited 0; otherwise the first failure's exit code, 128 + its signal
+  // when it was killed, 124 when the job timed out, 127 when the program could not be started.
+  int exit_code = 0;
+  std::string failure;  // "rank 2 exited with code 3"; empty on success
+};
+
+// Runs one job to its end. The tcp store plugin is created through `registry`, which must have
+// it loaded. Installs handlers for SIGINT, SIGTERM, SIGCHLD and SIGPIPE for the duration, so
+// only one launch may run in a process at a time. Throws ConfigError on bad options and
+// Error when the store cannot be served; a failing worker is reported in the result instead.
+[[nodiscard]] LaunchResult launch_workers(const LaunchOptions& options,
+                                          const PluginRegistry& registry);
+
+// 32 random bytes from /dev/urandom as 64 hex digits: a job's store token.
+[[nodiscard]] std::string random_store_token();
+
+}  // namespace tessera

@@ -1,0 +1,82 @@
+#include "line_relay.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace tessera::launch {
+
+namespace {
+
+constexpr std::size_t kMaxLine = 64 * 1024;
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed or broken target: the output is lost, the job goes on
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace
+
+LineRelay::LineRelay(int rank, int source, int target)
+    : prefix_("[rank " + std::to_string(rank) + "] "), source_(source), target_(target) {
+  ::fcntl(source_, F_SETFL, ::fcntl(source_, F_GETFL) | O_NONBLOCK);
+}
+
+LineRelay::LineRelay(LineRelay&& other) noexcept
+    : prefix_(std::move(other.prefix_)),
+      source_(std::exchange(other.source_, -1)),
+      target_(other.target_),
+      pending_(std::move(other.pending_)) {}
+
+LineRelay::~LineRelay() {
+  close();
+}
+
+void LineRelay::emit(std::string_view line) {
+  if (target_ < 0) return;
+  std::string out;
+  out.reserve(prefix_.size() + line.size() + 1);
+  out.append(prefix_).append(line).push_back('\n');
+  write_all(target_, out);
+}
+
+void LineRelay::pump() {
+  char buffer[16384];
+  while (source_ >= 0) {
+    const ssize_t n = ::read(source_, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close();
+      return;
+    }
+    pending_.append(buffer, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (auto nl = pending_.find('\n'); nl != std::string::npos; nl = pending_.find('\n', start)) {
+      emit(std::string_view(pending_).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending_.erase(0, start);
+    // A worker that never writes a newline must not grow the buffer without bound.
+    if (pending_.size() > kMaxLine) {
+      emit(pending_);
+      pending_.clear();
+    }
+  }
+}
+
+void LineRelay::close() {
+  if (source_ < 0) return;
+  if (!pending_.empty()) emit(pending_);
+  pending_.clear();
+  ::close(source_);
+  source_ = -1;
+}
+
+}  // namespace tessera::launch

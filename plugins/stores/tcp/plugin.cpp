@@ -1,0 +1,25 @@
+// The `tcp` store: an embedded key-value server and its clients.
+#include "tessera/sdk/plugin.hpp"
+
+#include "tcp_store.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"host", "string", "",
+     "serve: address to bind (empty: 127.0.0.1); client: server to reach (empty: "
+     "TESSERA_STORE_ADDR)",
+     nullptr},
+    {"port", "int", "0", "serve: port to bind (0: a free one); client: server's port", nullptr},
+    {"token", "string", "", "job token every client presents (empty: TESSERA_STORE_TOKEN)",
+     nullptr},
+    {"timeout", "duration", "300s", "how long a request keeps reconnecting before it fails",
+     nullptr},
+    {"serve", "bool", "false", "run the server in this process (the launcher, or rank 0)", nullptr},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(store, "tcp", "1.0.0",
+               "key-value server over TCP, embedded in the launcher or rank 0", TESSERA_NO_ALIASES,
+               kOptions, tessera::tcp::TcpStore)

@@ -1,0 +1,35 @@
+#pragma once
+// StoreServer: the tcp store's key-value server, one background thread multiplexing every
+// connection with poll(). Blocking requests (get, wait) park on their connection with a
+// deadline and are answered when a write satisfies them or the deadline passes, so one slow
+// waiter never delays another client.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace tessera::tcp {
+
+class StoreServer {
+ public:
+  // Binds host:port (port 0 picks a free one), listens and starts serving. Only connections
+  // whose first message carries `token` are admitted. Throws tessera::Error when it cannot bind.
+  StoreServer(const std::string& host, std::uint16_t port, std::string token);
+  // Stops the thread and closes every connection; clients then see the connection lost.
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  [[nodiscard]] const std::string& host() const noexcept { return host_; }
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+
+ private:
+  class Loop;
+  std::string host_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+};
+
+}  // namespace tessera::tcp

@@ -1,0 +1,190 @@
+// The Store contract, run over both the tcp and the file store, each loaded as a plugin.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "tessera/error.hpp"
+#include "tessera/registry.hpp"
+#include "tessera/store.hpp"
+
+namespace tessera {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::shared_ptr<Store> create_store(const PluginRegistry& registry, const std::string& name,
+                                    std::map<std::string, std::string> values) {
+  const auto defaults = registry.default_options(PluginKind::store, name);
+  return registry.create<Store>(name,
+                                Options(defaults.section(), defaults.specs(), std::move(values)));
+}
+
+// One "job": the first store serves (tcp) or owns the folder (file); clients join it.
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    registry_.scan_directory(TESSERA_PLUGIN_DIR);
+    if (GetParam() == "file") {
+      folder_ = std::filesystem::temp_directory_path() /
+                ("tessera_store_contract_" + std::to_string(::getpid()) + "_" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      std::filesystem::remove_all(folder_);
+      first_ = create_store(registry_, "file", {{"path", folder_.string()}, {"timeout", "10s"}});
+    } else {
+      first_ = create_store(registry_, "tcp",
+                            {{"serve", "true"}, {"token", kToken}, {"timeout", "10s"}});
+    }
+  }
+  void TearDown() override {
+    first_.reset();
+    if (!folder_.empty()) std::filesystem::remove_all(folder_);
+  }
+
+  // Another client of the same store, as another rank would have.
+  std::shared_ptr<Store> client() {
+    if (GetParam() == "file")
+      return create_store(registry_, "file", {{"path", folder_.string()}, {"timeout", "10s"}});
+    const auto address = first_->address();
+    const auto colon = address.rfind(':');
+    return create_store(registry_, "tcp",
+                        {{"host", address.substr(0, colon)},
+                         {"port", address.substr(colon + 1)},
+                         {"token", kToken},
+                         {"timeout", "10s"}});
+  }
+
+  static constexpr const char* kToken = "0123456789abcdef";
+  PluginRegistry registry_;
+  std::filesystem::path folder_;
+  std::shared_ptr<Store> first_;
+};
+
+TEST_P(StoreContract, GetReturnsTheValueSetByAnotherClientBytewise) {
+  const std::string value("a\0b\n\xff", 5);
+  first_->set("some/key", value);
+  EXPECT_EQ(client()->get("some/key", 1s), value);
+  first_->set("some/key", "overwritten");
+  EXPECT_EQ(client()->get("some/key", 1s), "overwritten");
+}
+
+TEST_P(StoreContract, GetWaitsForAKeySetLater) {
+  auto other = client();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    other->set("late", "here");
+  });
+  EXPECT_EQ(first_->get("late", 10s), "here");
+  setter.join();
+}
+
+TEST_P(StoreContract, GetOfAMissingKeyTimesOutNamingTheKey) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)first_->get("never/set", 200ms);
+    FAIL() << "get returned";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("never/set"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 190ms);
+  EXPECT_LT(took, 5s);
+}
+
+TEST_P(StoreContract, AddCountsFromZeroAndStoresDecimalText) {
+  EXPECT_EQ(first_->add("counter", 5), 5);
+  EXPECT_EQ(client()->add("counter", -2), 3);
+  EXPECT_EQ(first_->get("counter", 1s), "3");
+}
+
+TEST_P(StoreContract, AddOnANonIntegerValueIsInvalidArgument) {
+  first_->set("text", "hello");
+  EXPECT_THROW((void)first_->add("text", 1), InvalidArgument);
+  EXPECT_EQ(first_->get("text", 1s), "hello");
+}
+
+TEST_P(StoreContract, CompareSetSwapsOnlyWhenTheValueMatches) {
+  EXPECT_EQ(first_->compare_set("leader", "", "rank0"), "rank0");  // absent matches ""
+  EXPECT_EQ(client()->compare_set("leader", "", "rank1"), "rank0");
+  EXPECT_EQ(client()->compare_set("leader", "rank0", "rank1"), "rank1");
+  EXPECT_EQ(first_->compare_set("absent", "something", "x"), "");
+  EXPECT_FALSE(first_->check("absent"));
+}
+
+TEST_P(StoreContract, WaitReturnsOnceEveryKeyExists) {
+  auto other = client();
+  std::thread setter([&] {
+    other->set("a", "1");
+    std::this_thread::sleep_for(50ms);
+    other->set("b", "2");
+  });
+  first_->wait({"a", "b"}, 10s);
+  setter.join();
+  EXPECT_TRUE(first_->check("b"));
+}
+
+TEST_P(StoreContract, WaitTimesOutNamingOnlyTheMissingKeys) {
+  first_->set("present", "1");
+  try {
+    first_->wait({"present", "missing1", "missing2"}, 150ms);
+    FAIL() << "wait returned";
+  } catch (const Timeout& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("missing1"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing2"), std::string::npos) << message;
+    EXPECT_EQ(message.find("'present'"), std::string::npos) << message;
+  }
+}
+
+TEST_P(StoreContract, CheckAndRemoveReportWhetherTheKeyExisted) {
+  EXPECT_FALSE(first_->check("k"));
+  first_->set("k", "v");
+  EXPECT_TRUE(client()->check("k"));
+  EXPECT_TRUE(client()->remove("k"));
+  EXPECT_FALSE(first_->check("k"));
+  EXPECT_FALSE(first_->remove("k"));
+}
+
+TEST_P(StoreContract, ConcurrentAddsFromManyClientsAreNeverLost) {
+  constexpr int kClients = 8;
+  constexpr int kAddsEach = 40;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([store = client()] {
+      for (int i = 0; i < kAddsEach; ++i) store->add("shared", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(first_->get("shared", 1s), std::to_string(kClients * kAddsEach));
+}
+
+TEST_P(StoreContract, ABlockedGetDoesNotDelayOtherThreadsOfTheSameClient) {
+  auto shared = client();
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    EXPECT_EQ(shared->get("released", 10s), "go");
+    got = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  const auto start = std::chrono::steady_clock::now();
+  shared->set("released", "go");  // the same client object, while the get above is pending
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  waiter.join();
+  EXPECT_TRUE(got);
+}
+
+TEST_P(StoreContract, PrefixStoresOverTheSameStoreDoNotCollide) {
+  PrefixStore a("job_a", client());
+  PrefixStore b("job_b", client());
+  a.set("x", "from a");
+  b.set("x", "from b");
+  EXPECT_EQ(a.get("x", 1s), "from a");
+  EXPECT_EQ(first_->get("job_b/x", 1s), "from b");
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpAndFile, StoreContract, ::testing::Values("tcp", "file"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,103 @@
+#include "launch.hpp"
+
+#include <charconv>
+#include <iostream>
+
+#include "tessera/error.hpp"
+#include "tessera/launcher.hpp"
+#include "tessera/options.hpp"
+#include "tessera/registry.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: tessera launch -n N [options] [--] PROGRAM [ARGS...]
+
+Starts N processes of PROGRAM on this host, serves the job's tcp store, and gives each worker
+TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_LOCAL_RANK, TESSERA_LOCAL_WORLD_SIZE,
+TESSERA_NODE_RANK, TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN. Exits 0 when every worker
+exits 0; when one fails, stops the others and exits with its code (128 + signal if killed).
+
+options:
+  -n, --nproc N          number of worker processes (required)
+  --rank0-only-output    relay only rank 0's stdout (every rank's stderr is still shown)
+  --store-host HOST      address the store server binds (default 127.0.0.1)
+  --store-port PORT      port the store server binds (default 0: a free one)
+  --timeout T            stop the job after T (e.g. 90s, 2h; default: no limit); exit 124
+  --grace T              wait T between SIGTERM and SIGKILL when stopping workers (default 3s)
+  -h, --help             this text
+)";
+
+int parse_count(const std::string& flag, const std::string& text) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw ConfigError("launch: " + flag + " expects an integer, not '" + text + "'");
+  return value;
+}
+
+LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
+  LaunchOptions options;
+  bool have_n = false;
+  std::size_t i = 0;
+  const auto value_of = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= args.size()) throw ConfigError("launch: " + flag + " needs a value");
+    return args[++i];
+  };
+  for (; i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;  // the program starts here
+    if (a == "-h" || a == "--help") {
+      help = true;
+      return options;
+    } else if (a == "-n" || a == "--nproc") {
+      options.processes = parse_count(a, value_of(a));
+      have_n = true;
+    } else if (a.starts_with("-n") && a.size() > 2 && a[2] != '-') {
+      options.processes = parse_count("-n", a.substr(a[2] == '=' ? 3 : 2));
+      have_n = true;
+    } else if (a == "--rank0-only-output") {
+      options.rank0_only_output = true;
+    } else if (a == "--store-host") {
+      options.store_host = value_of(a);
+    } else if (a == "--store-port") {
+      options.store_port = parse_count(a, value_of(a));
+    } else if (a == "--timeout") {
+      options.timeout = parse_duration(value_of(a));
+    } else if (a == "--grace") {
+      options.grace_period = parse_duration(value_of(a));
+    } else {
+      throw ConfigError("launch: unknown option '" + a + "' (see tessera launch --help)");
+    }
+  }
+  if (!have_n) throw ConfigError("launch: -n N is required (see tessera launch --help)");
+  options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (options.command.empty()) throw ConfigError("launch: no program given after --");
+  return options;
+}
+
+}  // namespace
+
+int run_launch(const std::vector<std::string>& args) {
+  try {
+    bool help = false;
+    const auto options = parse(args, help);
+    if (help) {
+      std::cout << kUsage;
+      return 0;
+    }
+    PluginRegistry registry;
+    registry.scan(PluginRegistry::default_search_path());
+    return launch_workers(options, registry).exit_code;
+  } catch (const Error& e) {
+    std::cerr << "tessera launch: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace tessera::cli
