@@ -1,0 +1,172 @@
+// `tessera launch` end to end: the real binary, real worker processes, real signals.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  int exit_code = -1;  // -1: the launcher itself was killed by a signal
+  std::string out;
+  std::string err;
+  Clock::duration elapsed{};
+};
+
+// Runs `tessera launch ARGS...`; `on_output` may act on the output so far (send a signal...)
+// and is called after every read. Kills the launcher if it is still running after 30 s.
+Outcome launch(const std::vector<std::string>& args,
+               const std::function<void(pid_t, const std::string&)>& on_output = {}) {
+  std::vector<std::string> words{TESSERA_CLI_PATH, "launch"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  int out[2];
+  int err[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  const auto start = Clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Outcome outcome;
+  const auto deadline = start + 30s;
+  bool out_open = true;
+  bool err_open = true;
+  while ((out_open || err_open) && Clock::now() < deadline) {
+    pollfd fds[2] = {{out_open ? out[0] : -1, POLLIN, 0}, {err_open ? err[0] : -1, POLLIN, 0}};
+    ::poll(fds, 2, 100);
+    char buffer[4096];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].revents == 0) continue;
+      const ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        (i == 0 ? out_open : err_open) = false;
+        continue;
+      }
+      (i == 0 ? outcome.out : outcome.err).append(buffer, static_cast<std::size_t>(n));
+    }
+    if (on_output) on_output(pid, outcome.out);
+  }
+  if (out_open || err_open) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  outcome.elapsed = Clock::now() - start;
+  ::close(out[0]);
+  ::close(err[0]);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+TEST(Launch, EveryRankReachesTheStoreAndAgreesOnTheWorld) {
+  const auto r = launch({"-n", "4", "--timeout", "60s", "--", TESSERA_TEST_WORKER, "rendezvous"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto expected = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) +
+                          " of 4 (local " + std::to_string(rank) + " of 4) agreed on 4 arrivals";
+    EXPECT_TRUE(contains(r.out, expected + "\n")) << "missing: " << expected << "\n" << r.out;
+  }
+}
+
+TEST(Launch, PrefixesEveryLineOfEveryRankOnItsOwnStream) {
+  const auto r = launch({"-n", "2", "--", TESSERA_TEST_WORKER, "print"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& line : lines_of(r.out)) EXPECT_TRUE(line.starts_with("[rank ")) << line;
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_TRUE(contains(r.out, "[rank " + rank + "] first line of rank " + rank + "\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "[rank " + rank + "] no newline at the end\n")) << r.out;
+    EXPECT_TRUE(contains(r.err, "[rank " + rank + "] on stderr from rank " + rank + "\n")) << r.err;
+  }
+  EXPECT_EQ(lines_of(r.out).size(), 6u) << r.out;
+}
+
+TEST(Launch, Rank0OnlyOutputHidesTheOtherRanksStdoutButNotTheirStderr) {
+  const auto r = launch({"-n", "3", "--rank0-only-output", "--", TESSERA_TEST_WORKER, "print"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 0] first line of rank 0")) << r.out;
+  EXPECT_FALSE(contains(r.out, "[rank 1]")) << r.out;
+  EXPECT_FALSE(contains(r.out, "[rank 2]")) << r.out;
+  EXPECT_TRUE(contains(r.err, "[rank 2] on stderr from rank 2")) << r.err;
+}
+
+TEST(Launch, AWorkerExitingWithACodeStopsTheJobAndIsNamed) {
+  const auto r = launch({"-n", "3", "--", TESSERA_TEST_WORKER, "exit", "2", "3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 2 exited with code 3")) << r.err;
+  EXPECT_LT(r.elapsed, 10s);  // the others wait 30 s unless stopped
+}
+
+TEST(Launch, AWorkerKilledBySigkillIsNamedWithItsSignalAndTheOthersStopPromptly) {
+  const auto r = launch({"-n", "3", "--", TESSERA_TEST_WORKER, "sigkill", "1"});
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 was killed by signal 9 (SIGKILL)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "stopping the other 2 ranks")) << r.err;
+  EXPECT_LT(r.elapsed, 10s);
+}
+
+TEST(Launch, AWorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  const auto r = launch(
+      {"-n", "2", "--grace", "500ms", "--timeout", "3s", "--", TESSERA_TEST_WORKER, "stubborn"});
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_TRUE(contains(r.err, "timeout")) << r.err;
+  EXPECT_LT(r.elapsed, 10s);
+}
+
+TEST(Launch, ForwardsSigtermToTheWorkersAndExitsNonZero) {
+  bool sent = false;
+  const auto r = launch(
+      {"-n", "2", "--", TESSERA_TEST_WORKER, "sleep"}, [&](pid_t launcher, const std::string& out) {
+        if (!sent && contains(out, "[rank 0] ready") && contains(out, "[rank 1] ready")) {
+          ::kill(launcher, SIGTERM);
+          sent = true;
+        }
+      });
+  ASSERT_TRUE(sent) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by signal 15 (SIGTERM) after the launcher forwarded SIGTERM"))
+      << r.err;
+  EXPECT_LT(r.elapsed, 10s);
+}
+
+TEST(Launch, AProgramThatDoesNotExistIsAClearError) {
+  const auto r = launch({"-n", "2", "--", "no-such-program-tessera-test"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "'no-such-program-tessera-test' not found in PATH")) << r.err;
+}
+
+TEST(Launch, MissingProcessCountIsAUsageError) {
+  const auto r = launch({"--", TESSERA_TEST_WORKER, "print"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "-n N is required")) << r.err;
+}
+
+}  // namespace

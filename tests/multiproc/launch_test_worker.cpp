@@ -1,0 +1,85 @@
+// The worker `tessera launch` starts in the multi-process tests. argv[1] picks the behaviour:
+//   rendezvous        every rank joins the launcher's store, counts itself in, and waits for all
+//   print             rank lines on stdout and stderr, the last stdout line without a newline
+//   exit RANK CODE    rank RANK exits with CODE at once; the others wait to be stopped
+//   sigkill RANK      rank RANK kills itself with SIGKILL; the others wait to be stopped
+//   sleep             print "ready" and wait to be stopped
+//   stubborn          ignore SIGTERM, print "ready" and wait to be stopped
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "tessera/error.hpp"
+#include "tessera/launch_env.hpp"
+#include "tessera/registry.hpp"
+#include "tessera/store.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Never forever: a worker the launcher fails to stop still ends, and the test sees the delay.
+void wait_to_be_stopped() {
+  std::this_thread::sleep_for(30s);
+  std::exit(0);
+}
+
+int rendezvous(const tessera::LaunchInfo& info) {
+  tessera::PluginRegistry registry;
+  registry.scan(tessera::PluginRegistry::default_search_path());
+  // Default options: the store finds the launcher through TESSERA_STORE_ADDR and _TOKEN.
+  auto store = registry.create<tessera::Store>("tcp", tessera::Options());
+  const auto arrived = store->add("arrived", 1);
+  store->set("rank/" + std::to_string(info.rank), std::to_string(::getpid()));
+  if (arrived == info.world_size) store->set("everyone", "here");
+  (void)store->get("everyone", 20s);
+  for (int r = 0; r < info.world_size; ++r) (void)store->get("rank/" + std::to_string(r), 20s);
+  std::cout << "rank " << info.rank << " of " << info.world_size << " (local " << info.local_rank
+            << " of " << info.local_world_size << ") agreed on " << store->get("arrived", 20s)
+            << " arrivals\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto info = tessera::launch_info_from_environment();
+    const std::string mode = argc > 1 ? argv[1] : "";
+    const auto target = [&] { return argc > 2 && std::atoi(argv[2]) == info.rank; };
+    if (mode == "rendezvous") return rendezvous(info);
+    if (mode == "print") {
+      std::cout << "first line of rank " << info.rank << "\nsecond line\nno newline at the end"
+                << std::flush;
+      std::cerr << "on stderr from rank " << info.rank << "\n";
+      return 0;
+    }
+    if (mode == "exit" && argc > 3) {
+      if (target()) return std::atoi(argv[3]);
+      wait_to_be_stopped();
+    }
+    if (mode == "sigkill") {
+      if (target()) {
+        std::this_thread::sleep_for(200ms);  // let the others start their wait
+        ::raise(SIGKILL);
+      }
+      wait_to_be_stopped();
+    }
+    if (mode == "sleep" || mode == "stubborn") {
+      if (mode == "stubborn") ::signal(SIGTERM, SIG_IGN);
+      std::cout << "ready" << std::endl;
+      wait_to_be_stopped();
+    }
+    std::cerr << "launch_test_worker: unknown mode '" << mode << "'\n";
+    return 64;
+  } catch (const tessera::Error& e) {
+    std::cerr << "launch_test_worker: " << e.what() << "\n";
+    return 70;
+  }
+}
