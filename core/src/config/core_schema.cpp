@@ -1,0 +1,128 @@
+#include "config/core_schema.hpp"
+
+#include "tessera/config.hpp"
+
+namespace tessera {
+
+namespace detail {
+
+std::optional<PluginKind> selected_plugin_kind(std::string_view section,
+                                               std::string_view key) noexcept {
+  if (section == "runtime") {
+    if (key == "transport") return PluginKind::transport;
+    if (key == "store") return PluginKind::store;
+  } else if (section == "train") {
+    if (key == "strategy") return PluginKind::strategy;
+    if (key == "model") return PluginKind::model;
+    if (key == "optimizer") return PluginKind::optimizer;
+    if (key == "dataset") return PluginKind::dataset;
+  }
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
+  static const std::map<std::string, std::vector<OptionSpec>> schema = {
+      {"plugins",
+       {
+           {"path",
+            OptionType::string,
+            "",
+            "colon-separated folders scanned for plugins after the default search path; "
+            "relative entries in a file are relative to that file",
+            {}},
+       }},
+      {"runtime",
+       {
+           {"transport",
+            OptionType::string,
+            "local",
+            "transport plugin that connects the ranks",
+            {}},
+           {"store", OptionType::string, "memory", "rendezvous store plugin", {}},
+           {"world_size", OptionType::integer, "1", "number of ranks", {}},
+           {"timeout",
+            OptionType::duration,
+            "300s",
+            "deadline of every blocking call (rendezvous, collectives)",
+            {}},
+       }},
+      // The trainer's options (docs/training.md); the plugins it picks have their own sections.
+      {"train",
+       {
+           {"strategy", OptionType::string, "ddp", "parallelism strategy plugin", {}},
+           {"model", OptionType::string, "mlp", "model plugin", {}},
+           {"optimizer", OptionType::string, "sgd", "optimizer plugin", {}},
+           {"dataset", OptionType::string, "fashion-mnist", "dataset plugin", {}},
+           {"epochs", OptionType::integer, "1", "passes over the training set", {}},
+           {"max_steps",
+            OptionType::integer,
+            "0",
+            "stop after this many optimizer steps in total (0: run every epoch)",
+            {}},
+           {"batch_size", OptionType::integer, "64", "samples per rank per step", {}},
+           {"micro_batches",
+            OptionType::integer,
+            "1",
+            "gradient accumulation: each rank's batch runs as this many micro-batches, "
+            "communicating after the last",
+            {}},
+           {"eval_batch_size",
+            OptionType::integer,
+            "1000",
+            "samples per rank per evaluation batch",
+            {}},
+           {"lr", OptionType::floating, "0.01", "base learning rate", {}},
+           {"schedule",
+            OptionType::string,
+            "constant",
+            "learning-rate schedule",
+            {"constant", "step", "cosine"}},
+           {"warmup_steps", OptionType::integer, "0", "cosine: linear warm-up steps", {}},
+           {"step_size", OptionType::integer, "1000", "step: steps between decays", {}},
+           {"gamma", OptionType::floating, "0.1", "step: decay factor", {}},
+           {"min_lr", OptionType::floating, "0", "cosine: final learning rate", {}},
+           {"max_grad_norm",
+            OptionType::floating,
+            "0",
+            "clip the global gradient L2 norm to this value (0: no clipping)",
+            {}},
+           {"seed",
+            OptionType::integer,
+            "0",
+            "seeds parameter initialisation and every epoch's data order",
+            {}},
+           {"eval_every",
+            OptionType::integer,
+            "0",
+            "evaluate on the test set every this many steps (0: after each epoch)",
+            {}},
+           {"checkpoint_dir",
+            OptionType::string,
+            "",
+            "checkpoint folder (empty: no checkpoints)",
+            {}},
+           {"checkpoint_every",
+            OptionType::integer,
+            "0",
+            "write a checkpoint every this many steps (0: only at the end)",
+            {}},
+           {"checkpoint_keep", OptionType::integer, "2", "newest checkpoints kept on disk", {}},
+           {"metrics_file",
+            OptionType::string,
+            "",
+            "JSON Lines file of per-step metrics, appended to (empty: none)",
+            {}},
+           {"progress",
+            OptionType::string,
+            "auto",
+            "rank 0's progress on stderr: auto (a bar on a terminal, lines otherwise), bar, "
+            "lines, off",
+            {"auto", "bar", "lines", "off"}},
+       }},
+  };
+  return schema;
+}
+
+}  // namespace tessera

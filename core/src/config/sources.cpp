@@ -1,0 +1,145 @@
+#include "config/sources.hpp"
+
+#include <algorithm>
+#include <boost/program_options/options_description.hpp>
+#include <boost/program_options/parsers.hpp>
+#include <boost/program_options/value_semantic.hpp>
+
+#include "config/ini_file.hpp"
+#include "tessera/error.hpp"
+
+extern char** environ;  // NOLINT: POSIX declares it nowhere in a header
+
+namespace tessera::detail {
+
+namespace {
+
+constexpr const char* kReservedNames[] = {
+    "TESSERA_RANK",       "TESSERA_WORLD_SIZE",  "TESSERA_LOCAL_RANK",  "TESSERA_LOCAL_WORLD_SIZE",
+    "TESSERA_STORE_ADDR", "TESSERA_STORE_TOKEN", "TESSERA_PLUGIN_PATH", "TESSERA_NODE_RANK",
+    "TESSERA_NNODES",
+};
+constexpr std::string_view kReservedPrefix = "TESSERA_LAUNCH_";
+
+std::string relative_to(const std::filesystem::path& base, const std::string& colon_list) {
+  std::string out;
+  std::string_view rest(colon_list);
+  while (true) {
+    const auto colon = rest.find(':');
+    std::filesystem::path entry(rest.substr(0, colon));
+    if (!entry.empty() && entry.is_relative()) entry = (base / entry).lexically_normal();
+    out += entry.string();
+    if (colon == std::string_view::npos) break;
+    out += ':';
+    rest.remove_prefix(colon + 1);
+  }
+  return out;
+}
+
+// Brings "--k v" to "--k=v" and refuses anything that is not a flag, before program_options
+// sees it: its own messages for a stray word do not say which word.
+std::vector<std::string> normalized_flags(const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    const std::string& flag = flags[i];
+    if (!flag.starts_with("--") || flag.size() == 2) {
+      throw ConfigError("argument '" + flag + "' is not a --section.key=value flag");
+    }
+    if (flag.find('=') != std::string::npos) {
+      out.push_back(flag);
+    } else if (i + 1 < flags.size() && !flags[i + 1].starts_with("--")) {
+      out.push_back(flag + "=" + flags[++i]);
+    } else {
+      throw ConfigError("flag " + flag + " has no value (write " + flag + "=VALUE)");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Setting> file_settings(const std::filesystem::path& file) {
+  std::vector<Setting> settings;
+  for (auto& entry : read_ini_file(file)) {
+    if (entry.section == "plugins" && entry.key == "path") {
+      entry.value = relative_to(file.parent_path(), entry.value);
+    }
+    settings.push_back({std::move(entry.section), std::move(entry.key), std::move(entry.value),
+                        file.string() + ":" + std::to_string(entry.line)});
+  }
+  return settings;
+}
+
+std::string environment_name(const std::string& section, const std::string& key) {
+  std::string name = "TESSERA_" + section + "_" + key;
+  for (char& c : name) {
+    if (c == '.' || c == '-') c = '_';
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return name;
+}
+
+bool is_reserved_environment_name(const std::string& name) {
+  return name.starts_with(kReservedPrefix) ||
+         std::find(std::begin(kReservedNames), std::end(kReservedNames), name) !=
+             std::end(kReservedNames);
+}
+
+std::map<std::string, std::string> environment_snapshot(
+    const std::optional<std::map<std::string, std::string>>& override) {
+  if (override) return *override;
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const auto eq = text.find('=');
+    if (eq != std::string_view::npos) env.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return env;
+}
+
+std::vector<Setting> flag_settings(const std::vector<std::string>& flags,
+                                   const std::set<std::string>& known) {
+  namespace po = boost::program_options;
+  po::options_description description;
+  for (const auto& name : known) {
+    description.add_options()(name.c_str(), po::value<std::string>());
+  }
+  po::parsed_options parsed(nullptr);
+  try {
+    // No guessing of abbreviated names: --runtime.trans must not silently mean transport.
+    parsed =
+        po::command_line_parser(normalized_flags(flags))
+            .options(description)
+            .style(po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent)
+            .allow_unregistered()
+            .run();
+  } catch (const po::error& e) {
+    throw ConfigError(std::string("command line: ") + e.what());
+  }
+  std::vector<Setting> settings;
+  for (const auto& option : parsed.options) {
+    const std::string& full = option.string_key;
+    const std::string flag = "flag --" + full;
+    const auto dot = full.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == full.size()) {
+      throw ConfigError(flag + ": expected --section.key=value");
+    }
+    settings.push_back({full.substr(0, dot), full.substr(dot + 1),
+                        option.value.empty() ? std::string() : option.value.front(), flag});
+  }
+  return settings;
+}
+
+std::optional<std::string> find_plugins_path_flag(const std::vector<std::string>& flags) {
+  std::optional<std::string> value;
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i].starts_with("--plugins.path=")) {
+      value = flags[i].substr(std::string_view("--plugins.path=").size());
+    } else if (flags[i] == "--plugins.path" && i + 1 < flags.size()) {
+      value = flags[++i];
+    }
+  }
+  return value;
+}
+
+}  // namespace tessera::detail
