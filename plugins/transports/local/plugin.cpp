@@ -1,0 +1,18 @@
+#include "tessera/sdk/plugin.hpp"
+
+#include "local_transport.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"timeout", "duration", "300s",
+     "deadline of every operation; a rank that does not take part by then fails the group",
+     nullptr},
+};
+constexpr const char* kAliases[] = {"threads", nullptr};
+
+}  // namespace
+
+TESSERA_PLUGIN(transport, "local", "1.0.0",
+               "ranks as threads of one process, the reference transport", kAliases, kOptions,
+               tessera::local::LocalTransport)

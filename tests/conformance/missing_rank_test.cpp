@@ -1,0 +1,101 @@
+// A rank that never arrives ends in an error naming it, within the configured timeout.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/store.hpp"
+#include "world.hpp"
+
+namespace tessera::conformance {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr Duration kShort = milliseconds(300);
+constexpr auto kPromptly = std::chrono::seconds(10);  // generous: CI machines are loaded
+
+class MissingRank : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MissingRank, ConnectOfTwoOutOfThreeRanksTimesOutNamingTheAbsentRank) {
+  auto transport = load_transport(GetParam(), kShort);
+  auto store = make_memory_store();
+  const auto start = steady_clock::now();
+  const auto errors =
+      run_on_ranks(2, [&](int r) { (void)transport->connect(store, r, 3, kShort); });
+  EXPECT_LT(steady_clock::now() - start, kPromptly);
+  for (int r = 0; r < 2; ++r) {
+    const auto& error = errors[static_cast<std::size_t>(r)];
+    ASSERT_NE(error, nullptr) << "rank " << r << " connected without rank 2";
+    try {
+      std::rethrow_exception(error);
+    } catch (const Timeout& e) {
+      EXPECT_NE(std::string(e.what()).find("2"), std::string::npos) << e.what();
+    } catch (const TransportError& e) {
+      EXPECT_NE(std::string(e.what()).find("2"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_P(MissingRank, AllReduceWithoutOneRankFailsNamingTheRankAndTheOperation) {
+  World world(GetParam(), 3, kShort);
+  std::vector<float> values = {1.0F, 2.0F};
+  std::vector<std::shared_ptr<Work>> works;
+  const auto start = steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    works.push_back(world.rank(r).all_reduce(
+        {&values[static_cast<std::size_t>(r)], 1, DType::f32, Device::cpu()}, ReduceOp::sum));
+  }
+  for (int r = 0; r < 2; ++r) {
+    try {
+      works[static_cast<std::size_t>(r)]->wait(kTimeout);
+      ADD_FAILURE() << "rank " << r << " finished an all_reduce that rank 2 never joined";
+    } catch (const TransportError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("all_reduce"), std::string::npos) << what;
+      EXPECT_NE(what.find("2"), std::string::npos) << what;
+      if (e.peer_rank()) {
+        EXPECT_EQ(*e.peer_rank(), 2) << what;
+      }
+    }
+  }
+  EXPECT_LT(steady_clock::now() - start, kPromptly);
+  EXPECT_GE(steady_clock::now() - start, kShort);
+}
+
+TEST_P(MissingRank, RecvWithoutASendFailsNamingThePeer) {
+  World world(GetParam(), 2, kShort);
+  float x = 0;
+  auto work = world.rank(1).recv({&x, 1, DType::f32, Device::cpu()}, 0, 3);
+  try {
+    work->wait(kTimeout);
+    FAIL() << "recv completed without a send";
+  } catch (const TransportError& e) {
+    EXPECT_EQ(e.peer_rank(), std::optional<int>(0)) << e.what();
+  }
+}
+
+// Work::wait with a deadline shorter than the operation's own raises Timeout and aborts.
+TEST_P(MissingRank, WorkWaitPastItsDeadlineThrowsTimeoutAndAbortsTheGroup) {
+  World world(GetParam(), 2);
+  float x = 0;
+  auto work = world.rank(0).all_reduce({&x, 1, DType::f32, Device::cpu()}, ReduceOp::sum);
+  EXPECT_THROW(work->wait(milliseconds(50)), Timeout);
+  EXPECT_THROW(work->wait(kTimeout), TransportError);  // released by the abort, not by a peer
+  EXPECT_THROW(world.rank(1).barrier()->wait(kTimeout), TransportError);
+}
+
+std::vector<std::string> transport_names() {
+  std::vector<std::string> names;
+  for (const auto& transport : transports_under_test()) names.push_back(transport.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MissingRank, ::testing::ValuesIn(transport_names()),
+                         [](const auto& test) { return test.param; });
+
+}  // namespace
+}  // namespace tessera::conformance

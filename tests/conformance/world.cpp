@@ -1,0 +1,94 @@
+#include "world.hpp"
+
+#include <mutex>
+#include <thread>
+
+#include "tessera/error.hpp"
+#include "tessera/registry.hpp"
+#include "tessera/store.hpp"
+
+namespace tessera::conformance {
+
+namespace {
+
+PluginRegistry& registry() {
+  static PluginRegistry* loaded = [] {
+    auto* r = new PluginRegistry();  // lives for the process: plugin objects may outlive tests
+    r->scan(PluginRegistry::default_search_path());
+    return r;
+  }();
+  return *loaded;
+}
+
+std::mutex registry_mutex;  // loading is not thread-safe; creating afterwards is
+
+}  // namespace
+
+std::shared_ptr<Transport> load_transport(const std::string& name, Duration op_timeout) {
+  std::lock_guard lock(registry_mutex);
+  PluginRegistry& plugins = registry();
+  if (plugins.try_find(PluginKind::transport, name) == nullptr) {
+    std::string why;
+    for (const auto& failure : plugins.failures())
+      why += "\n  " + failure.file.string() + ": " + failure.reason;
+    for (const auto& dir : PluginRegistry::default_search_path())
+      why += "\n  searched " + dir.string();
+    throw PluginError("conformance: transport '" + name + "' not found" + why);
+  }
+  const Options defaults = plugins.default_options(PluginKind::transport, name);
+  const Options options(defaults.section(), defaults.specs(),
+                        {{"timeout", std::to_string(op_timeout.count()) + "ms"}});
+  return plugins.create<Transport>(name, options);
+}
+
+std::vector<std::exception_ptr> run_on_ranks(int size, const std::function<void(int rank)>& body) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+World::World(const std::string& transport, int size, Duration op_timeout)
+    : transport_(load_transport(transport, op_timeout)),
+      communicators_(static_cast<std::size_t>(size)) {
+  auto store = make_memory_store();
+  const auto errors = run_on_ranks(size, [&](int r) {
+    communicators_[static_cast<std::size_t>(r)] = transport_->connect(store, r, size, kTimeout);
+  });
+  for (int r = 0; r < size; ++r) {
+    if (auto error = errors[static_cast<std::size_t>(r)]) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        throw Error("rank " + std::to_string(r) + " could not connect: " + e.what());
+      }
+    }
+  }
+}
+
+void wait_all(const std::vector<std::shared_ptr<Work>>& works) {
+  for (const auto& work : works) work->wait(kTimeout);
+}
+
+std::vector<WorldParam> every_transport_and_size() {
+  std::vector<WorldParam> params;
+  for (const auto& transport : transports_under_test()) {
+    for (int size : transport.world_sizes) params.push_back({transport.name, size});
+  }
+  return params;
+}
+
+std::string param_name(const ::testing::TestParamInfo<WorldParam>& info) {
+  return info.param.transport + "_" + std::to_string(info.param.size) + "ranks";
+}
+
+}  // namespace tessera::conformance

@@ -1,0 +1,62 @@
+#pragma once
+// A world of N ranks as threads of the test process, over a transport loaded by name.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tessera/communicator.hpp"
+#include "tessera/transport.hpp"
+#include "transports_under_test.hpp"
+
+namespace tessera::conformance {
+
+// Generous: only a broken transport ever waits this long, and then the test fails instead of
+// hanging. Tests of the timeout itself pass their own short value.
+inline constexpr Duration kTimeout = std::chrono::seconds(60);
+
+// The transport `name` from the plugin folder beside libtessera, with its `timeout` option set.
+// One registry per process, loaded on first use.
+[[nodiscard]] std::shared_ptr<Transport> load_transport(const std::string& name,
+                                                        Duration op_timeout);
+
+// Runs body(rank) on one thread per rank and joins them; an exception on a rank becomes a test
+// failure naming the rank. Returns the exceptions by rank (null where the body returned).
+std::vector<std::exception_ptr> run_on_ranks(int size, const std::function<void(int rank)>& body);
+
+// Connects `size` ranks (one thread each, one store) and keeps their communicators.
+class World {
+ public:
+  World(const std::string& transport, int size, Duration op_timeout = kTimeout);
+
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(communicators_.size()); }
+  [[nodiscard]] Communicator& rank(int r) { return *communicators_[static_cast<std::size_t>(r)]; }
+  [[nodiscard]] std::vector<std::shared_ptr<Communicator>>& communicators() {
+    return communicators_;
+  }
+
+ private:
+  std::shared_ptr<Transport> transport_;
+  std::vector<std::shared_ptr<Communicator>> communicators_;
+};
+
+// Waits for every work, in order.
+void wait_all(const std::vector<std::shared_ptr<Work>>& works);
+
+// gtest parameter: a transport and a world size.
+struct WorldParam {
+  std::string transport;
+  int size = 1;
+};
+inline void PrintTo(const WorldParam& param, std::ostream* os) {
+  *os << param.transport << " x " << param.size << " ranks";
+}
+[[nodiscard]] std::vector<WorldParam> every_transport_and_size();
+[[nodiscard]] std::string param_name(const ::testing::TestParamInfo<WorldParam>& info);
+
+}  // namespace tessera::conformance
