@@ -24,7 +24,16 @@ Tensor::Tensor(Shape shape, DType dtype)
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
-  storage_.reset(p);
+  storage_.reset(p, FreeAligned{});
+}
+
+Tensor Tensor::alias() const {
+  Tensor other;
+  other.shape_ = shape_;
+  other.dtype_ = dtype_;
+  other.count_ = count_;
+  other.storage_ = storage_;
+  return other;
 }
 
 void Tensor::check_dtype(DType wanted) const {

@@ -33,12 +33,20 @@ class LayerContext {
   [[nodiscard]] const Tensor& saved(std::size_t i) const { return saved_.at(i); }
   void clear() noexcept { saved_.clear(); }
 
+  // False when nothing consumes the input's gradient (the first layer sees only data): backward
+  // may then skip that GEMM and return an empty tensor. Survives clear().
+  void set_input_gradient_needed(bool needed) noexcept { input_gradient_needed_ = needed; }
+  [[nodiscard]] bool input_gradient_needed() const noexcept { return input_gradient_needed_; }
+
  private:
   std::vector<Tensor> saved_;
+  bool input_gradient_needed_ = true;
 };
 
 // Layers are stateless apart from their configuration: parameters and gradients arrive as
-// views, one per ParamSpec in order, valid for the duration of the call.
+// views, one per ParamSpec in order, valid for the duration of the call. forward may keep an
+// alias() of its input in ctx, so the caller must not write into the input until backward of
+// that context has returned.
 // Thread-safety: forward/backward are const and may run concurrently with different contexts.
 class Layer {
  public:

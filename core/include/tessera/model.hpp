@@ -18,6 +18,10 @@ struct LossResult {
 // Lifetime: layer references stay valid as long as the model lives.
 class Model : public PluginObject {
  public:
+  // Shape of one sample (without the batch dimension) and the number of classes of the loss,
+  // so the engine can check a dataset against the model before training.
+  [[nodiscard]] virtual Shape input_shape() const = 0;
+  [[nodiscard]] virtual std::size_t num_classes() const noexcept = 0;
   [[nodiscard]] virtual std::size_t layer_count() const noexcept = 0;
   [[nodiscard]] virtual const Layer& layer(std::size_t index) const = 0;
   // targets: i64 class indices, one per row of logits.

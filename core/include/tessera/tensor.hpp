@@ -19,6 +19,11 @@ using Shape = std::vector<std::size_t>;
 class Tensor {
  public:
   Tensor() = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
+  ~Tensor() = default;
   // Zero-initialised storage of element_count(shape) elements, 64-byte aligned.
   Tensor(Shape shape, DType dtype);
 
@@ -27,6 +32,11 @@ class Tensor {
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return count_ * dtype_size(dtype_); }
   [[nodiscard]] BufferView view() const noexcept { return {storage_.get(), count_, dtype_, Device::cpu()}; }
+
+  // A second handle to the same storage (no copy): how a layer keeps its input or output for
+  // backward. Writes through either handle are seen by both; the memory lives until the last
+  // handle dies.
+  [[nodiscard]] Tensor alias() const;
 
   // Typed access; throws InvalidArgument if T does not match dtype().
   template <class T>
@@ -44,7 +54,8 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::f32;
   std::size_t count_ = 0;
-  std::unique_ptr<void, FreeAligned> storage_;
+  // Shared only through alias(); Tensor itself stays move-only so copies are always explicit.
+  std::shared_ptr<void> storage_;
 };
 
 }  // namespace tessera

@@ -1,0 +1,57 @@
+#pragma once
+// Each epoch's sample order, shuffled identically on every rank and split so that across ranks
+// every sample is seen exactly once per epoch.
+//
+// The rule: the epoch's permutation is cut into global batches of world_size * batch_size
+// samples; rank r takes the r-th block of batch_size samples of each. The last global batch,
+// when shorter (R samples), is split as evenly as possible in rank order: rank r gets
+// R / world_size samples, plus one if r < R % world_size. Nothing is dropped or padded, every
+// rank runs the same number of steps, and a rank may get an empty last batch when
+// R < world_size; strategies weight each rank's loss and gradient by its share of the global
+// batch (global_batch_size()).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tessera {
+
+struct EpochShardSpec {
+  std::size_t dataset_size = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  std::size_t batch_size = 1;  // per rank
+  bool shuffle = true;         // false: samples in index order (evaluation)
+};
+
+class EpochShard {
+ public:
+  // Throws InvalidArgument for rank outside [0, world_size) or a zero batch size.
+  explicit EpochShard(const EpochShardSpec& spec);
+
+  // ceil(dataset_size / (world_size * batch_size)), the same on every rank.
+  [[nodiscard]] std::size_t steps() const noexcept { return global_sizes_.size(); }
+  // This rank's sample indices for `step` (0-based); may be empty in the last step.
+  [[nodiscard]] std::span<const std::size_t> batch(std::size_t step) const;
+  // Samples in `step` over all ranks.
+  [[nodiscard]] std::size_t global_batch_size(std::size_t step) const {
+    return global_sizes_.at(step);
+  }
+  // Every index this rank sees this epoch, in step order.
+  [[nodiscard]] std::span<const std::size_t> indices() const noexcept { return indices_; }
+
+ private:
+  std::vector<std::size_t> indices_;
+  std::vector<std::size_t> offsets_;  // steps() + 1 offsets into indices_
+  std::vector<std::size_t> global_sizes_;
+};
+
+// The epoch's permutation of [0, n): a Fisher-Yates shuffle driven by counter_random(seed,
+// epoch, i), so it is the same on every rank and platform.
+[[nodiscard]] std::vector<std::size_t> epoch_permutation(std::size_t n, std::uint64_t seed,
+                                                         std::uint64_t epoch);
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+#include "tessera/init.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/random.hpp"
+
+namespace tessera {
+namespace {
+
+void fill_uniform(std::uint64_t seed, std::size_t param_index, float bound, std::span<float> out,
+                  std::size_t offset) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const float u = counter_uniform(seed, param_index, offset + i);
+    out[i] = (2.0F * u - 1.0F) * bound;
+  }
+}
+
+}  // namespace
+
+void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t param_index,
+                          std::span<float> out, std::size_t offset) {
+  TESSERA_CHECK(spec.dtype == DType::f32, "parameter " + spec.name + " is not f32");
+  const std::size_t total = element_count(spec.shape);
+  TESSERA_CHECK(offset <= total && out.size() <= total - offset,
+                "range [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                    ") exceeds parameter " + spec.name + " of " + std::to_string(total) +
+                    " elements");
+  switch (spec.init) {
+    case ParamInit::zeros: std::fill(out.begin(), out.end(), 0.0F); return;
+    case ParamInit::ones: std::fill(out.begin(), out.end(), 1.0F); return;
+    case ParamInit::kaiming_uniform: {
+      TESSERA_CHECK(spec.fan_in > 0, "kaiming_uniform needs fan_in for " + spec.name);
+      const auto bound = static_cast<float>(std::sqrt(6.0 / static_cast<double>(spec.fan_in)));
+      fill_uniform(seed, param_index, bound, out, offset);
+      return;
+    }
+    case ParamInit::xavier_uniform: {
+      TESSERA_CHECK(spec.fan_in + spec.fan_out > 0, "xavier_uniform needs fans for " + spec.name);
+      const auto bound =
+          static_cast<float>(std::sqrt(6.0 / static_cast<double>(spec.fan_in + spec.fan_out)));
+      fill_uniform(seed, param_index, bound, out, offset);
+      return;
+    }
+  }
+  throw InvalidArgument("unknown ParamInit for " + spec.name);
+}
+
+}  // namespace tessera
