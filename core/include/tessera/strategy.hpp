@@ -20,6 +20,11 @@ struct StrategySetup {
   std::shared_ptr<const Model> model;
   std::shared_ptr<const Optimizer> optimizer;
   std::uint64_t seed = 0;  // parameter initialisation; equal on every rank
+  // Global gradient-norm clipping threshold (PyTorch's clip_grad_norm_ rule); 0 turns it off.
+  double max_grad_norm = 0.0;
+  // Gradient accumulation: train_step splits its batch into this many micro-batches, runs
+  // forward and backward on each and communicates only after the last.
+  std::size_t micro_batches = 1;
 };
 
 struct StepStats {

@@ -1,0 +1,159 @@
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "checkpoint/durable_file.hpp"
+#include "checkpoint/manifest.hpp"
+#include "tessera/checkpoint.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string step_folder_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%012lld", static_cast<long long>(step));
+  return name;
+}
+
+// Puts each blob into its own file named by rank and sequence number, so ranks never collide
+// and a blob name may be any text.
+class FileCheckpointWriter final : public CheckpointWriter {
+ public:
+  FileCheckpointWriter(fs::path folder, int rank) : folder_(std::move(folder)), rank_(rank) {}
+
+  void put(const std::string& name, std::span<const std::byte> bytes) override {
+    TESSERA_CHECK(!name.empty() && name.find('\n') == std::string::npos,
+                  "checkpoint blob names must be one non-empty line");
+    const std::string file =
+        "r" + std::to_string(rank_) + "-" + std::to_string(blobs_.size()) + ".bin";
+    checkpoint::write_file_synced(folder_ / file, bytes);
+    blobs_.push_back({name, file, bytes.size(), crc32(bytes), rank_});
+  }
+  [[nodiscard]] const std::vector<CheckpointBlob>& blobs() const noexcept { return blobs_; }
+
+ private:
+  fs::path folder_;
+  int rank_;
+  std::vector<CheckpointBlob> blobs_;
+};
+
+// Every rank learns whether any rank failed, so that no rank waits for one that gave up.
+void agree(Communicator& group, const std::string& failure, const std::string& phase,
+           Duration timeout) {
+  std::int32_t flag = failure.empty() ? 0 : 1;
+  group.all_reduce({&flag, 1, DType::i32, Device::cpu()}, ReduceOp::max)->wait(timeout);
+  if (!failure.empty()) throw CheckpointError(failure);
+  if (flag != 0) throw CheckpointError("checkpoint: another rank failed while " + phase);
+}
+
+template <class Action>
+std::string attempt(Action&& action) {
+  try {
+    action();
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+void commit(const fs::path& root, const fs::path& temporary, const fs::path& final_folder,
+            const CheckpointManifest& manifest, std::size_t keep) {
+  checkpoint::write_file_synced(temporary / checkpoint::kManifestFile,
+                                checkpoint::format_manifest(manifest));
+  checkpoint::sync_directory(temporary);
+  // A checkpoint of the same step is replaced only once the new one is complete.
+  const fs::path displaced = root / (".old-" + final_folder.filename().string());
+  if (fs::exists(final_folder)) {
+    fs::remove_all(displaced);
+    fs::rename(final_folder, displaced);
+  }
+  fs::rename(temporary, final_folder);
+  checkpoint::sync_directory(root);
+  checkpoint::replace_file_atomically(root / "latest", final_folder.filename().string() + "\n");
+  fs::remove_all(displaced);
+  auto committed = list_checkpoints(root);
+  const std::size_t keep_at_least = std::max<std::size_t>(keep, 1);
+  for (std::size_t i = 0; i + keep_at_least < committed.size(); ++i) {
+    if (committed[i] != final_folder) fs::remove_all(committed[i]);
+  }
+  checkpoint::sync_directory(root);
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const fs::path& root, std::int64_t step,
+                          const std::map<std::string, std::string>& metadata, Communicator& group,
+                          const std::function<void(CheckpointWriter&)>& save, std::size_t keep,
+                          Duration timeout) {
+  const int rank = group.rank();
+  const fs::path final_folder = root / step_folder_name(step);
+  const fs::path temporary = root / (".tmp-" + final_folder.filename().string());
+
+  agree(group, rank != 0 ? std::string() : attempt([&] {
+          fs::create_directories(root);
+          fs::remove_all(temporary);  // left by a crash during an earlier attempt
+          fs::create_directory(temporary);
+        }),
+        "preparing " + temporary.string(), timeout);
+
+  FileCheckpointWriter writer(temporary, rank);
+  agree(group, attempt([&] {
+          save(writer);
+          checkpoint::write_file_synced(temporary / ("rank-" + std::to_string(rank) + ".blobs"),
+                                        checkpoint::format_blob_lines(writer.blobs()));
+        }),
+        "writing blobs", timeout);
+
+  agree(group, rank != 0 ? std::string() : attempt([&] {
+          CheckpointManifest manifest{step, group.size(), metadata, {}};
+          for (int r = 0; r < group.size(); ++r) {
+            const fs::path part = temporary / ("rank-" + std::to_string(r) + ".blobs");
+            const auto bytes = checkpoint::read_file(part);
+            auto blobs = checkpoint::parse_blob_lines(
+                std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                part.string());
+            for (auto& blob : blobs) {
+              const bool duplicate =
+                  std::any_of(manifest.blobs.begin(), manifest.blobs.end(),
+                              [&](const CheckpointBlob& b) { return b.name == blob.name; });
+              if (duplicate)
+                throw CheckpointError("checkpoint: two ranks wrote blob '" + blob.name + "'");
+              manifest.blobs.push_back(std::move(blob));
+            }
+          }
+          commit(root, temporary, final_folder, manifest, keep);
+        }),
+        "committing " + final_folder.string(), timeout);
+  return final_folder;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& root) {
+  const fs::path pointer = root / "latest";
+  if (!fs::exists(pointer)) return std::nullopt;
+  const auto bytes = checkpoint::read_file(pointer);
+  std::string name(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const fs::path folder = root / name;
+  if (name.empty() || name.find('/') != std::string::npos || !fs::is_directory(folder)) {
+    throw CheckpointError("checkpoint: " + pointer.string() + " names '" + name +
+                          "', which is not a checkpoint folder");
+  }
+  return folder;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& root) {
+  std::vector<fs::path> folders;
+  if (!fs::is_directory(root)) return folders;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("step-", 0) == 0) folders.push_back(entry.path());
+  }
+  std::sort(folders.begin(), folders.end());  // zero-padded step numbers sort as text
+  return folders;
+}
+
+}  // namespace tessera

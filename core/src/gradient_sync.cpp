@@ -1,0 +1,243 @@
+#include "tessera/gradient_sync.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "tessera/error.hpp"
+#include "tessera/grad_clip.hpp"
+
+namespace tessera {
+
+GradientCompression parse_gradient_compression(const std::string& name) {
+  if (name == "none") return GradientCompression::none;
+  if (name == "bf16") return GradientCompression::bf16;
+  throw InvalidArgument("unknown gradient compression '" + name + "' (valid: none, bf16)");
+}
+
+struct GradientSynchronizer::BucketState {
+  std::size_t pending = 0;  // gradients not yet ready in this step
+  std::shared_ptr<Work> work;
+  std::vector<float> staging;       // compression none, gradients not adjacent
+  std::vector<std::uint16_t> wire;  // compression bf16
+};
+
+GradientSynchronizer::GradientSynchronizer(std::shared_ptr<Communicator> group,
+                                           GradientSyncOptions options)
+    : group_(std::move(group)), options_(options) {
+  TESSERA_CHECK(group_ != nullptr, "GradientSynchronizer needs a communicator");
+  TESSERA_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
+                "bucket sizes must be positive");
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  // A bucket still in flight writes into buffers that die with us: let it land first. Errors
+  // were (or will never be) reported by wait(); a destructor cannot report them.
+  for (auto& state : states_) {
+    if (!state || !state->work) continue;
+    try {
+      state->work->wait();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+    }
+  }
+}
+
+std::size_t GradientSynchronizer::add_parameter(std::string name, std::span<float> param,
+                                                std::span<float> grad) {
+  TESSERA_CHECK(!finalized_, "add_parameter after the bucket plan was frozen: " + name);
+  TESSERA_CHECK(param.empty() || param.size() == grad.size(),
+                "parameter " + name + " has " + std::to_string(param.size()) +
+                    " elements but its gradient " + std::to_string(grad.size()));
+  entries_.push_back({std::move(name), param, grad, 0});
+  elements_ += grad.size();
+  return entries_.size() - 1;
+}
+
+void GradientSynchronizer::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  // Walk backward (reverse registration order), closing a bucket once it reaches its limit.
+  std::size_t bytes = 0;
+  for (std::size_t i = entries_.size(); i-- > 0;) {
+    if (bytes == 0) buckets_.push_back({i, i, 0, true});
+    auto& bucket = buckets_.back();
+    bucket.first = i;
+    bucket.elements += entries_[i].grad.size();
+    entries_[i].bucket = buckets_.size() - 1;
+    bytes += entries_[i].grad.size_bytes();
+    const std::size_t limit =
+        buckets_.size() == 1 ? options_.first_bucket_bytes : options_.bucket_cap_bytes;
+    if (bytes >= limit) bytes = 0;
+  }
+  for (auto& bucket : buckets_) {
+    for (std::size_t i = bucket.first; i < bucket.last; ++i) {
+      const auto& grad = entries_[i].grad;
+      if (grad.data() + grad.size() != entries_[i + 1].grad.data()) bucket.in_place = false;
+    }
+    auto state = std::make_unique<BucketState>();
+    if (options_.compression == GradientCompression::bf16) {
+      state->wire.resize(bucket.elements);
+    } else if (!bucket.in_place) {
+      state->staging.resize(bucket.elements);
+    }
+    states_.push_back(std::move(state));
+  }
+  ready_.assign(entries_.size(), false);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    states_[b]->pending = buckets_[b].last - buckets_[b].first + 1;
+  }
+}
+
+void GradientSynchronizer::grad_ready(std::size_t index) {
+  finalize();
+  TESSERA_CHECK(index < entries_.size(), "grad_ready: no parameter " + std::to_string(index));
+  TESSERA_CHECK(!ready_[index], "grad_ready called twice in one step for " + entries_[index].name);
+  ready_[index] = true;
+  --states_[entries_[index].bucket]->pending;
+  issue_ready_buckets();
+}
+
+void GradientSynchronizer::issue_ready_buckets() {
+  while (next_to_issue_ < buckets_.size() && states_[next_to_issue_]->pending == 0) {
+    const std::size_t b = next_to_issue_++;
+    if (group_->size() == 1) continue;  // the average over one rank is the gradient itself
+    stage_in(b);
+    auto& state = *states_[b];
+    BufferView view;
+    if (!state.wire.empty()) {
+      view = {state.wire.data(), state.wire.size(), DType::bf16, Device::cpu()};
+    } else if (!state.staging.empty()) {
+      view = view_of(std::span<float>(state.staging));
+    } else {
+      view = {entries_[buckets_[b].first].grad.data(), buckets_[b].elements, DType::f32,
+              Device::cpu()};
+    }
+    state.work = group_->all_reduce(view, ReduceOp::avg);
+  }
+}
+
+void GradientSynchronizer::stage_in(std::size_t b) {
+  auto& state = *states_[b];
+  std::size_t offset = 0;
+  for (std::size_t i = buckets_[b].first; i <= buckets_[b].last; ++i) {
+    const auto grad = entries_[i].grad;
+    if (!state.wire.empty()) {
+      for (std::size_t j = 0; j < grad.size(); ++j) state.wire[offset + j] = float_to_bf16(grad[j]);
+    } else if (!state.staging.empty()) {
+      std::memcpy(state.staging.data() + offset, grad.data(), grad.size_bytes());
+    }
+    offset += grad.size();
+  }
+}
+
+void GradientSynchronizer::stage_out(std::size_t b) {
+  auto& state = *states_[b];
+  std::size_t offset = 0;
+  for (std::size_t i = buckets_[b].first; i <= buckets_[b].last; ++i) {
+    const auto grad = entries_[i].grad;
+    if (!state.wire.empty()) {
+      for (std::size_t j = 0; j < grad.size(); ++j) grad[j] = bf16_to_float(state.wire[offset + j]);
+    } else if (!state.staging.empty()) {
+      std::memcpy(grad.data(), state.staging.data() + offset, grad.size_bytes());
+    }
+    offset += grad.size();
+  }
+}
+
+void GradientSynchronizer::wait(Duration timeout) {
+  finalize();
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    TESSERA_CHECK(ready_[i], "wait: gradient " + entries_[i].name +
+                                 " was never marked ready in this step (grad_ready missing)");
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& state = *states_[b];
+    if (!state.work) continue;
+    auto work = std::move(state.work);
+    work->wait(timeout);
+    stage_out(b);
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    states_[b]->pending = buckets_[b].last - buckets_[b].first + 1;
+  }
+  next_to_issue_ = 0;
+}
+
+std::size_t GradientSynchronizer::buffer_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& state : states_) {
+    bytes += state->staging.size() * sizeof(float) + state->wire.size() * sizeof(std::uint16_t);
+  }
+  return bytes;
+}
+
+double GradientSynchronizer::clip_grad_norm(double max_norm) {
+  std::vector<double> blocks;
+  std::size_t offset = 0;
+  for (const auto& entry : entries_) {
+    accumulate_norm_blocks(entry.grad, offset, blocks);
+    offset += entry.grad.size();
+  }
+  const double sum_of_squares = sum_norm_blocks(blocks);
+  const float coefficient = clip_coefficient(sum_of_squares, static_cast<float>(max_norm));
+  for (const auto& entry : entries_) scale_gradients(entry.grad, coefficient);
+  return global_norm(sum_of_squares);
+}
+
+std::span<float> GradientSynchronizer::optimizer_state_for(const Optimizer& optimizer) {
+  const std::size_t slots = optimizer.state_per_param();
+  if (state_.size() != slots * elements_ || state_per_param_ != slots) {
+    state_.assign(slots * elements_, 0.0F);
+    state_per_param_ = slots;
+  }
+  return state_;
+}
+
+void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
+  auto state = optimizer_state_for(optimizer);
+  const std::size_t slots = optimizer.state_per_param();
+  std::size_t state_offset = 0;
+  for (std::size_t first = 0; first < entries_.size();) {
+    TESSERA_CHECK(!entries_[first].param.empty(),
+                  "step: parameter " + entries_[first].name + " was registered without its values");
+    // Extend the run while both parameter and gradient continue where the previous ended.
+    std::size_t last = first;
+    std::size_t count = entries_[first].grad.size();
+    while (last + 1 < entries_.size()) {
+      const auto& a = entries_[last];
+      const auto& b = entries_[last + 1];
+      if (b.param.empty() || a.param.data() + a.param.size() != b.param.data() ||
+          a.grad.data() + a.grad.size() != b.grad.data()) {
+        break;
+      }
+      ++last;
+      count += b.grad.size();
+    }
+    optimizer.step({entries_[first].param.data(), count}, {entries_[first].grad.data(), count},
+                   state.subspan(state_offset, slots * count), info);
+    state_offset += slots * count;
+    first = last + 1;
+  }
+}
+
+void accumulate_norm_blocks(std::span<const float> values, std::size_t flat_offset,
+                            std::vector<double>& blocks) {
+  if (values.empty()) return;
+  const std::size_t last_block = (flat_offset + values.size() - 1) / kGradNormBlock;
+  if (blocks.size() <= last_block) blocks.resize(last_block + 1, 0.0);
+  for (std::size_t i = 0; i < values.size();) {
+    const std::size_t block = (flat_offset + i) / kGradNormBlock;
+    const std::size_t end = std::min(values.size(), (block + 1) * kGradNormBlock - flat_offset);
+    double sum = blocks[block];
+    for (; i < end; ++i) sum += static_cast<double>(values[i]) * static_cast<double>(values[i]);
+    blocks[block] = sum;
+  }
+}
+
+double sum_norm_blocks(std::span<const double> blocks) noexcept {
+  return std::accumulate(blocks.begin(), blocks.end(), 0.0);
+}
+
+}  // namespace tessera

@@ -1,0 +1,40 @@
+#pragma once
+// The little JSON the trainer writes (metrics lines, the summary): numbers and escaped strings.
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace tessera::trainer {
+
+[[nodiscard]] inline std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double; JSON has no NaN or infinity, so null.
+[[nodiscard]] inline std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+}  // namespace tessera::trainer

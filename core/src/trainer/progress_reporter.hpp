@@ -1,0 +1,61 @@
+#pragma once
+// Rank 0's view of a run: the progress line on stderr and the per-step metrics file.
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tessera/strategy.hpp"
+#include "tessera/trainer.hpp"
+
+namespace tessera::trainer {
+
+struct StepReport {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;  // 0-based
+  std::size_t batch = 0;   // 1-based within the epoch
+  std::size_t batches = 0;
+  std::size_t samples = 0;  // global samples of this step
+  float learning_rate = 0.0F;
+  StepStats stats;
+};
+
+// Does nothing on ranks other than 0 (active = false), so callers need no rank checks.
+class ProgressReporter {
+ public:
+  // total_steps: the step count at which the run ends (for the ETA).
+  ProgressReporter(ProgressMode mode, const std::filesystem::path& metrics_file, bool active,
+                   std::int64_t total_steps, std::int64_t epochs);
+  ~ProgressReporter();
+  ProgressReporter(const ProgressReporter&) = delete;
+  ProgressReporter& operator=(const ProgressReporter&) = delete;
+
+  void step(const StepReport& report);
+  void evaluation(std::int64_t step, std::int64_t epoch, double accuracy, double loss);
+  void checkpoint(std::int64_t step, const std::filesystem::path& folder);
+  // Ends the in-place bar with a newline.
+  void finish();
+
+  [[nodiscard]] double samples_per_s() const noexcept;
+  [[nodiscard]] double seconds() const noexcept;
+
+ private:
+  void print_line(const std::string& text, bool transient);
+
+  using Clock = std::chrono::steady_clock;
+  bool active_;
+  bool in_place_ = false;
+  bool enabled_ = true;
+  bool bar_open_ = false;
+  std::int64_t total_steps_;
+  std::int64_t epochs_;
+  std::int64_t steps_ = 0;  // this run's
+  std::size_t samples_ = 0;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_print_{};
+  std::ofstream metrics_;
+};
+
+}  // namespace tessera::trainer

@@ -1,0 +1,221 @@
+#include "tessera/trainer.hpp"
+
+#include <algorithm>
+
+#include "tessera/checkpoint.hpp"
+#include "tessera/data_order.hpp"
+#include "tessera/error.hpp"
+#include "trainer/progress_reporter.hpp"
+
+namespace tessera {
+
+// Where training goes on: the next batch to run. A checkpoint records it, so a resumed run
+// sees exactly the batches the uninterrupted run would have.
+struct Trainer::Position {
+  std::int64_t step = 0;   // optimizer steps done
+  std::int64_t epoch = 0;  // 0-based
+  std::size_t batch = 0;   // next batch index within the epoch
+};
+
+namespace {
+
+std::string metadata_or_throw(const std::map<std::string, std::string>& meta,
+                              const std::string& key, const std::filesystem::path& folder) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) {
+    throw CheckpointError("checkpoint " + folder.string() + " has no '" + key + "' metadata");
+  }
+  return it->second;
+}
+
+EpochShard train_shard(const TrainerOptions& o, const Dataset& data, const Communicator& world,
+                       std::int64_t epoch) {
+  return EpochShard({data.size(Split::train), static_cast<std::uint64_t>(epoch), o.seed,
+                     world.rank(), world.size(), o.batch_size, true});
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options, TrainerComponents components)
+    : options_(std::move(options)), parts_(std::move(components)) {
+  TESSERA_CHECK(
+      parts_.world && parts_.model && parts_.optimizer && parts_.dataset && parts_.strategy,
+      "Trainer needs a communicator, model, optimizer, dataset and strategy");
+  if (parts_.dataset->sample_shape() != parts_.model->input_shape() ||
+      parts_.dataset->num_classes() != parts_.model->num_classes()) {
+    throw ConfigError("the dataset's samples (" +
+                      std::to_string(element_count(parts_.dataset->sample_shape())) +
+                      " elements, " + std::to_string(parts_.dataset->num_classes()) +
+                      " classes) do not fit the model's input (" +
+                      std::to_string(element_count(parts_.model->input_shape())) + " elements, " +
+                      std::to_string(parts_.model->num_classes()) + " classes)");
+  }
+}
+
+Trainer::Position Trainer::restore(TrainResult& result) {
+  Position start;
+  if (options_.checkpoint_dir.empty()) {
+    throw ConfigError("--resume needs [train] checkpoint_dir");
+  }
+  const auto folder = latest_checkpoint(options_.checkpoint_dir);
+  if (!folder) return start;  // nothing written yet: a fresh start
+  std::unique_ptr<FileCheckpointReader> reader;
+  try {
+    reader = std::make_unique<FileCheckpointReader>(*folder);
+  } catch (const CheckpointError& e) {
+    std::string earlier;
+    for (const auto& other : list_checkpoints(options_.checkpoint_dir)) {
+      if (other != *folder) earlier += " " + other.filename().string();
+    }
+    throw CheckpointError(
+        std::string(e.what()) + "; refusing to resume from it" +
+        (earlier.empty() ? std::string() : "; earlier checkpoints kept:" + earlier));
+  }
+  const auto& meta = reader->manifest().metadata;
+  const auto seed = metadata_or_throw(meta, "seed", *folder);
+  if (seed != std::to_string(options_.seed)) {
+    throw CheckpointError("checkpoint " + folder->string() + " was written with seed " + seed +
+                          ", this run has seed " + std::to_string(options_.seed) +
+                          ": the data order would differ");
+  }
+  parts_.strategy->load(*reader);
+  start.step = reader->manifest().step;
+  start.epoch = std::stoll(metadata_or_throw(meta, "epoch", *folder));
+  start.batch = std::stoull(metadata_or_throw(meta, "batch", *folder));
+  result.resumed_from_step = start.step;
+  return start;
+}
+
+void Trainer::save_checkpoint(const Position& next, TrainResult& result) {
+  const std::map<std::string, std::string> meta = {
+      {"epoch", std::to_string(next.epoch)},
+      {"batch", std::to_string(next.batch)},
+      {"seed", std::to_string(options_.seed)},
+      {"batch_size", std::to_string(options_.batch_size)},
+      {"strategy", parts_.strategy_name.empty() ? "unknown" : parts_.strategy_name},
+  };
+  result.last_checkpoint = write_checkpoint(
+      options_.checkpoint_dir, next.step, meta, *parts_.world,
+      [&](CheckpointWriter& writer) { parts_.strategy->save(writer); }, options_.checkpoint_keep,
+      parts_.world->timeout());
+}
+
+std::pair<double, double> Trainer::evaluate() {
+  const auto& data = *parts_.dataset;
+  EpochShard shard({data.size(Split::test), 0, options_.seed, parts_.world->rank(),
+                    parts_.world->size(), options_.eval_batch_size, false});
+  // correct, loss * samples, samples: summed over ranks in one collective.
+  double totals[3] = {0.0, 0.0, 0.0};
+  for (std::size_t s = 0; s < shard.steps(); ++s) {
+    const auto indices = shard.batch(s);
+    if (indices.empty()) continue;
+    const auto stats = parts_.strategy->evaluate(data.gather(Split::test, indices));
+    totals[0] += static_cast<double>(stats.correct);
+    totals[1] += stats.loss * static_cast<double>(indices.size());
+    totals[2] += static_cast<double>(indices.size());
+  }
+  parts_.world->all_reduce({totals, 3, DType::f64, Device::cpu()}, ReduceOp::sum)->wait();
+  if (totals[2] == 0.0) return {0.0, 0.0};
+  return {totals[0] / totals[2], totals[1] / totals[2]};
+}
+
+std::vector<RankSummary> Trainer::gather_rank_summaries() {
+  const auto report = parts_.strategy->memory_report();
+  std::int64_t mine[5] = {static_cast<std::int64_t>(peak_rss_bytes()),
+                          static_cast<std::int64_t>(report.parameter_bytes),
+                          static_cast<std::int64_t>(report.gradient_bytes),
+                          static_cast<std::int64_t>(report.optimizer_state_bytes),
+                          static_cast<std::int64_t>(report.buffer_bytes)};
+  const auto n = static_cast<std::size_t>(parts_.world->size());
+  std::vector<std::int64_t> all(5 * n);
+  parts_.world
+      ->all_gather({mine, 5, DType::i64, Device::cpu()},
+                   {all.data(), all.size(), DType::i64, Device::cpu()})
+      ->wait();
+  std::vector<RankSummary> ranks(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto* v = &all[5 * r];
+    ranks[r] = {static_cast<int>(r),
+                static_cast<std::uint64_t>(v[0]),
+                {static_cast<std::size_t>(v[1]), static_cast<std::size_t>(v[2]),
+                 static_cast<std::size_t>(v[3]), static_cast<std::size_t>(v[4])}};
+  }
+  return ranks;
+}
+
+TrainResult Trainer::run(bool resume) {
+  const auto& data = *parts_.dataset;
+  auto& world = *parts_.world;
+  TESSERA_CHECK(data.size(Split::train) > 0, "the training split is empty");
+
+  StrategySetup setup{parts_.world,  parts_.model,           parts_.optimizer,
+                      options_.seed, options_.max_grad_norm, options_.micro_batches};
+  parts_.strategy->setup(setup);
+
+  TrainResult result;
+  Position at = resume ? restore(result) : Position{};
+
+  const std::size_t steps_per_epoch = train_shard(options_, data, world, 0).steps();
+  std::int64_t total_steps = options_.epochs * static_cast<std::int64_t>(steps_per_epoch);
+  if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
+  LrSchedule schedule = options_.schedule;
+  if (schedule.total_steps == 0) schedule.total_steps = total_steps;
+  validate(schedule);
+
+  trainer::ProgressReporter reporter(options_.progress, options_.metrics_file, world.rank() == 0,
+                                     total_steps, options_.epochs);
+  const bool checkpoints = !options_.checkpoint_dir.empty();
+  std::int64_t last_saved = at.step;
+  std::int64_t last_evaluated = -1;
+  auto run_evaluation = [&](std::int64_t epoch) {
+    const auto [accuracy, loss] = evaluate();
+    result.test_accuracy = accuracy;
+    result.test_loss = loss;
+    last_evaluated = at.step;
+    reporter.evaluation(at.step, epoch, accuracy, loss);
+  };
+
+  while (at.epoch < options_.epochs && at.step < total_steps) {
+    const EpochShard shard = train_shard(options_, data, world, at.epoch);
+    while (at.batch < shard.steps() && at.step < total_steps) {
+      const Batch batch = data.gather(Split::train, shard.batch(at.batch));
+      const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
+                          shard.global_batch_size(at.batch)};
+      const StepStats stats = parts_.strategy->train_step(batch, info);
+      ++at.step;
+      ++at.batch;
+      result.losses.push_back(stats.loss);
+      reporter.step({at.step, at.epoch, at.batch, shard.steps(), info.global_batch_size,
+                     info.learning_rate, stats});
+      // The position saved is the next batch, rolled into the next epoch at an epoch's end.
+      if (checkpoints && options_.checkpoint_every > 0 &&
+          at.step % options_.checkpoint_every == 0) {
+        const Position next = at.batch == shard.steps() ? Position{at.step, at.epoch + 1, 0} : at;
+        save_checkpoint(next, result);
+        last_saved = at.step;
+        reporter.checkpoint(at.step, *result.last_checkpoint);
+      }
+      if (options_.eval_every > 0 && at.step % options_.eval_every == 0) run_evaluation(at.epoch);
+    }
+    if (at.batch < shard.steps()) break;  // max_steps reached inside the epoch
+    if (options_.eval_every == 0) run_evaluation(at.epoch);
+    ++at.epoch;
+    at.batch = 0;
+  }
+  if (last_evaluated != at.step)
+    run_evaluation(at.batch == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
+  if (checkpoints && last_saved != at.step) {
+    save_checkpoint(at, result);
+    reporter.checkpoint(at.step, *result.last_checkpoint);
+  }
+  reporter.finish();
+
+  result.steps = at.step;
+  result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
+  result.seconds = reporter.seconds();
+  result.samples_per_s = reporter.samples_per_s();
+  result.ranks = gather_rank_summaries();
+  return result;
+}
+
+}  // namespace tessera

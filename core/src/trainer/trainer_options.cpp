@@ -1,0 +1,64 @@
+#include "tessera/error.hpp"
+#include "tessera/trainer.hpp"
+
+namespace tessera {
+
+namespace {
+
+std::int64_t at_least(const Options& train, const std::string& key, std::int64_t minimum) {
+  const std::int64_t value = train.get_int(key);
+  if (value < minimum) {
+    throw ConfigError("[train] " + key + " = " + std::to_string(value) + ": must be at least " +
+                      std::to_string(minimum));
+  }
+  return value;
+}
+
+ProgressMode parse_progress(const std::string& text) {
+  if (text == "auto") return ProgressMode::automatic;
+  if (text == "bar") return ProgressMode::bar;
+  if (text == "lines") return ProgressMode::lines;
+  return ProgressMode::off;
+}
+
+}  // namespace
+
+TrainerOptions TrainerOptions::from(const Options& train) {
+  TrainerOptions o;
+  o.epochs = at_least(train, "epochs", 1);
+  o.max_steps = at_least(train, "max_steps", 0);
+  o.batch_size = static_cast<std::size_t>(at_least(train, "batch_size", 1));
+  o.micro_batches = static_cast<std::size_t>(at_least(train, "micro_batches", 1));
+  o.eval_batch_size = static_cast<std::size_t>(at_least(train, "eval_batch_size", 1));
+  o.schedule.kind = parse_schedule_kind(train.get_string("schedule"));
+  o.schedule.base_lr = static_cast<float>(train.get_float("lr"));
+  o.schedule.warmup_steps = at_least(train, "warmup_steps", 0);
+  o.schedule.step_size = at_least(train, "step_size", 1);
+  o.schedule.gamma = static_cast<float>(train.get_float("gamma"));
+  o.schedule.min_lr = static_cast<float>(train.get_float("min_lr"));
+  o.max_grad_norm = train.get_float("max_grad_norm");
+  if (o.max_grad_norm < 0.0) throw ConfigError("[train] max_grad_norm must not be negative");
+  o.seed = static_cast<std::uint64_t>(at_least(train, "seed", 0));
+  o.eval_every = at_least(train, "eval_every", 0);
+  o.checkpoint_dir = train.get_string("checkpoint_dir");
+  o.checkpoint_every = at_least(train, "checkpoint_every", 0);
+  o.checkpoint_keep = static_cast<std::size_t>(at_least(train, "checkpoint_keep", 1));
+  o.metrics_file = train.get_string("metrics_file");
+  o.progress = parse_progress(train.get_string("progress"));
+  return o;
+}
+
+TrainerComponents build_trainer_components(const Config& config, const PluginRegistry& registry,
+                                           std::shared_ptr<Communicator> world) {
+  TrainerComponents parts;
+  parts.world = std::move(world);
+  parts.model = config.create<Model>(registry, "train", "model");
+  parts.optimizer = config.create<Optimizer>(registry, "train", "optimizer");
+  parts.dataset = config.create<Dataset>(registry, "train", "dataset");
+  parts.strategy = config.create<Strategy>(registry, "train", "strategy");
+  parts.strategy_name =
+      registry.find(PluginKind::strategy, config.section("train").get_string("strategy")).name;
+  return parts;
+}
+
+}  // namespace tessera

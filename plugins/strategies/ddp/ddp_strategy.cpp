@@ -1,0 +1,202 @@
+#include "ddp_strategy.hpp"
+
+#include <cstring>
+
+#include "tessera/error.hpp"
+#include "tessera/init.hpp"
+
+namespace tessera::ddp {
+
+namespace {
+
+DdpConfig config_from(const Options& options) {
+  DdpConfig config;
+  config.sync.bucket_cap_bytes = options.get_size("bucket_cap");
+  config.sync.first_bucket_bytes = options.get_size("first_bucket");
+  config.sync.compression = parse_gradient_compression(options.get_string("compression"));
+  return config;
+}
+
+// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
+Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
+  Shape shape = tensor.shape();
+  const std::size_t row_elements = tensor.count() / shape.at(0);
+  shape[0] = end - begin;
+  Tensor out(shape, tensor.dtype());
+  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
+  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
+              (end - begin) * row_bytes);
+  return out;
+}
+
+void scale(Tensor& tensor, float factor) {
+  for (float& x : tensor.as<float>()) x *= factor;
+}
+
+}  // namespace
+
+DdpStrategy::DdpStrategy(const DdpConfig& config) : config_(config) {}
+DdpStrategy::DdpStrategy(const Options& options) : DdpStrategy(config_from(options)) {}
+
+void DdpStrategy::setup(const StrategySetup& setup) {
+  TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
+                "ddp: setup needs world, model and optimizer");
+  TESSERA_CHECK(setup.micro_batches >= 1, "ddp: micro_batches must be at least 1");
+  setup_ = setup;
+  layout_ = FlatLayout::of(*setup.model);
+  params_.assign(layout_.total, 0.0F);
+  grads_.assign(layout_.total, 0.0F);
+  sync_ = std::make_unique<GradientSynchronizer>(setup.world, config_.sync);
+
+  // Each element is a pure function of (seed, parameter index, element index): every rank
+  // computes the same bits, so no broadcast is needed.
+  std::size_t index = 0;
+  layers_.clear();
+  for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
+    LayerViews views;
+    for (const auto& spec : setup.model->layer(l).parameters()) {
+      const auto& flat = layout_.params[index];
+      std::span<float> param(params_.data() + flat.offset, flat.count);
+      std::span<float> grad(grads_.data() + flat.offset, flat.count);
+      initialize_parameter(spec, setup.seed, index, param);
+      views.params.push_back(view_of(param));
+      views.grads.push_back(view_of(grad));
+      views.sync_indices.push_back(sync_->add_parameter(flat.name, param, grad));
+      ++index;
+    }
+    layers_.push_back(std::move(views));
+  }
+  sync_->finalize();
+  (void)sync_->optimizer_state_for(*setup.optimizer);  // held from the start, as memory_report says
+}
+
+Tensor DdpStrategy::forward(const Tensor& inputs, std::vector<LayerContext>& contexts) const {
+  const auto& model = *setup_.model;
+  contexts.clear();
+  contexts.resize(model.layer_count());
+  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
+  Tensor x = inputs.alias();
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    x = model.layer(l).forward(x, layers_[l].params, contexts[l]);
+  }
+  return x;
+}
+
+std::pair<double, std::size_t> DdpStrategy::forward_backward(const Tensor& inputs,
+                                                             const Tensor& targets,
+                                                             float gradient_weight, bool last) {
+  const auto& model = *setup_.model;
+  const std::size_t n = inputs.count() == 0 ? 0 : inputs.shape().at(0);
+  std::vector<LayerContext> contexts;
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+  if (n == 0) {
+    // An empty share of the last batch still takes part in every bucket's all-reduce.
+    if (last) {
+      for (std::size_t l = model.layer_count(); l-- > 0;) {
+        for (auto index : layers_[l].sync_indices) sync_->grad_ready(index);
+      }
+    }
+    return {0.0, 0};
+  }
+  Tensor logits = forward(inputs, contexts);
+  auto result = model.loss(logits, targets);
+  loss_sum = result.loss * static_cast<double>(n);
+  correct = result.correct;
+  Tensor grad = std::move(result.grad_logits);
+  if (gradient_weight != 1.0F) scale(grad, gradient_weight);
+  for (std::size_t l = model.layer_count(); l-- > 0;) {
+    grad = model.layer(l).backward(grad, layers_[l].params, layers_[l].grads, contexts[l]);
+    contexts[l].clear();
+    // This layer's gradients are final: their bucket may start while earlier layers compute.
+    if (last) {
+      for (auto index : layers_[l].sync_indices) sync_->grad_ready(index);
+    }
+  }
+  return {loss_sum, correct};
+}
+
+StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
+  TESSERA_CHECK(sync_ != nullptr, "ddp: train_step before setup");
+  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
+  TESSERA_CHECK(global > 0, "ddp: a step needs at least one sample over all ranks");
+  std::fill(grads_.begin(), grads_.end(), 0.0F);
+
+  // The all-reduce averages over ranks; weighting each micro-batch's mean gradient by
+  // world * rows / global makes that average the mean over the global batch. With equal
+  // shares and one micro-batch the weight is exactly 1 and nothing is scaled.
+  const std::size_t micro =
+      std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
+  double loss_sum = 0.0;
+  StepStats stats;
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < micro; ++k) {
+    const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
+    const bool last = k + 1 == micro;
+    const auto weight =
+        static_cast<float>(static_cast<double>(world * size) / static_cast<double>(global));
+    std::pair<double, std::size_t> part;
+    if (micro == 1) {
+      part = forward_backward(batch.inputs, batch.targets, weight, last);
+    } else {
+      part = forward_backward(rows(batch.inputs, begin, begin + size),
+                              rows(batch.targets, begin, begin + size), weight, last);
+    }
+    loss_sum += part.first;
+    stats.correct += part.second;
+    begin += size;
+  }
+
+  // Issued after every bucket, so its place in the collective order is the same everywhere.
+  std::shared_ptr<Work> loss_work;
+  if (world > 1)
+    loss_work = setup_.world->all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  sync_->wait(setup_.world->timeout());
+  if (loss_work) loss_work->wait();
+  stats.loss = loss_sum / static_cast<double>(global);
+  stats.grad_norm = sync_->clip_grad_norm(setup_.max_grad_norm);
+  sync_->step(*setup_.optimizer, info);
+  return stats;
+}
+
+StepStats DdpStrategy::evaluate(const Batch& batch) {
+  TESSERA_CHECK(sync_ != nullptr, "ddp: evaluate before setup");
+  StepStats stats;
+  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  if (n == 0) return stats;
+  std::vector<LayerContext> contexts;
+  Tensor logits = forward(batch.inputs, contexts);
+  const auto result = setup_.model->loss(logits, batch.targets);
+  stats.loss = result.loss;
+  stats.correct = result.correct;
+  return stats;
+}
+
+void DdpStrategy::save(CheckpointWriter& writer) {
+  // Replicated state: rank 0 writes it all, as one shard covering the whole flat vector.
+  if (setup_.world->rank() != 0) return;
+  const FlatShard whole{0, layout_.total};
+  save_flat_shard(writer, layout_, std::span<const FlatShard>(&whole, 1), 0, params_,
+                  sync_->optimizer_state(), setup_.optimizer->state_per_param(), true);
+}
+
+void DdpStrategy::load(const CheckpointReader& reader) {
+  load_flat_range(reader, layout_, 0, layout_.total, params_,
+                  sync_->optimizer_state_for(*setup_.optimizer),
+                  setup_.optimizer->state_per_param());
+}
+
+MemoryReport DdpStrategy::memory_report() const {
+  MemoryReport report;
+  report.parameter_bytes = params_.size() * sizeof(float);
+  report.gradient_bytes = grads_.size() * sizeof(float);
+  if (sync_) {
+    report.optimizer_state_bytes = sync_->optimizer_state_bytes();
+    report.buffer_bytes = sync_->buffer_bytes();
+  }
+  return report;
+}
+
+}  // namespace tessera::ddp

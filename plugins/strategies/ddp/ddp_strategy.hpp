@@ -1,0 +1,62 @@
+#pragma once
+// DDP: every rank holds the full parameters, gradients and optimizer state in flat fp32
+// storage and applies the same update, with gradients averaged in buckets that are
+// all-reduced while backward still runs.
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tessera/flat_state.hpp"
+#include "tessera/gradient_sync.hpp"
+#include "tessera/options.hpp"
+#include "tessera/strategy.hpp"
+
+namespace tessera::ddp {
+
+struct DdpConfig {
+  GradientSyncOptions sync;
+};
+
+class DdpStrategy final : public Strategy {
+ public:
+  explicit DdpStrategy(const DdpConfig& config);
+  // From the plugin's options (bucket_cap, first_bucket, compression).
+  explicit DdpStrategy(const Options& options);
+
+  void setup(const StrategySetup& setup) override;
+  StepStats train_step(const Batch& batch, const StepInfo& info) override;
+  StepStats evaluate(const Batch& batch) override;
+  void save(CheckpointWriter& writer) override;
+  void load(const CheckpointReader& reader) override;
+  void synchronize_optimizer_state() override {}  // every rank applies the same update
+  [[nodiscard]] MemoryReport memory_report() const override;
+
+  // The flat parameters (FlatLayout order), for tests and embedders that inspect them.
+  [[nodiscard]] std::span<const float> parameters() const noexcept { return params_; }
+  [[nodiscard]] const GradientSynchronizer& synchronizer() const { return *sync_; }
+
+ private:
+  struct LayerViews {
+    std::vector<BufferView> params;
+    std::vector<BufferView> grads;
+    std::vector<std::size_t> sync_indices;
+  };
+
+  // Forward and backward of one micro-batch, gradients added into grads_; marks the
+  // gradients ready (starting their buckets' all-reduce) when `last` is true. Returns the
+  // micro-batch's summed loss (mean * rows) and correct count.
+  std::pair<double, std::size_t> forward_backward(const Tensor& inputs, const Tensor& targets,
+                                                  float gradient_weight, bool last);
+  Tensor forward(const Tensor& inputs, std::vector<LayerContext>& contexts) const;
+
+  DdpConfig config_;
+  StrategySetup setup_;
+  FlatLayout layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<LayerViews> layers_;
+  std::unique_ptr<GradientSynchronizer> sync_;
+};
+
+}  // namespace tessera::ddp

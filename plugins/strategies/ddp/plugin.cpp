@@ -1,0 +1,21 @@
+// The `ddp` strategy.
+#include "tessera/sdk/plugin.hpp"
+
+#include "ddp_strategy.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"bucket_cap", "size", "25MiB", "gradient bucket size cap (all buckets after the first)",
+     nullptr},
+    {"first_bucket", "size", "1MiB",
+     "size of the first bucket, kept small so communication starts early in backward", nullptr},
+    {"compression", "string", "none",
+     "gradient compression on the wire (fp32 gradients and accumulation either way)", "none|bf16"},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(strategy, "ddp", "1.0.0",
+               "data parallel: replicated state, bucketed all-reduce overlapped with backward",
+               TESSERA_NO_ALIASES, kOptions, tessera::ddp::DdpStrategy)
