@@ -1,8 +1,104 @@
+// The tessera CLI: a table of subcommands, each in its own file, and one place that turns
+// errors into "tessera: error: ..." and an exit code (2: usage or config, 1: anything else).
+#include <boost/program_options.hpp>
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "config_check.hpp"
+#include "launch.hpp"
+#include "plugins.hpp"
+#include "train.hpp"
+#include "tessera/build_id.hpp"
+#include "tessera/error.hpp"
+#include "tessera/plugin_abi.h"
+#include "tessera/registry.hpp"
 #include "tessera/version.hpp"
+#include "usage_error.hpp"
 
-int main() {
-  std::cout << "tessera " << tessera::version() << "\n";
-  return 0;
+namespace {
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);  // args: the words after the name
+};
+
+// A new subcommand is one line here plus its own file.
+constexpr Subcommand kSubcommands[] = {
+    {"plugins", "list the plugins found, with every option", &tessera::cli::run_plugins},
+    {"config", "check a config file and show where each value comes from",
+     &tessera::cli::run_config},
+    {"launch", "start the processes of one job on this host", &tessera::cli::run_launch},
+    {"train", "train a model as the config says, over N ranks", &tessera::cli::run_train},
+};
+
+void print_usage(std::ostream& out) {
+  out << "usage: tessera [--version] [--help] COMMAND [ARGS...]\n\ncommands:\n";
+  for (const auto& command : kSubcommands) {
+    out << "  " << command.name << std::string(12 - std::string(command.name).size(), ' ')
+        << command.summary << "\n";
+  }
+  out << "\n'tessera COMMAND --help' describes one command. Configuration: docs/config.md.\n";
+}
+
+int dispatch(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  // The CLI's own flags come before the command; everything after belongs to the command.
+  std::size_t first_word = 0;
+  while (first_word < args.size() && args[first_word].starts_with("-")) ++first_word;
+  po::options_description flags;
+  flags.add_options()("help,h", "this text")("version", "print the version and build id");
+  po::variables_map vm;
+  try {
+    po::store(
+        po::command_line_parser(std::vector<std::string>(args.begin(), args.begin() + first_word))
+            .options(flags)
+            .run(),
+        vm);
+  } catch (const po::error& e) {
+    throw tessera::cli::UsageError(e.what());
+  }
+  if (vm.count("version")) {
+    std::cout << "tessera " << tessera::version() << "\nbuild id " << tessera::host_build_id()
+              << ", plugin ABI " << TESSERA_PLUGIN_ABI_MAJOR << "." << TESSERA_PLUGIN_ABI_MINOR
+              << "\n";
+    return 0;
+  }
+  if (vm.count("help")) {
+    print_usage(std::cout);
+    return 0;
+  }
+  if (first_word == args.size()) {
+    print_usage(std::cerr);
+    return 2;
+  }
+  const std::string& name = args[first_word];
+  std::vector<std::string> names;
+  for (const auto& command : kSubcommands) {
+    if (name == command.name) {
+      return command.run(std::vector<std::string>(args.begin() + first_word + 1, args.end()));
+    }
+    names.emplace_back(command.name);
+  }
+  std::string message = "unknown command '" + name + "'";
+  if (auto near = tessera::nearest_name(name, names)) message += "; did you mean '" + *near + "'?";
+  throw tessera::cli::UsageError(message + " (tessera --help lists them)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return dispatch(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const tessera::cli::UsageError& e) {
+    std::cerr << "tessera: error: " << e.what() << "\n";
+    return 2;
+  } catch (const tessera::ConfigError& e) {
+    std::cerr << "tessera: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tessera: error: " << e.what() << "\n";
+    return 1;
+  }
 }

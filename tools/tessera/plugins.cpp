@@ -1,0 +1,138 @@
+#include "plugins.hpp"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "json_text.hpp"
+#include "tessera/registry.hpp"
+#include "usage_error.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr const char* kUsage = R"(usage: tessera plugins [--kind KIND] [--json] [--path DIR ...]
+
+Lists every plugin found beside libtessera (lib/tessera/plugins), in TESSERA_PLUGIN_PATH and in
+each --path folder: kind, name, aliases, version, description, file and every option with its
+type, default, choices and help. Files that fail to load are reported on stderr as warnings.
+)";
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+void print_text(const std::vector<const PluginInfo*>& plugins) {
+  for (const auto* p : plugins) {
+    const std::string section = std::string(plugin_kind_name(p->kind)) + "." + p->name;
+    std::cout << section << " " << p->version;
+    if (!p->aliases.empty()) std::cout << " (aliases: " << join(p->aliases, ", ") << ")";
+    std::cout << "\n  " << p->description << "\n  file: " << p->file.string() << "\n";
+    if (p->options.empty()) std::cout << "  no options\n";
+    std::size_t width = 0;
+    for (const auto& o : p->options) width = std::max(width, o.name.size());
+    for (const auto& o : p->options) {
+      std::cout << "  " << o.name << std::string(width + 2 - o.name.size(), ' ')
+                << option_type_name(o.type) << ", "
+                << (o.default_value ? "default '" + *o.default_value + "'" : "required");
+      if (!o.choices.empty()) std::cout << ", one of " << join(o.choices, "|");
+      std::cout << ": " << o.help << "\n";
+    }
+    std::cout << "\n";
+  }
+}
+
+void print_json(const std::vector<const PluginInfo*>& plugins,
+                const std::vector<PluginLoadFailure>& failures) {
+  std::cout << "{\"plugins\": [";
+  for (std::size_t i = 0; i < plugins.size(); ++i) {
+    const auto* p = plugins[i];
+    std::vector<std::string> aliases;
+    for (const auto& a : p->aliases) aliases.push_back(json_string(a));
+    std::cout << (i ? ",\n  " : "\n  ") << "{\"kind\": " << json_string(plugin_kind_name(p->kind))
+              << ", \"name\": " << json_string(p->name) << ", \"aliases\": [" << join(aliases, ", ")
+              << "], \"version\": " << json_string(p->version)
+              << ", \"description\": " << json_string(p->description)
+              << ", \"file\": " << json_string(p->file.string()) << ", \"options\": [";
+    for (std::size_t j = 0; j < p->options.size(); ++j) {
+      const auto& o = p->options[j];
+      std::vector<std::string> choices;
+      for (const auto& c : o.choices) choices.push_back(json_string(c));
+      std::cout << (j ? ", " : "") << "{\"name\": " << json_string(o.name)
+                << ", \"type\": " << json_string(option_type_name(o.type))
+                << ", \"default\": " << (o.default_value ? json_string(*o.default_value) : "null")
+                << ", \"help\": " << json_string(o.help) << ", \"choices\": ["
+                << join(choices, ", ") << "]}";
+    }
+    std::cout << "]}";
+  }
+  std::cout << "\n], \"failures\": [";
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    std::cout << (i ? ",\n  " : "\n  ") << "{\"file\": " << json_string(failures[i].file.string())
+              << ", \"reason\": " << json_string(failures[i].reason) << "}";
+  }
+  std::cout << "\n]}\n";
+}
+
+}  // namespace
+
+int run_plugins(const std::vector<std::string>& args) {
+  po::options_description description("options");
+  description.add_options()("kind", po::value<std::string>(), "only plugins of this kind")(
+      "json", "machine-readable output")("path", po::value<std::vector<std::string>>()->composing(),
+                                         "also scan this folder")("help,h", "this text");
+  po::variables_map vm;
+  try {
+    po::store(
+        po::command_line_parser(args)
+            .options(description)
+            .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+            .run(),
+        vm);
+  } catch (const po::error& e) {
+    throw UsageError("plugins: " + std::string(e.what()));
+  }
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n" << description;
+    return 0;
+  }
+  std::optional<PluginKind> kind;
+  if (vm.count("kind")) {
+    const auto& name = vm["kind"].as<std::string>();
+    kind = parse_plugin_kind(name);
+    if (!kind) {
+      std::vector<std::string> kinds;
+      for (PluginKind k : kAllPluginKinds) kinds.emplace_back(plugin_kind_name(k));
+      std::string message = "plugins: unknown kind '" + name + "'";
+      if (auto near = nearest_name(name, kinds)) message += "; did you mean '" + *near + "'?";
+      throw UsageError(message + " (kinds: " + join(kinds, ", ") + ")");
+    }
+  }
+
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  if (vm.count("path")) {
+    for (const auto& dir : vm["path"].as<std::vector<std::string>>()) registry.scan_directory(dir);
+  }
+  for (const auto& failure : registry.failures()) {
+    std::cerr << "tessera: warning: " << failure.reason << "\n";
+  }
+  const auto plugins = registry.plugins(kind);
+  if (vm.count("json")) {
+    print_json(plugins, registry.failures());
+  } else if (plugins.empty()) {
+    std::cout << "no plugins found; searched:";
+    for (const auto& dir : registry.scanned_directories()) std::cout << " " << dir.string();
+    std::cout << "\n";
+  } else {
+    print_text(plugins);
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli
