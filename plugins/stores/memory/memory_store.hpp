@@ -1,0 +1,38 @@
+#pragma once
+// Store `memory`: the core's in-process store behind the plugin interface, so that
+// `runtime.store = memory` names it like any other store. Only ranks that share this one
+// object (threads of one process) can meet in it.
+
+#include <memory>
+
+#include "tessera/options.hpp"
+#include "tessera/store.hpp"
+
+namespace tessera::memory {
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(const Options& options);
+
+  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+  [[nodiscard]] std::string get(const std::string& key, Duration timeout) override {
+    return inner_->get(key, timeout);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return inner_->add(key, delta);
+  }
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override {
+    return inner_->compare_set(key, expected, desired);
+  }
+  void wait(const std::vector<std::string>& keys, Duration timeout) override {
+    inner_->wait(keys, timeout);
+  }
+  [[nodiscard]] bool check(const std::string& key) override { return inner_->check(key); }
+  bool remove(const std::string& key) override { return inner_->remove(key); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+}  // namespace tessera::memory
