@@ -1,0 +1,101 @@
+#include "fashion_mnist/idx_reader.hpp"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::fashion_mnist {
+namespace {
+
+struct GzCloser {
+  void operator()(gzFile_s* f) const noexcept { gzclose(f); }
+};
+using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
+
+std::string hex(std::uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+// Reads up to n bytes; returns how many arrived (fewer only at the end of the data).
+std::size_t read_some(gzFile_s* f, const std::filesystem::path& file, std::uint8_t* out,
+                      std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    constexpr std::size_t kChunk = 1U << 30;  // gzread takes an unsigned count
+    const auto want = static_cast<unsigned>(std::min(n - done, kChunk));
+    const int got = gzread(f, out + done, want);
+    if (got < 0) {
+      int code = 0;
+      const char* message = gzerror(f, &code);
+      if (code == Z_BUF_ERROR) {
+        throw DataError(file.string() + ": truncated: the gzip stream ends early");
+      }
+      throw DataError(file.string() + ": cannot decompress: " + message);
+    }
+    if (got == 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  return done;
+}
+
+}  // namespace
+
+IdxArray read_idx_ubyte(const std::filesystem::path& file, std::size_t expected_rank) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    throw DataError(file.string() + ": file not found");
+  }
+  GzFile f(gzopen(file.c_str(), "rb"));
+  if (!f) throw DataError(file.string() + ": cannot open");
+
+  std::uint8_t header[4];
+  if (read_some(f.get(), file, header, 4) != 4) {
+    throw DataError(file.string() + ": truncated: no IDX header");
+  }
+  const std::uint32_t magic = (std::uint32_t{header[0]} << 24) | (std::uint32_t{header[1]} << 16) |
+                              (std::uint32_t{header[2]} << 8) | header[3];
+  const std::uint32_t expected_magic = 0x0800U | static_cast<std::uint32_t>(expected_rank);
+  if (magic != expected_magic) {
+    throw DataError(file.string() + ": bad magic number " + hex(magic) + ", expected " +
+                    hex(expected_magic) + " (unsigned bytes, " + std::to_string(expected_rank) +
+                    " dimensions)");
+  }
+  IdxArray array;
+  std::size_t total = 1;
+  for (std::size_t d = 0; d < expected_rank; ++d) {
+    std::uint8_t b[4];
+    if (read_some(f.get(), file, b, 4) != 4) {
+      throw DataError(file.string() + ": truncated: header ends inside dimension " +
+                      std::to_string(d));
+    }
+    const std::uint32_t dim = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
+                              (std::uint32_t{b[2]} << 8) | b[3];
+    array.dims.push_back(dim);
+    total *= dim;
+  }
+  constexpr std::size_t kLimit = std::size_t{1} << 34;  // 16 GiB: a corrupt header, not data
+  if (total > kLimit) {
+    throw DataError(file.string() + ": header promises " + std::to_string(total) +
+                    " bytes, more than any IDX data set");
+  }
+  array.data.resize(total);
+  const std::size_t got = read_some(f.get(), file, array.data.data(), total);
+  if (got != total) {
+    throw DataError(file.string() + ": truncated: header promises " + std::to_string(total) +
+                    " data bytes, file holds " + std::to_string(got));
+  }
+  std::uint8_t extra = 0;
+  if (read_some(f.get(), file, &extra, 1) != 0) {
+    throw DataError(file.string() + ": trailing bytes after the " + std::to_string(total) +
+                    " data bytes its header promises");
+  }
+  return array;
+}
+
+}  // namespace tessera::fashion_mnist

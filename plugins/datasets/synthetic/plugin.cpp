@@ -1,0 +1,20 @@
+// The `synthetic` data set.
+#include "tessera/sdk/plugin.hpp"
+
+#include "synthetic/synthetic.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"samples", "int", "10000", "training samples", nullptr},
+    {"test_samples", "int", "2000", "test samples", nullptr},
+    {"features", "int", "784", "elements per sample (standard normal)", nullptr},
+    {"classes", "int", "10",
+     "classes; a sample's label is the arg-max of a fixed random linear map", nullptr},
+    {"seed", "int", "0", "seed of the inputs and of the labelling map", nullptr},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(dataset, "synthetic", "1.0.0", "seeded random inputs with linearly separable labels",
+               TESSERA_NO_ALIASES, kOptions, tessera::synthetic::SyntheticDataset)

@@ -1,0 +1,97 @@
+#include "synthetic/synthetic.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/random.hpp"
+
+namespace tessera::synthetic {
+namespace {
+
+constexpr std::uint64_t kWeightStream = 0;
+constexpr std::uint64_t kTrainStream = 1;
+constexpr std::uint64_t kTestStream = 2;
+
+// Box-Muller on two counter-based uniforms; 1 - u keeps the logarithm's argument in (0, 1].
+float normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  const float u1 = 1.0F - counter_uniform(seed, stream, 2 * index);
+  const float u2 = counter_uniform(seed, stream, 2 * index + 1);
+  return std::sqrt(-2.0F * std::log(u1)) * std::cos(2.0F * std::numbers::pi_v<float> * u2);
+}
+
+}  // namespace
+
+SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
+    : features_(config.features), classes_(config.classes), seed_(config.seed) {
+  TESSERA_CHECK(features_ > 0, "synthetic: features must be positive");
+  TESSERA_CHECK(classes_ >= 2, "synthetic: needs at least two classes");
+  TESSERA_CHECK(config.samples > 0, "synthetic: needs at least one training sample");
+  std::vector<float> weights(classes_ * features_);
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = normal(seed_, kWeightStream, i);
+  train_ = generate(kTrainStream, config.samples, weights);
+  test_ = generate(kTestStream, config.test_samples, weights);
+}
+
+namespace {
+
+std::size_t positive(const Options& options, const char* key) {
+  const std::int64_t value = options.get_int(key);
+  if (value < 0) throw ConfigError(std::string("synthetic.") + key + " must not be negative");
+  return static_cast<std::size_t>(value);
+}
+
+}  // namespace
+
+SyntheticDataset::SyntheticDataset(const Options& options)
+    : SyntheticDataset(SyntheticConfig{positive(options, "samples"),
+                                       positive(options, "test_samples"),
+                                       positive(options, "features"), positive(options, "classes"),
+                                       static_cast<std::uint64_t>(options.get_int("seed"))}) {}
+
+SyntheticDataset::Part SyntheticDataset::generate(std::uint64_t stream, std::size_t samples,
+                                                  const std::vector<float>& weights) const {
+  Part part{std::vector<float>(samples * features_), std::vector<std::int64_t>(samples)};
+  for (std::size_t s = 0; s < samples; ++s) {
+    float* x = part.inputs.data() + s * features_;
+    for (std::size_t j = 0; j < features_; ++j) x[j] = normal(seed_, stream, s * features_ + j);
+    std::size_t best = 0;
+    double best_score = 0.0;
+    for (std::size_t c = 0; c < classes_; ++c) {
+      const float* w = weights.data() + c * features_;
+      double score = 0.0;
+      for (std::size_t j = 0; j < features_; ++j) score += static_cast<double>(w[j]) * x[j];
+      if (c == 0 || score > best_score) {
+        best = c;
+        best_score = score;
+      }
+    }
+    part.labels[s] = static_cast<std::int64_t>(best);
+  }
+  return part;
+}
+
+std::size_t SyntheticDataset::size(Split split) const noexcept {
+  return (split == Split::train ? train_ : test_).labels.size();
+}
+
+Batch SyntheticDataset::gather(Split split, std::span<const std::size_t> indices) const {
+  const Part& part = split == Split::train ? train_ : test_;
+  const std::size_t n = indices.size();
+  Batch batch{Tensor({n, features_}, DType::f32), Tensor({n}, DType::i64)};
+  float* x = batch.inputs.as<float>().data();
+  std::int64_t* y = batch.targets.as<std::int64_t>().data();
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t index = indices[r];
+    TESSERA_CHECK(index < part.labels.size(),
+                  "sample " + std::to_string(index) + " of " + std::to_string(part.labels.size()));
+    std::memcpy(x + r * features_, part.inputs.data() + index * features_,
+                features_ * sizeof(float));
+    y[r] = part.labels[index];
+  }
+  return batch;
+}
+
+}  // namespace tessera::synthetic

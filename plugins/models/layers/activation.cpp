@@ -1,0 +1,83 @@
+#include "layers/activation.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::layers {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654F;
+constexpr float kGeluCubic = 0.044715F;
+
+float gelu(float x) {
+  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5F * x * (1.0F + t);
+}
+
+float gelu_derivative(float x) {
+  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  const float inner = kSqrt2OverPi * (1.0F + 3.0F * kGeluCubic * x * x);
+  return 0.5F * (1.0F + t) + 0.5F * x * (1.0F - t * t) * inner;
+}
+
+}  // namespace
+
+ActivationKind parse_activation(std::string_view name) {
+  if (name == "relu") return ActivationKind::relu;
+  if (name == "gelu") return ActivationKind::gelu;
+  throw ConfigError("unknown activation '" + std::string(name) + "' (valid: relu, gelu)");
+}
+
+Activation::Activation(std::string name, ActivationKind kind,
+                       std::shared_ptr<const ComputeContext> compute)
+    : name_(std::move(name)), kind_(kind), compute_(std::move(compute)) {
+  TESSERA_CHECK(compute_ != nullptr, name_ + ": needs a compute context");
+}
+
+Tensor Activation::forward(const Tensor& input, std::span<const BufferView> params,
+                           LayerContext& ctx) const {
+  TESSERA_CHECK(params.empty(), name_ + ": takes no parameters");
+  TESSERA_CHECK(input.dtype() == DType::f32, name_ + ": expects f32 input");
+  Tensor output(input.shape(), DType::f32);
+  const float* x = input.as<float>().data();
+  float* y = output.as<float>().data();
+  if (kind_ == ActivationKind::relu) {
+    compute_->parallel_for(input.count(), kParallelGrain, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) y[i] = x[i] > 0.0F ? x[i] : 0.0F;
+    });
+    ctx.save(output.alias());
+  } else {
+    compute_->parallel_for(input.count(), kParallelGrain / 8, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) y[i] = gelu(x[i]);
+    });
+    ctx.save(input.alias());
+  }
+  return output;
+}
+
+Tensor Activation::backward(const Tensor& grad_output, std::span<const BufferView> params,
+                            std::span<const BufferView> grads, LayerContext& ctx) const {
+  TESSERA_CHECK(params.empty() && grads.empty(), name_ + ": takes no parameters");
+  const Tensor& saved = ctx.saved(0);
+  TESSERA_CHECK(grad_output.dtype() == DType::f32 && grad_output.count() == saved.count(),
+                name_ + ": gradient does not match the forward input");
+  if (!ctx.input_gradient_needed()) return {};
+  Tensor grad_input(saved.shape(), DType::f32);
+  const float* dy = grad_output.as<float>().data();
+  const float* s = saved.as<float>().data();
+  float* dx = grad_input.as<float>().data();
+  if (kind_ == ActivationKind::relu) {
+    compute_->parallel_for(saved.count(), kParallelGrain, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) dx[i] = s[i] > 0.0F ? dy[i] : 0.0F;
+    });
+  } else {
+    compute_->parallel_for(saved.count(), kParallelGrain / 8, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) dx[i] = dy[i] * gelu_derivative(s[i]);
+    });
+  }
+  return grad_input;
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,26 @@
+#include "layers/compute_context.hpp"
+
+#include <cblas.h>
+
+#include <string>
+
+#include "tessera/error.hpp"
+
+namespace tessera::layers {
+namespace {
+
+int checked_threads(int threads) {
+  TESSERA_CHECK(threads >= 1, "threads must be at least 1, got " + std::to_string(threads));
+  return threads;
+}
+
+}  // namespace
+
+ComputeContext::ComputeContext(int threads)
+    : threads_(checked_threads(threads)), arena_(threads_) {}
+
+void set_blas_threads(int threads) {
+  openblas_set_num_threads(checked_threads(threads));
+}
+
+}  // namespace tessera::layers

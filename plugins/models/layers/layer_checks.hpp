@@ -1,0 +1,37 @@
+#pragma once
+// Argument checks the reference layers share: they turn a strategy's wiring mistake into an
+// error naming the layer instead of a wild memory access.
+
+#include <span>
+#include <string>
+
+#include "tessera/error.hpp"
+#include "tessera/layer.hpp"
+
+namespace tessera::layers {
+
+// Checks that `views` match `specs` one to one (count, element count, f32, cpu) and returns them
+// as float pointers via `out`.
+inline void check_views(const std::string& layer, std::span<const BufferView> views,
+                        const std::vector<ParamSpec>& specs, const char* what) {
+  TESSERA_CHECK(views.size() == specs.size(), layer + ": expected " + std::to_string(specs.size()) +
+                                                  " " + what + " views, got " +
+                                                  std::to_string(views.size()));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    TESSERA_CHECK(
+        views[i].count == element_count(specs[i].shape) && views[i].dtype == DType::f32 &&
+            views[i].device == Device::cpu(),
+        layer + ": " + what + " view " + std::to_string(i) + " does not match " + specs[i].name);
+  }
+}
+
+// Rows of `tensor` when read as a [rows, width] f32 matrix.
+inline std::size_t rows_of(const std::string& layer, const Tensor& tensor, std::size_t width) {
+  TESSERA_CHECK(tensor.dtype() == DType::f32, layer + ": expects f32 input");
+  TESSERA_CHECK(!tensor.shape().empty() && width > 0 && tensor.count() == tensor.shape()[0] * width,
+                layer + ": expects " + std::to_string(width) + " elements per row, got " +
+                    std::to_string(tensor.count()) + " in total");
+  return tensor.shape()[0];
+}
+
+}  // namespace tessera::layers

@@ -1,0 +1,63 @@
+#include "layers/softmax_cross_entropy.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "layers/layer_checks.hpp"
+
+namespace tessera::layers {
+
+LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, std::size_t classes,
+                                 const ComputeContext& compute) {
+  const std::size_t n = rows_of("softmax_cross_entropy", logits, classes);
+  TESSERA_CHECK(targets.dtype() == DType::i64 && targets.count() == n,
+                "softmax_cross_entropy: expects " + std::to_string(n) + " i64 targets");
+  const float* z = logits.as<float>().data();
+  const std::int64_t* t = targets.as<std::int64_t>().data();
+  for (std::size_t r = 0; r < n; ++r) {
+    TESSERA_CHECK(t[r] >= 0 && static_cast<std::size_t>(t[r]) < classes,
+                  "softmax_cross_entropy: target " + std::to_string(t[r]) + " of row " +
+                      std::to_string(r) + " outside [0, " + std::to_string(classes) + ")");
+  }
+  LossResult result;
+  result.grad_logits = Tensor({n, classes}, DType::f32);
+  if (n == 0) return result;
+  float* g = result.grad_logits.as<float>().data();
+  // Per-row results first, summed afterwards in row order: the mean does not depend on how the
+  // rows were split over threads.
+  std::vector<double> row_loss(n);
+  std::vector<unsigned char> row_correct(n);
+  const double inv_n = 1.0 / static_cast<double>(n);
+  compute.parallel_for(n, std::max<std::size_t>(1, kParallelGrain / classes / 4),
+                       [&](std::size_t r0, std::size_t r1) {
+                         for (std::size_t r = r0; r < r1; ++r) {
+                           const float* row = z + r * classes;
+                           float* grad = g + r * classes;
+                           std::size_t arg_max = 0;
+                           for (std::size_t c = 1; c < classes; ++c) {
+                             if (row[c] > row[arg_max]) arg_max = c;
+                           }
+                           const double shift = row[arg_max];
+                           double sum = 0.0;
+                           for (std::size_t c = 0; c < classes; ++c)
+                             sum += std::exp(static_cast<double>(row[c]) - shift);
+                           const auto target = static_cast<std::size_t>(t[r]);
+                           row_loss[r] = std::log(sum) + shift - static_cast<double>(row[target]);
+                           row_correct[r] = arg_max == target ? 1 : 0;
+                           for (std::size_t c = 0; c < classes; ++c) {
+                             const double p = std::exp(static_cast<double>(row[c]) - shift) / sum;
+                             grad[c] = static_cast<float>(((c == target ? p - 1.0 : p)) * inv_n);
+                           }
+                         }
+                       });
+  double total = 0.0;
+  for (std::size_t r = 0; r < n; ++r) {
+    total += row_loss[r];
+    result.correct += row_correct[r];
+  }
+  result.loss = total * inv_n;
+  return result;
+}
+
+}  // namespace tessera::layers

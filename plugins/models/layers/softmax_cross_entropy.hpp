@@ -1,0 +1,16 @@
+#pragma once
+// Softmax cross-entropy over [n, classes] logits and i64 targets.
+
+#include "layers/compute_context.hpp"
+#include "tessera/model.hpp"
+
+namespace tessera::layers {
+
+// Mean over the n rows of -log softmax(logits)[target], computed stably (log-sum-exp shifted
+// by the row maximum); correct counts rows whose first arg-max equals the target; grad_logits
+// is (softmax - onehot) / n. n = 0 gives loss 0 and an empty [0, classes] gradient.
+// Throws InvalidArgument for a target outside [0, classes) or mismatched shapes.
+[[nodiscard]] LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
+                                               std::size_t classes, const ComputeContext& compute);
+
+}  // namespace tessera::layers

@@ -1,0 +1,20 @@
+// The `mlp` model: Linear/activation layers sized by the config, softmax cross-entropy loss.
+#include "tessera/sdk/plugin.hpp"
+
+#include "mlp/mlp_model.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"layers", "string", "784,256,256,10", "comma-separated layer sizes: input, hidden..., classes",
+     nullptr},
+    {"activation", "string", "relu", "activation between Linear layers", "relu|gelu"},
+    {"threads", "int", "1",
+     "compute threads of this rank (oneTBB arena and OpenBLAS pool, which is process-wide)",
+     nullptr},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(model, "mlp", "1.0.0", "multi-layer perceptron with softmax cross-entropy",
+               TESSERA_NO_ALIASES, kOptions, tessera::mlp::MlpModel)

@@ -1,0 +1,62 @@
+#include "adam/adam.hpp"
+
+#include <cmath>
+
+#include "step_checks.hpp"
+
+namespace tessera::adam {
+
+AdamOptimizer::AdamOptimizer(const AdamConfig& config) : config_(config) {
+  TESSERA_CHECK(config.beta1 >= 0.0F && config.beta1 < 1.0F, "adam: beta1 must be in [0, 1)");
+  TESSERA_CHECK(config.beta2 >= 0.0F && config.beta2 < 1.0F, "adam: beta2 must be in [0, 1)");
+  TESSERA_CHECK(config.eps > 0.0F, "adam: eps must be positive");
+  TESSERA_CHECK(config.weight_decay >= 0.0F, "adam: weight_decay must not be negative");
+}
+
+void AdamOptimizer::step(std::span<float> params, std::span<const float> grads,
+                         std::span<float> state, const StepInfo& info) const {
+  optimizers::check_step_spans(config_.decoupled_weight_decay ? "adamw" : "adam", params, grads,
+                               state, 2, info);
+  const std::size_t n = params.size();
+  // Step scalars in double, rounded once to float, as PyTorch does with its Python scalars.
+  const auto t = static_cast<double>(info.step);
+  const double lr = info.learning_rate;
+  const double b1 = config_.beta1;
+  const double b2 = config_.beta2;
+  const auto beta1 = config_.beta1;
+  const auto beta2 = config_.beta2;
+  const auto one_minus_b1 = static_cast<float>(1.0 - b1);
+  const auto one_minus_b2 = static_cast<float>(1.0 - b2);
+  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
+  const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)));
+  const float eps = config_.eps;
+  const bool decoupled = config_.decoupled_weight_decay;
+  const auto decay = static_cast<float>(decoupled ? 1.0 - lr * config_.weight_decay : 0.0);
+  const float l2 = decoupled ? 0.0F : config_.weight_decay;
+  float* p = params.data();
+  const float* g = grads.data();
+  float* m = state.data();
+  float* v = state.data() + n;
+  for (std::size_t i = 0; i < n; ++i) {
+    float pi = p[i];
+    if (decoupled) pi *= decay;
+    const float gi = g[i] + l2 * pi;
+    const float mi = beta1 * m[i] + one_minus_b1 * gi;
+    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  }
+}
+
+AdamConfig adam_config_from(const Options& options, bool decoupled_weight_decay) {
+  AdamConfig config;
+  config.beta1 = static_cast<float>(options.get_float("beta1"));
+  config.beta2 = static_cast<float>(options.get_float("beta2"));
+  config.eps = static_cast<float>(options.get_float("eps"));
+  config.weight_decay = static_cast<float>(options.get_float("weight_decay"));
+  config.decoupled_weight_decay = decoupled_weight_decay;
+  return config;
+}
+
+}  // namespace tessera::adam

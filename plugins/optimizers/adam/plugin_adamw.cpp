@@ -1,0 +1,24 @@
+// The `adamw` optimizer.
+#include "adam/adam.hpp"
+#include "tessera/sdk/plugin.hpp"
+
+namespace {
+
+class AdamWPlugin final : public tessera::adam::AdamOptimizer {
+ public:
+  explicit AdamWPlugin(const tessera::Options& options)
+      : AdamOptimizer(tessera::adam::adam_config_from(options, true)) {}
+};
+
+constexpr tessera_option_desc kOptions[] = {
+    {"beta1", "float", "0.9", "decay of the first-moment average", nullptr},
+    {"beta2", "float", "0.999", "decay of the second-moment average", nullptr},
+    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr},
+    {"weight_decay", "float", "0.01", "decoupled decay: p *= 1 - lr * weight_decay each step",
+     nullptr},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(optimizer, "adamw", "1.0.0", "Adam with decoupled weight decay (AdamW)",
+               TESSERA_NO_ALIASES, kOptions, AdamWPlugin)

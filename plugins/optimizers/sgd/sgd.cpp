@@ -1,0 +1,39 @@
+#include "sgd/sgd.hpp"
+
+#include "step_checks.hpp"
+
+namespace tessera::sgd {
+
+SgdOptimizer::SgdOptimizer(const SgdConfig& config) : config_(config) {
+  TESSERA_CHECK(config.momentum >= 0.0F, "sgd: momentum must not be negative");
+  TESSERA_CHECK(config.weight_decay >= 0.0F, "sgd: weight_decay must not be negative");
+  TESSERA_CHECK(!config.nesterov || (config.momentum > 0.0F && config.dampening == 0.0F),
+                "sgd: nesterov needs momentum > 0 and dampening 0");
+}
+
+void SgdOptimizer::step(std::span<float> params, std::span<const float> grads,
+                        std::span<float> state, const StepInfo& info) const {
+  optimizers::check_step_spans("sgd", params, grads, state, state_per_param(), info);
+  const float lr = info.learning_rate;
+  const float wd = config_.weight_decay;
+  const std::size_t n = params.size();
+  float* p = params.data();
+  const float* g = grads.data();
+  if (config_.momentum == 0.0F) {
+    for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    return;
+  }
+  const float mu = config_.momentum;
+  const auto keep = static_cast<float>(1.0 - static_cast<double>(config_.dampening));
+  float* b = state.data();
+  const bool first = info.step == 1;
+  const bool nesterov = config_.nesterov;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float d = g[i] + wd * p[i];
+    const float buf = first ? d : mu * b[i] + keep * d;
+    b[i] = buf;
+    p[i] -= lr * (nesterov ? d + mu * buf : buf);
+  }
+}
+
+}  // namespace tessera::sgd

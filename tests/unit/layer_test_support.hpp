@@ -1,0 +1,50 @@
+#pragma once
+// Helpers the layer and model tests share: random tensors and a finite-difference gradient check.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "tessera/error.hpp"
+#include "tessera/random.hpp"
+#include "tessera/tensor.hpp"
+
+namespace tessera::testing {
+
+inline Tensor random_tensor(Shape shape, std::uint64_t seed, float scale = 1.0F) {
+  Tensor t(std::move(shape), DType::f32);
+  auto v = t.as<float>();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = (2.0F * counter_uniform(seed, 7, i) - 1.0F) * scale;
+  return t;
+}
+
+inline Tensor copy_of(const Tensor& t) {
+  Tensor out(t.shape(), t.dtype());
+  std::copy_n(static_cast<const std::byte*>(t.view().data), t.bytes(),
+              static_cast<std::byte*>(out.view().data));
+  return out;
+}
+
+// Central differences of the scalar function f with respect to every element of `values`
+// (perturbed in place and restored), compared with `analytic`.
+inline void expect_gradient_matches(std::span<float> values, std::span<const float> analytic,
+                                    const std::function<double()>& f, float step = 1e-2F,
+                                    double tolerance = 2e-2) {
+  ASSERT_EQ(values.size(), analytic.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float saved = values[i];
+    values[i] = saved + step;
+    const double up = f();
+    values[i] = saved - step;
+    const double down = f();
+    values[i] = saved;
+    const double numeric = (up - down) / (2.0 * static_cast<double>(step));
+    EXPECT_NEAR(analytic[i], numeric, tolerance * std::max(1.0, std::abs(numeric)))
+        << "element " << i;
+  }
+}
+
+}  // namespace tessera::testing

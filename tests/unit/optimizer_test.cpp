@@ -1,0 +1,219 @@
+// Each optimizer against a double-precision transcription of PyTorch's update rule, and the
+// element-wise contract: any partition of the spans gives the same bits as one whole call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "adam/adam.hpp"
+#include "rmsprop/rmsprop.hpp"
+#include "sgd/sgd.hpp"
+#include "tessera/error.hpp"
+#include "tessera/random.hpp"
+
+namespace tessera {
+namespace {
+
+constexpr std::size_t kElements = 37;
+constexpr int kSteps = 5;
+constexpr float kLr = 0.1F;
+
+std::vector<float> values(std::uint64_t seed, float scale) {
+  std::vector<float> v(kElements);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = (2.0F * counter_uniform(seed, 3, i) - 1.0F) * scale;
+  return v;
+}
+
+// The gradient of step t (1-based): fresh values each step so momentum terms matter.
+std::vector<float> gradient(int t) {
+  return values(100 + static_cast<std::uint64_t>(t), 1.0F);
+}
+
+// Reference: one element's update in double, state in `s` (as many slots as the optimizer).
+using Reference =
+    std::function<void(double& p, double g, std::vector<double>& s, int t, double lr)>;
+
+void expect_matches_reference(const Optimizer& optimizer, std::size_t slots, const Reference& ref) {
+  ASSERT_EQ(optimizer.state_per_param(), slots);
+  std::vector<float> params = values(1, 2.0F);
+  std::vector<float> state(slots * kElements, 0.0F);
+  std::vector<double> ref_params(params.begin(), params.end());
+  std::vector<std::vector<double>> ref_state(kElements, std::vector<double>(slots, 0.0));
+  for (int t = 1; t <= kSteps; ++t) {
+    const std::vector<float> g = gradient(t);
+    optimizer.step(params, g, state, StepInfo{t, kLr});
+    for (std::size_t i = 0; i < kElements; ++i) ref(ref_params[i], g[i], ref_state[i], t, kLr);
+  }
+  for (std::size_t i = 0; i < kElements; ++i) {
+    EXPECT_NEAR(params[i], ref_params[i], 2e-5 * std::max(1.0, std::abs(ref_params[i])))
+        << "element " << i;
+  }
+}
+
+void expect_partition_invariant(const Optimizer& optimizer) {
+  const std::size_t slots = optimizer.state_per_param();
+  auto run = [&](const std::vector<std::size_t>& cuts) {
+    std::vector<float> params = values(1, 2.0F);
+    std::vector<float> state(slots * kElements, 0.0F);
+    for (int t = 1; t <= kSteps; ++t) {
+      const std::vector<float> g = gradient(t);
+      for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const std::size_t b = cuts[c];
+        const std::size_t n = cuts[c + 1] - b;
+        // A shard's state is its own slot-major block, as a ZeRO rank holds it.
+        std::vector<float> shard_state(slots * n);
+        for (std::size_t k = 0; k < slots; ++k) {
+          std::copy_n(state.begin() + static_cast<std::ptrdiff_t>(k * kElements + b), n,
+                      shard_state.begin() + static_cast<std::ptrdiff_t>(k * n));
+        }
+        optimizer.step(std::span(params).subspan(b, n), std::span(g).subspan(b, n), shard_state,
+                       StepInfo{t, kLr});
+        for (std::size_t k = 0; k < slots; ++k) {
+          std::copy_n(shard_state.begin() + static_cast<std::ptrdiff_t>(k * n), n,
+                      state.begin() + static_cast<std::ptrdiff_t>(k * kElements + b));
+        }
+      }
+    }
+    return params;
+  };
+  const std::vector<float> whole = run({0, kElements});
+  for (const auto& cuts :
+       std::vector<std::vector<std::size_t>>{{0, 1, kElements},
+                                             {0, 13, 14, 30, kElements},
+                                             {0, 3, 6, 9, 12, 15, 18, 21, 24, kElements}}) {
+    const std::vector<float> parts = run(cuts);
+    EXPECT_EQ(std::memcmp(whole.data(), parts.data(), kElements * sizeof(float)), 0);
+  }
+}
+
+TEST(Sgd, PlainUpdateMatchesPyTorch) {
+  const sgd::SgdOptimizer opt(sgd::SgdConfig{0.0F, 0.0F, 0.01F, false});
+  expect_matches_reference(opt, 0, [](double& p, double g, std::vector<double>&, int, double lr) {
+    p -= lr * (g + 0.01 * p);
+  });
+}
+
+TEST(Sgd, MomentumWithDampeningMatchesPyTorch) {
+  const sgd::SgdOptimizer opt(sgd::SgdConfig{0.9F, 0.25F, 0.0F, false});
+  expect_matches_reference(opt, 1,
+                           [](double& p, double g, std::vector<double>& s, int t, double lr) {
+                             s[0] = t == 1 ? g : 0.9 * s[0] + 0.75 * g;
+                             p -= lr * s[0];
+                           });
+}
+
+TEST(Sgd, NesterovWithWeightDecayMatchesPyTorch) {
+  const sgd::SgdOptimizer opt(sgd::SgdConfig{0.9F, 0.0F, 0.05F, true});
+  expect_matches_reference(opt, 1,
+                           [](double& p, double g, std::vector<double>& s, int t, double lr) {
+                             const double d = g + 0.05 * p;
+                             s[0] = t == 1 ? d : 0.9 * s[0] + d;
+                             p -= lr * (d + 0.9 * s[0]);
+                           });
+}
+
+TEST(Sgd, RefusesNesterovWithoutMomentum) {
+  EXPECT_THROW(sgd::SgdOptimizer(sgd::SgdConfig{0.0F, 0.0F, 0.0F, true}), InvalidArgument);
+}
+
+Reference adam_reference(double wd, bool decoupled) {
+  return [=](double& p, double g, std::vector<double>& s, int t, double lr) {
+    const double b1 = 0.9;
+    const double b2 = 0.999;
+    if (decoupled) {
+      p *= 1.0 - lr * wd;
+    } else {
+      g += wd * p;
+    }
+    s[0] = b1 * s[0] + (1 - b1) * g;
+    s[1] = b2 * s[1] + (1 - b2) * g * g;
+    const double m_hat = s[0] / (1 - std::pow(b1, t));
+    const double v_hat = s[1] / (1 - std::pow(b2, t));
+    p -= lr * m_hat / (std::sqrt(v_hat) + 1e-8);
+  };
+}
+
+TEST(Adam, MatchesPyTorch) {
+  const adam::AdamOptimizer opt(adam::AdamConfig{0.9F, 0.999F, 1e-8F, 0.0F, false});
+  expect_matches_reference(opt, 2, adam_reference(0.0, false));
+}
+
+TEST(Adam, L2WeightDecayMatchesPyTorch) {
+  const adam::AdamOptimizer opt(adam::AdamConfig{0.9F, 0.999F, 1e-8F, 0.1F, false});
+  expect_matches_reference(opt, 2, adam_reference(0.1, false));
+}
+
+TEST(Adam, FirstStepMovesEachParameterByTheLearningRate) {
+  const adam::AdamOptimizer opt(adam::AdamConfig{});
+  std::vector<float> p{1.0F, 1.0F};
+  const std::vector<float> g{0.5F, -3.0F};
+  std::vector<float> s(4, 0.0F);
+  opt.step(p, g, s, StepInfo{1, 0.1F});
+  EXPECT_NEAR(p[0], 0.9F, 1e-6);
+  EXPECT_NEAR(p[1], 1.1F, 1e-6);
+}
+
+TEST(AdamW, DecoupledWeightDecayMatchesPyTorch) {
+  const adam::AdamOptimizer opt(adam::AdamConfig{0.9F, 0.999F, 1e-8F, 0.1F, true});
+  expect_matches_reference(opt, 2, adam_reference(0.1, true));
+}
+
+Reference rmsprop_reference(double momentum, bool centered, double wd) {
+  return [=](double& p, double g, std::vector<double>& s, int, double lr) {
+    const double alpha = 0.99;
+    g += wd * p;
+    s[0] = alpha * s[0] + (1 - alpha) * g * g;
+    double avg = 0.0;
+    const std::size_t a = momentum > 0 ? 2 : 1;
+    if (centered) {
+      s[a] = alpha * s[a] + (1 - alpha) * g;
+      avg = std::sqrt(s[0] - s[a] * s[a]) + 1e-8;
+    } else {
+      avg = std::sqrt(s[0]) + 1e-8;
+    }
+    if (momentum > 0) {
+      s[1] = momentum * s[1] + g / avg;
+      p -= lr * s[1];
+    } else {
+      p -= lr * g / avg;
+    }
+  };
+}
+
+TEST(Rmsprop, PlainMatchesPyTorch) {
+  const rmsprop::RmspropOptimizer opt(rmsprop::RmspropConfig{0.99F, 1e-8F, 0.0F, 0.0F, false});
+  expect_matches_reference(opt, 1, rmsprop_reference(0.0, false, 0.0));
+}
+
+TEST(Rmsprop, CenteredWithMomentumAndDecayMatchesPyTorch) {
+  const rmsprop::RmspropOptimizer opt(rmsprop::RmspropConfig{0.99F, 1e-8F, 0.01F, 0.5F, true});
+  expect_matches_reference(opt, 3, rmsprop_reference(0.5, true, 0.01));
+}
+
+TEST(Optimizers, AnyPartitionGivesTheBitsOfOneWholeCall) {
+  const std::vector<std::shared_ptr<const Optimizer>> all{
+      std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{}),
+      std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.1F, 0.01F, false}),
+      std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 0.01F, true}),
+      std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{0.9F, 0.999F, 1e-8F, 0.01F, false}),
+      std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{0.9F, 0.999F, 1e-8F, 0.01F, true}),
+      std::make_shared<rmsprop::RmspropOptimizer>(rmsprop::RmspropConfig{}),
+      std::make_shared<rmsprop::RmspropOptimizer>(
+          rmsprop::RmspropConfig{0.9F, 1e-8F, 0.01F, 0.9F, true}),
+  };
+  for (const auto& optimizer : all) expect_partition_invariant(*optimizer);
+}
+
+TEST(Optimizers, RefuseStateOfTheWrongSize) {
+  const adam::AdamOptimizer opt(adam::AdamConfig{});
+  std::vector<float> p(4);
+  const std::vector<float> g(4);
+  std::vector<float> s(4);
+  EXPECT_THROW(opt.step(p, g, s, StepInfo{1, 0.1F}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
