@@ -5,15 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "bench.hpp"
 #include "config_check.hpp"
 #include "launch.hpp"
 #include "plugins.hpp"
-#include "train.hpp"
 #include "tessera/build_id.hpp"
 #include "tessera/error.hpp"
 #include "tessera/plugin_abi.h"
 #include "tessera/registry.hpp"
 #include "tessera/version.hpp"
+#include "train.hpp"
 #include "usage_error.hpp"
 
 namespace {
@@ -31,6 +32,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_config},
     {"launch", "start the processes of one job on this host", &tessera::cli::run_launch},
     {"train", "train a model as the config says, over N ranks", &tessera::cli::run_train},
+    {"bench", "measure collectives over a transport (the nccl-tests table)",
+     &tessera::cli::run_bench},
 };
 
 void print_usage(std::ostream& out) {

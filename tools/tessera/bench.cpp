@@ -1,0 +1,117 @@
+#include "bench.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "collective_bench.hpp"
+#include "tessera/config.hpp"
+#include "tessera/error.hpp"
+#include "tessera/launch_env.hpp"
+#include "tessera/launcher.hpp"
+#include "tessera/transport.hpp"
+#include "tessera/world.hpp"
+
+namespace tessera::cli {
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tessera bench collectives --transport NAME [-n N] [--ops LIST] [--sizes LIST]\n"
+    "                                 [--reps R] [--json] [--section.key=value ...]\n";
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+// Starts `-n` copies of this very command through the launcher (one rank per process) and
+// returns the job's exit code; rank 0 alone prints.
+int relaunch_as_workers(int processes, const std::vector<std::string>& args,
+                        const PluginRegistry& registry) {
+  LaunchOptions launch;
+  launch.processes = processes;
+  launch.rank0_only_output = true;
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench"};
+  launch.command.insert(launch.command.end(), args.begin(), args.end());
+  launch.command.emplace_back("--runtime.store=tcp");
+  const LaunchResult result = launch_workers(launch, registry);
+  if (result.exit_code != 0) std::cerr << "tessera: error: " << result.failure << "\n";
+  return result.exit_code;
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args) {
+  if (args.empty() || args.front() != "collectives") {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+
+  CollectiveBenchOptions bench;
+  std::string transport = "local";
+  std::string ops = "all_reduce,reduce_scatter,all_gather,broadcast";
+  std::string sizes = "4K,64K,1M,16M,64M";
+  int processes = 0;
+  po::options_description flags("bench collectives");
+  flags.add_options()("help,h", "this help")("transport", po::value(&transport),
+                                             "transport plugin (default local)")(
+      "n,n", po::value(&processes), "ranks (threads for in-process transports, else processes)")(
+      "ops", po::value(&ops), "comma-separated: all_reduce,reduce_scatter,all_gather,broadcast")(
+      "sizes", po::value(&sizes), "comma-separated buffer sizes in bytes, K/M/G suffixes")(
+      "reps", po::value(&bench.repetitions), "timed repetitions per row (default 15)")(
+      "json", po::bool_switch(&bench.json), "one JSON object per row");
+  const auto parsed = po::command_line_parser(rest).options(flags).allow_unregistered().run();
+  po::variables_map vm;
+  po::store(parsed, vm);
+  po::notify(vm);
+  if (vm.count("help") != 0U) {
+    std::cout << kUsage << flags;
+    return 0;
+  }
+
+  for (const auto& op : split_list(ops)) bench.ops.push_back(parse_collective(op));
+  for (const auto& size : split_list(sizes)) bench.sizes.push_back(parse_size(size));
+
+  // The remaining --section.key=value words configure the plugins.
+  ConfigSources sources;
+  sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
+  sources.flags.push_back("--runtime.transport=" + transport);
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  const LaunchInfo launch = launch_info_from_environment();
+  if (processes > 0 && launch.source == "none") {
+    sources.flags.push_back("--runtime.world_size=" + std::to_string(processes));
+  }
+  const Config config = Config::load(sources, registry);
+
+  std::shared_ptr<Transport> probe = config.create<Transport>(registry, "runtime", "transport");
+  if (probe->capabilities().multi_process && launch.source == "none" && processes > 1) {
+    probe.reset();
+    return relaunch_as_workers(processes, rest, registry);
+  }
+  probe.reset();
+
+  bench.transport = transport;
+  bool all_ok = true;
+  run_world(config, registry, launch, [&](std::shared_ptr<Communicator> world) {
+    const bool ok = run_collective_bench(*world, bench, std::cout);
+    if (world->rank() == 0) all_ok = ok;
+  });
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,188 @@
+#include "collective_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "tessera/error.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Small integers, so that float sums are exact and the check can be exact too.
+float pattern(std::size_t index, int rank) {
+  return static_cast<float>((index * 7 + static_cast<std::size_t>(rank) * 3) % 17);
+}
+
+struct Buffers {
+  std::vector<float> input;
+  std::vector<float> output;
+  std::size_t count = 0;  // the whole buffer, in elements (see header)
+};
+
+void run_once(Communicator& world, Collective op, Buffers& b) {
+  const auto n = static_cast<std::size_t>(world.size());
+  const BufferView in = view_of(std::span<float>(b.input));
+  const BufferView out = view_of(std::span<float>(b.output));
+  switch (op) {
+    case Collective::all_reduce: world.all_reduce(in, ReduceOp::sum)->wait(); break;
+    case Collective::reduce_scatter:
+      world.reduce_scatter(in, out.slice(0, b.count / n), ReduceOp::sum)->wait();
+      break;
+    case Collective::all_gather: world.all_gather(in.slice(0, b.count / n), out)->wait(); break;
+    case Collective::broadcast: world.broadcast(in, 0)->wait(); break;
+  }
+}
+
+bool all_ranks_agree(Communicator& world, bool mine) {
+  std::int32_t flag = mine ? 1 : 0;
+  world.all_reduce(view_of(std::span<std::int32_t>(&flag, 1)), ReduceOp::min)->wait();
+  return flag == 1;
+}
+
+bool verify(Communicator& world, Collective op, Buffers& b) {
+  const int rank = world.rank();
+  const int size = world.size();
+  const std::size_t block = b.count / static_cast<std::size_t>(size);
+  for (std::size_t i = 0; i < b.count; ++i) b.input[i] = pattern(i, rank);
+  std::fill(b.output.begin(), b.output.end(), -1.0F);
+  run_once(world, op, b);
+  bool ok = true;
+  auto sum_over_ranks = [size](std::size_t i) {
+    float s = 0;
+    for (int r = 0; r < size; ++r) s += pattern(i, r);
+    return s;
+  };
+  switch (op) {
+    case Collective::all_reduce:
+      for (std::size_t i = 0; i < b.count && ok; ++i) ok = b.input[i] == sum_over_ranks(i);
+      break;
+    case Collective::reduce_scatter:
+      for (std::size_t i = 0; i < block && ok; ++i) {
+        ok = b.output[i] == sum_over_ranks(static_cast<std::size_t>(rank) * block + i);
+      }
+      break;
+    case Collective::all_gather:
+      for (std::size_t i = 0; i < b.count && ok; ++i) {
+        ok = b.output[i] == pattern(i % block, static_cast<int>(i / block));
+      }
+      break;
+    case Collective::broadcast:
+      for (std::size_t i = 0; i < b.count && ok; ++i) ok = b.input[i] == pattern(i, 0);
+      break;
+  }
+  return all_ranks_agree(world, ok);
+}
+
+double bus_factor(Collective op, int n) {
+  switch (op) {
+    case Collective::all_reduce: return 2.0 * (n - 1) / n;
+    case Collective::broadcast: return 1.0;
+    case Collective::reduce_scatter:
+    case Collective::all_gather: return static_cast<double>(n - 1) / n;
+  }
+  return 1.0;
+}
+
+CollectiveBenchRow measure(Communicator& world, Collective op, std::uint64_t bytes,
+                           int repetitions) {
+  const auto n = static_cast<std::size_t>(world.size());
+  Buffers b;
+  b.count = bytes / sizeof(float);
+  b.count -= b.count % n;  // equal blocks for reduce_scatter and all_gather
+  b.input.assign(b.count, 0.0F);
+  b.output.assign(b.count, 0.0F);
+
+  CollectiveBenchRow row;
+  row.op = op;
+  row.bytes = b.count * sizeof(float);
+  row.ok = verify(world, op, b);
+
+  // k: operations per batch, the same on every rank (the slowest rank's estimate).
+  world.barrier()->wait();
+  auto t0 = Clock::now();
+  run_once(world, op, b);
+  double one = std::chrono::duration<double>(Clock::now() - t0).count();
+  world.all_reduce(view_of(std::span<double>(&one, 1)), ReduceOp::max)->wait();
+  const int k = std::clamp(one > 0 ? static_cast<int>(0.02 / one) : 1000, 1, 10000);
+
+  std::vector<double> times;
+  for (int r = 0; r < repetitions; ++r) {
+    world.barrier()->wait();
+    const auto start = Clock::now();
+    for (int i = 0; i < k; ++i) run_once(world, op, b);
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / k);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  row.time_us_median = median * 1e6;
+  row.time_us_min = times.front() * 1e6;
+  row.algbw_gbps = static_cast<double>(row.bytes) / median / 1e9;
+  row.busbw_gbps = row.algbw_gbps * bus_factor(op, world.size());
+  return row;
+}
+
+}  // namespace
+
+Collective parse_collective(std::string_view name) {
+  for (auto op : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+                  Collective::broadcast}) {
+    if (name == collective_name(op)) return op;
+  }
+  throw ConfigError("unknown collective '" + std::string(name) +
+                    "' (valid: all_reduce, reduce_scatter, all_gather, broadcast)");
+}
+
+std::string_view collective_name(Collective op) noexcept {
+  switch (op) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_gather: return "all_gather";
+    case Collective::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+bool run_collective_bench(Communicator& world, const CollectiveBenchOptions& options,
+                          std::ostream& out) {
+  TESSERA_CHECK(options.repetitions >= 1, "bench: repetitions must be at least 1");
+  const bool printer = world.rank() == 0;
+  if (printer && !options.json) {
+    char line[160];
+    out << "# tessera bench collectives: transport " << options.transport << ", " << world.size()
+        << " ranks, f32 sum, " << options.repetitions << " repetitions, median of batches\n";
+    std::snprintf(line, sizeof line, "# %-14s %12s %12s %12s %11s %11s %6s\n", "op", "bytes",
+                  "median us", "min us", "algbw GB/s", "busbw GB/s", "check");
+    out << line << std::flush;
+  }
+  bool all_ok = true;
+  for (auto op : options.ops) {
+    for (auto bytes : options.sizes) {
+      const auto row = measure(world, op, bytes, options.repetitions);
+      all_ok = all_ok && row.ok;
+      if (!printer) continue;
+      char line[256];
+      if (options.json) {
+        std::snprintf(line, sizeof line,
+                      "{\"op\":\"%s\",\"bytes\":%llu,\"time_us_median\":%.3f,\"time_us_min\":%.3f,"
+                      "\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,\"ok\":%s}\n",
+                      collective_name(op).data(), static_cast<unsigned long long>(row.bytes),
+                      row.time_us_median, row.time_us_min, row.algbw_gbps, row.busbw_gbps,
+                      row.ok ? "true" : "false");
+      } else {
+        std::snprintf(line, sizeof line, "  %-14s %12llu %12.2f %12.2f %11.3f %11.3f %6s\n",
+                      collective_name(op).data(), static_cast<unsigned long long>(row.bytes),
+                      row.time_us_median, row.time_us_min, row.algbw_gbps, row.busbw_gbps,
+                      row.ok ? "ok" : "WRONG");
+      }
+      out << line << std::flush;
+    }
+  }
+  return all_ok;
+}
+
+}  // namespace tessera::cli
