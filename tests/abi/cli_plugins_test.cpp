@@ -1,0 +1,84 @@
+// The CLI over the broken plugins: `tessera plugins` lists the good ones and warns about each
+// refused file; errors exit with the documented codes.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "abi_test_support.hpp"
+
+namespace tessera {
+namespace {
+
+using abi_test::contains;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliResult run_cli(const std::string& args) {
+  const std::string err_file = ::testing::TempDir() + "tessera_cli_stderr.txt";
+  const std::string command = std::string(TESSERA_CLI) + " " + args + " 2>" + err_file;
+  CliResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    result.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ostringstream err;
+  err << std::ifstream(err_file).rdbuf();
+  result.err = err.str();
+  return result;
+}
+
+TEST(CliPlugins, ListsGoodPluginsAsJsonAndWarnsAboutEachRefusedFile) {
+  const auto r = run_cli("plugins --kind optimizer --json --path " TESSERA_ABI_PLUGIN_DIR);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, R"({"kind": "optimizer", "name": "abi_good", "aliases": [], )"
+                              R"("version": "1.2.3")"));
+  EXPECT_TRUE(contains(r.out, R"({"name": "mode", "type": "string", "default": "plain", )"
+                              R"("help": "how to add", "choices": ["plain", "fancy"]})"));
+  EXPECT_TRUE(
+      contains(r.err, "tessera: warning: " + abi_test::plugin_file("abi_major_two").string() +
+                          ": abi_major is 2, this libtessera speaks 1"));
+  EXPECT_TRUE(contains(
+      r.err, abi_test::plugin_file("not_a_library").string() + ": not a loadable shared object"));
+}
+
+TEST(CliPlugins, UnknownKindIsAUsageErrorWithASuggestion) {
+  const auto r = run_cli("plugins --kind optimiser");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err,
+                       "tessera: error: plugins: unknown kind 'optimiser'; did you mean "
+                       "'optimizer'?"));
+}
+
+TEST(CliConfigCheck, MissingFileExitsTwoNamingTheFile) {
+  const auto r = run_cli("config check /nonexistent/run.ini");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "tessera: error: /nonexistent/run.ini: cannot open the config file"));
+}
+
+TEST(CliConfigCheck, PrintsEveryCoreValueWithItsOrigin) {
+  const std::string file = ::testing::TempDir() + "tessera_cli_check.ini";
+  std::ofstream(file) << "[runtime]\nworld_size = 3\n";
+  const auto r = run_cli("config check " + file + " --runtime.timeout=20s");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "world_size = 3  # " + file + ":2"));
+  EXPECT_TRUE(contains(r.out, "timeout    = 20s  # flag --runtime.timeout"));
+  EXPECT_TRUE(contains(r.out, "transport  = local  # default"));
+}
+
+TEST(CliMain, UnknownCommandSuggestsTheNearest) {
+  const auto r = run_cli("plugin");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.err, "unknown command 'plugin'; did you mean 'plugins'?"));
+}
+
+}  // namespace
+}  // namespace tessera
