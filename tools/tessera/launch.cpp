@@ -7,6 +7,7 @@
 #include "tessera/launcher.hpp"
 #include "tessera/options.hpp"
 #include "tessera/registry.hpp"
+#include "usage_error.hpp"
 
 namespace tessera::cli {
 
@@ -33,7 +34,7 @@ int parse_count(const std::string& flag, const std::string& text) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw ConfigError("launch: " + flag + " expects an integer, not '" + text + "'");
+    throw UsageError("launch: " + flag + " expects an integer, not '" + text + "'");
   return value;
 }
 
@@ -42,7 +43,7 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   bool have_n = false;
   std::size_t i = 0;
   const auto value_of = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= args.size()) throw ConfigError("launch: " + flag + " needs a value");
+    if (i + 1 >= args.size()) throw UsageError("launch: " + flag + " needs a value");
     return args[++i];
   };
   for (; i < args.size(); ++i) {
@@ -72,32 +73,27 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     } else if (a == "--grace") {
       options.grace_period = parse_duration(value_of(a));
     } else {
-      throw ConfigError("launch: unknown option '" + a + "' (see tessera launch --help)");
+      throw UsageError("launch: unknown option '" + a + "' (see tessera launch --help)");
     }
   }
-  if (!have_n) throw ConfigError("launch: -n N is required (see tessera launch --help)");
+  if (!have_n) throw UsageError("launch: -n N is required (see tessera launch --help)");
   options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (options.command.empty()) throw ConfigError("launch: no program given after --");
+  if (options.command.empty()) throw UsageError("launch: no program given after --");
   return options;
 }
 
 }  // namespace
 
 int run_launch(const std::vector<std::string>& args) {
-  try {
-    bool help = false;
-    const auto options = parse(args, help);
-    if (help) {
-      std::cout << kUsage;
-      return 0;
-    }
-    PluginRegistry registry;
-    registry.scan(PluginRegistry::default_search_path());
-    return launch_workers(options, registry).exit_code;
-  } catch (const Error& e) {
-    std::cerr << "tessera launch: error: " << e.what() << "\n";
-    return 2;
+  bool help = false;
+  const auto options = parse(args, help);
+  if (help) {
+    std::cout << kUsage;
+    return 0;
   }
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  return launch_workers(options, registry).exit_code;
 }
 
 }  // namespace tessera::cli
