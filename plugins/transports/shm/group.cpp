@@ -1,0 +1,146 @@
+#include "group.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "futex.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::shm {
+
+namespace {
+
+std::string format_ms(Duration d) {
+  return std::to_string(d.count()) + " ms";
+}
+
+}  // namespace
+
+Group::Group(Segment segment, int rank, int size, Settings settings, PeerWatch watch)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      settings_(settings),
+      watch_(std::move(watch)),
+      // More ranks than cores: a spinning rank would hold the core its peer needs.
+      oversubscribed_(static_cast<unsigned>(size) >
+                      std::max(1u, std::thread::hardware_concurrency())) {}
+
+void Group::relax() const noexcept {
+  if (oversubscribed_) {
+    ::sched_yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+void Group::publish(std::uint64_t progress) noexcept {
+  segment_.rank_slot(rank_).progress.store(progress);  // seq_cst: ordered before the sleepers read
+  notify();
+}
+
+void Group::notify() noexcept {
+  Header& header = segment_.header();
+  if (header.sleepers.load() == 0) return;
+  header.epoch.fetch_add(1);
+  futex_wake_all(header.epoch);
+}
+
+void Group::await_rank(int peer, std::uint64_t target, std::string_view op, Deadline deadline) {
+  const auto& progress = segment_.rank_slot(peer).progress;
+  await([&] { return progress.load(std::memory_order_acquire) >= target ? -1 : peer; }, op,
+        deadline);
+}
+
+void Group::await_all(std::uint64_t target, std::string_view op, Deadline deadline) {
+  int next = 0;  // ranks below `next` are known to have arrived; progress only grows
+  await(
+      [&] {
+        for (; next < size_; ++next) {
+          if (next == rank_) continue;
+          if (segment_.rank_slot(next).progress.load(std::memory_order_acquire) < target)
+            return next;
+        }
+        return -1;
+      },
+      op, deadline);
+}
+
+void Group::futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept {
+  const auto left =
+      std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+  const auto nap = std::clamp(left, Duration(1), settings_.poll_interval);
+  futex_wait(segment_.header().epoch, seen_epoch, nap);
+}
+
+void Group::check_health(std::string_view op, int waiting_for, Deadline deadline) {
+  throw_if_failed(op);
+  Header& header = segment_.header();
+  const auto kind = static_cast<FailureKind>(header.failure.load(std::memory_order_acquire));
+  if (kind == FailureKind::died || kind == FailureKind::aborted) {
+    fail(kind, header.failed_rank, header.failure_reason, false);
+    throw_failure(op);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_liveness_check_ >= settings_.poll_interval) {
+    last_liveness_check_ = now;
+    if (const auto dead = watch_.find_dead()) {
+      fail(
+          FailureKind::died, *dead,
+          "rank " + std::to_string(*dead) + " (pid " + std::to_string(watch_.pid(*dead)) + ") died",
+          true);
+      throw_failure(op);
+    }
+  }
+  if (now >= deadline) {
+    fail(FailureKind::aborted, waiting_for,
+         "timed out after " + format_ms(settings_.timeout) + " waiting for rank " +
+             std::to_string(waiting_for),
+         true);
+    throw_failure(op);
+  }
+}
+
+void Group::fail(FailureKind kind, std::optional<int> peer, const std::string& reason,
+                 bool publish) noexcept {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (failed_.load()) return;
+    failed_peer_ = peer;
+    failure_reason_ = reason;
+    failed_.store(true, std::memory_order_release);
+  }
+  Header& header = segment_.header();
+  if (publish) {
+    std::uint32_t expected = static_cast<std::uint32_t>(FailureKind::none);
+    if (header.failure.compare_exchange_strong(expected,
+                                               static_cast<std::uint32_t>(FailureKind::claimed))) {
+      header.failed_rank = peer.value_or(rank_);
+      const auto n = std::min(reason.size(), sizeof(header.failure_reason) - 1);
+      std::memcpy(header.failure_reason, reason.data(), n);
+      header.failure_reason[n] = '\0';
+      header.failure.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
+    }
+  }
+  // Wake everyone, here and in other processes, so they notice at once.
+  header.epoch.fetch_add(1);
+  futex_wake_all(header.epoch);
+}
+
+void Group::throw_if_failed(std::string_view op) {
+  if (failed()) throw_failure(op);
+}
+
+void Group::throw_failure(std::string_view op) {
+  std::lock_guard lock(failure_mutex_);
+  throw TransportError("shm " + std::string(op) + " (rank " + std::to_string(rank_) + " of " +
+                           std::to_string(size_) + "): " + failure_reason_,
+                       failed_peer_, std::string(op));
+}
+
+}  // namespace tessera::shm

@@ -1,0 +1,110 @@
+#pragma once
+// Group: one connected set of ranks over one segment — the state every algorithm shares: the
+// progress protocol, waiting (spin, then futex sleep with liveness checks), and failure.
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "peer_watch.hpp"
+#include "segment.hpp"
+#include "settings.hpp"
+#include "tessera/transport_support.hpp"
+
+namespace tessera::shm {
+
+// Phases of one collective step, encoded as progress = 3 * step + phase. A rank's buffer for
+// step s (staging buffer s % 2) may be rewritten once every peer has released step s - 2.
+inline constexpr std::uint64_t staged(std::uint64_t step) noexcept {
+  return 3 * step + 1;
+}
+inline constexpr std::uint64_t reduced(std::uint64_t step) noexcept {
+  return 3 * step + 2;
+}
+inline constexpr std::uint64_t released(std::uint64_t step) noexcept {
+  return 3 * step + 3;
+}
+// Steps start here so that "released(step - 2)" holds for the first two steps.
+inline constexpr std::uint64_t kFirstStep = 2;
+
+class Group {
+ public:
+  Group(Segment segment, int rank, int size, Settings settings, PeerWatch watch);
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] const Segment& segment() const noexcept { return segment_; }
+  [[nodiscard]] const Settings& settings() const noexcept { return settings_; }
+
+  // The step counter of collectives: every rank issues the same collectives in the same order,
+  // so steps agree. Used only by the one thread running operations at a time.
+  [[nodiscard]] std::uint64_t next_step() noexcept { return step_++; }
+
+  // Makes this rank's progress (and every write before it) visible, waking sleepers.
+  void publish(std::uint64_t progress) noexcept;
+  // Wakes sleepers after some other shared write (point-to-point counters).
+  void notify() noexcept;
+  // Block until peer (or every peer) has reached `target` progress.
+  void await_rank(int peer, std::uint64_t target, std::string_view op, Deadline deadline);
+  void await_all(std::uint64_t target, std::string_view op, Deadline deadline);
+
+  // Blocks until pending() returns -1; pending() otherwise returns the rank being waited for,
+  // which timeouts name. Spins settings().spin_count polls, then sleeps on the segment's
+  // futex, checking for abort, dead peers and the deadline at least every poll_interval.
+  // Throws TransportError (and fails the group) on any of them.
+  template <class Pending>
+  void await(Pending&& pending, std::string_view op, Deadline deadline) {
+    if (pending() < 0) return;
+    for (std::int64_t i = 0; i < settings_.spin_count; ++i) {
+      if (pending() < 0) return;
+      relax();
+    }
+    for (;;) {
+      const int waiting_for = pending();
+      if (waiting_for < 0) return;
+      check_health(op, waiting_for, deadline);
+      sleep_unless([&] { return pending() < 0; }, deadline);
+    }
+  }
+
+  // Failure: the first one wins; every later operation fails with it. `publish` tells the
+  // other ranks through the segment (abort, a dead peer seen, a timeout).
+  void fail(FailureKind kind, std::optional<int> peer, const std::string& reason,
+            bool publish) noexcept;
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  // Throws this group's failure as a TransportError naming `op` (no-op while healthy).
+  void throw_if_failed(std::string_view op);
+  [[noreturn]] void throw_failure(std::string_view op);
+
+ private:
+  void relax() const noexcept;
+  template <class Ready>
+  void sleep_unless(Ready&& ready, Deadline deadline) {
+    Header& header = segment_.header();
+    header.sleepers.fetch_add(1);
+    const std::uint32_t seen = header.epoch.load();
+    if (!ready()) futex_sleep(seen, deadline);
+    header.sleepers.fetch_sub(1);
+  }
+  void futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept;
+  void check_health(std::string_view op, int waiting_for, Deadline deadline);
+
+  Segment segment_;
+  const int rank_;
+  const int size_;
+  const Settings settings_;
+  const PeerWatch watch_;
+  const bool oversubscribed_;
+  std::uint64_t step_ = kFirstStep;
+  std::chrono::steady_clock::time_point last_liveness_check_{};
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mutex_;
+  std::optional<int> failed_peer_;
+  std::string failure_reason_;
+};
+
+}  // namespace tessera::shm

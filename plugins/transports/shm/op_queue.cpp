@@ -1,0 +1,210 @@
+#include "op_queue.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "p2p.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::shm {
+
+// ---- ShmWork ----------------------------------------------------------------------------
+
+ShmWork::ShmWork(std::shared_ptr<OpQueue> queue, std::string operation)
+    : queue_(std::move(queue)), operation_(std::move(operation)) {}
+
+bool ShmWork::test() {
+  std::lock_guard lock(queue_->mutex_);
+  return done_;
+}
+
+void ShmWork::wait(Duration timeout) {
+  if (!queue_->help_until(*this, deadline_after(timeout))) {
+    const std::string reason = operation_ + " did not finish within " +
+                               std::to_string(timeout.count()) + " ms (Work::wait)";
+    queue_->group().fail(FailureKind::aborted, queue_->group().rank(), reason, true);
+    throw Timeout("shm " + reason);
+  }
+  std::lock_guard lock(queue_->mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::exception_ptr ShmWork::exception() {
+  std::lock_guard lock(queue_->mutex_);
+  return error_;
+}
+
+Duration ShmWork::default_timeout() const {
+  return queue_->group().settings().timeout;
+}
+
+// ---- OpQueue ----------------------------------------------------------------------------
+
+OpQueue::OpQueue(std::shared_ptr<Group> group) : group_(std::move(group)) {}
+
+OpQueue::~OpQueue() {
+  shutdown("communicator destroyed");
+}
+
+void OpQueue::start() {
+  thread_ = std::thread([this] { worker(); });
+}
+
+std::shared_ptr<Work> OpQueue::submit(std::shared_ptr<OpQueue> self, std::string operation,
+                                      std::function<void()> body) {
+  auto work = std::make_shared<ShmWork>(std::move(self), std::move(operation));
+  {
+    std::lock_guard lock(mutex_);
+    items_.push_back({work, std::move(body), std::nullopt});
+  }
+  changed_.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> OpQueue::submit_transfer(std::shared_ptr<OpQueue> self, std::string operation,
+                                               Transfer transfer) {
+  auto work = std::make_shared<ShmWork>(std::move(self), std::move(operation));
+  transfer.work = work;
+  {
+    std::lock_guard lock(mutex_);
+    items_.push_back({work, {}, std::move(transfer)});
+  }
+  changed_.notify_all();
+  return work;
+}
+
+void OpQueue::shutdown(const std::string& reason) noexcept {
+  {
+    std::unique_lock lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    // A running body returns promptly once the group has failed; it must not be cut off,
+    // since it writes into the caller's buffers.
+    if (!items_.empty() || running_)
+      group_->fail(FailureKind::aborted, group_->rank(), reason, false);
+  }
+  changed_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  std::unique_lock lock(mutex_);
+  while (!items_.empty()) {
+    auto work = std::move(items_.front().work);
+    items_.pop_front();
+    work->done_ = true;
+    work->error_ = std::make_exception_ptr(TransportError(
+        "shm " + work->operation() + ": " + reason, std::nullopt, work->operation()));
+  }
+  changed_.notify_all();
+}
+
+bool OpQueue::help_until(const ShmWork& work, Deadline deadline) {
+  std::unique_lock lock(mutex_);
+  while (!work.done_) {
+    if (run_next(lock)) continue;
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !work.done_) return false;
+  }
+  return true;
+}
+
+void OpQueue::worker() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (run_next(lock)) continue;
+    changed_.wait_for(lock, std::chrono::seconds(1));
+  }
+}
+
+bool OpQueue::run_next(std::unique_lock<std::mutex>& lock) {
+  if (running_ || items_.empty() || (stopping_ && std::this_thread::get_id() == thread_.get_id()))
+    return false;
+  running_ = true;
+  Item item = std::move(items_.front());
+  items_.pop_front();
+  lock.unlock();
+  if (item.transfer) {
+    std::vector<Transfer> active;
+    active.push_back(std::move(*item.transfer));
+    run_transfers(active);
+  } else {
+    std::exception_ptr error;
+    try {
+      item.body();
+    } catch (...) {
+      error = error_for(*item.work, std::current_exception());
+    }
+    complete(*item.work, error);
+  }
+  lock.lock();
+  running_ = false;
+  changed_.notify_all();
+  return true;
+}
+
+void OpQueue::run_transfers(std::vector<Transfer>& active) {
+  Group& group = *group_;
+  auto pull_queued = [&] {
+    std::lock_guard lock(mutex_);
+    while (!items_.empty() && items_.front().transfer) {
+      active.push_back(std::move(*items_.front().transfer));
+      items_.pop_front();
+    }
+  };
+  try {
+    Deadline deadline = deadline_after(group.settings().timeout);
+    while (!active.empty()) {
+      group.throw_if_failed(active.front().work->operation());
+      pull_queued();
+      if (advance_transfers(group, active)) {
+        deadline = deadline_after(group.settings().timeout);
+        for (Transfer& t : active)
+          if (t.finished()) complete(*t.work, nullptr);
+        std::erase_if(active, [](const Transfer& t) { return t.finished(); });
+        continue;
+      }
+      // Nothing can move: wait for a peer, or for a new send/receive to join the batch.
+      std::size_t queued = 0;
+      group.await(
+          [&] {
+            {
+              std::lock_guard lock(mutex_);
+              queued = !items_.empty() && items_.front().transfer ? 1 : 0;
+            }
+            return queued ? -1 : transfers_blocked_on(group, active);
+          },
+          active.front().work->operation(), deadline);
+    }
+  } catch (...) {
+    const auto original = std::current_exception();
+    for (Transfer& t : active) complete(*t.work, error_for(*t.work, original));
+    active.clear();
+  }
+}
+
+std::exception_ptr OpQueue::error_for(const ShmWork& work, std::exception_ptr original) {
+  if (!group_->failed()) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(original);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    group_->fail(FailureKind::aborted, group_->rank(), work.operation() + " failed: " + what, true);
+  }
+  try {
+    group_->throw_failure(work.operation());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void OpQueue::complete(ShmWork& work, std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    work.done_ = true;
+    work.error_ = std::move(error);
+  }
+  changed_.notify_all();
+}
+
+}  // namespace tessera::shm

@@ -1,0 +1,27 @@
+#include "tessera/sdk/plugin.hpp"
+
+#include "shm_transport.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"timeout", "duration", "300s",
+     "deadline of every operation while it waits for peers; also Work::wait's default", nullptr},
+    {"chunk_size", "size", "128KiB",
+     "bytes per rank per pipeline round; each rank's staging buffer holds size x chunk_size",
+     nullptr},
+    {"small_size", "size", "32KiB",
+     "all_reduce up to this many bytes uses the one-synchronisation latency algorithm", nullptr},
+    {"p2p_chunk_size", "size", "256KiB", "payload of each of the two slots of a send/recv channel",
+     nullptr},
+    {"spin_count", "int", "4000", "polls of a flag before a waiting rank sleeps on the futex",
+     nullptr},
+    {"poll_interval", "duration", "100ms",
+     "longest futex sleep between checks for dead peers, abort and the deadline", nullptr},
+};
+constexpr const char* kAliases[] = {"shared_memory", nullptr};
+
+}  // namespace
+
+TESSERA_PLUGIN(transport, "shm", "1.0.0", "processes on one host over POSIX shared memory",
+               kAliases, kOptions, tessera::shm::ShmTransport)
