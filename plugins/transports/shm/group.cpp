@@ -80,12 +80,6 @@ void Group::futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept {
 
 void Group::check_health(std::string_view op, int waiting_for, Deadline deadline) {
   throw_if_failed(op);
-  Header& header = segment_.header();
-  const auto kind = static_cast<FailureKind>(header.failure.load(std::memory_order_acquire));
-  if (kind == FailureKind::died || kind == FailureKind::aborted) {
-    fail(kind, header.failed_rank, header.failure_reason, false);
-    throw_failure(op);
-  }
   const auto now = std::chrono::steady_clock::now();
   if (now - last_liveness_check_ >= settings_.poll_interval) {
     last_liveness_check_ = now;
@@ -96,6 +90,13 @@ void Group::check_health(std::string_view op, int waiting_for, Deadline deadline
           true);
       throw_failure(op);
     }
+  }
+  if (now >= caller_deadline_) {
+    fail(FailureKind::aborted, rank_,
+         "rank " + std::to_string(rank_) + ": Work::wait timed out while waiting for rank " +
+             std::to_string(waiting_for),
+         true);
+    throw_failure(op);
   }
   if (now >= deadline) {
     fail(FailureKind::aborted, waiting_for,
@@ -134,6 +135,13 @@ void Group::fail(FailureKind kind, std::optional<int> peer, const std::string& r
 
 void Group::throw_if_failed(std::string_view op) {
   if (failed()) throw_failure(op);
+  // Another rank's verdict (a dead peer, an abort, a timeout) holds here too.
+  Header& header = segment_.header();
+  const auto kind = static_cast<FailureKind>(header.failure.load(std::memory_order_acquire));
+  if (kind == FailureKind::died || kind == FailureKind::aborted) {
+    fail(kind, header.failed_rank, header.failure_reason, false);
+    throw_failure(op);
+  }
 }
 
 void Group::throw_failure(std::string_view op) {

@@ -2,6 +2,7 @@
 // Group: one connected set of ranks over one segment — the state every algorithm shares: the
 // progress protocol, waiting (spin, then futex sleep with liveness checks), and failure.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -58,6 +59,7 @@ class Group {
   template <class Pending>
   void await(Pending&& pending, std::string_view op, Deadline deadline) {
     if (pending() < 0) return;
+    deadline = std::min(deadline, caller_deadline_);
     for (std::int64_t i = 0; i < settings_.spin_count; ++i) {
       if (pending() < 0) return;
       relax();
@@ -79,6 +81,11 @@ class Group {
   void throw_if_failed(std::string_view op);
   [[noreturn]] void throw_failure(std::string_view op);
 
+  // While a thread blocked in Work::wait(timeout) runs operations itself, their waits also end
+  // at that deadline (failing the group, as a Work timeout does). Set and read only by the
+  // thread currently running the group's operations.
+  void set_caller_deadline(Deadline deadline) noexcept { caller_deadline_ = deadline; }
+
  private:
   void relax() const noexcept;
   template <class Ready>
@@ -99,6 +106,7 @@ class Group {
   const PeerWatch watch_;
   const bool oversubscribed_;
   std::uint64_t step_ = kFirstStep;
+  Deadline caller_deadline_ = Deadline::max();
   std::chrono::steady_clock::time_point last_liveness_check_{};
 
   std::atomic<bool> failed_{false};

@@ -1,5 +1,8 @@
 #include "op_queue.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -20,7 +23,9 @@ bool ShmWork::test() {
 }
 
 void ShmWork::wait(Duration timeout) {
-  if (!queue_->help_until(*this, deadline_after(timeout))) {
+  const Deadline deadline = deadline_after(timeout);
+  const bool finished = queue_->help_until(*this, deadline);
+  if (!finished || (exception() && std::chrono::steady_clock::now() >= deadline)) {
     const std::string reason = operation_ + " did not finish within " +
                                std::to_string(timeout.count()) + " ms (Work::wait)";
     queue_->group().fail(FailureKind::aborted, queue_->group().rank(), reason, true);
@@ -100,7 +105,7 @@ void OpQueue::shutdown(const std::string& reason) noexcept {
 bool OpQueue::help_until(const ShmWork& work, Deadline deadline) {
   std::unique_lock lock(mutex_);
   while (!work.done_) {
-    if (run_next(lock)) continue;
+    if (run_next(lock, deadline)) continue;
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !work.done_) return false;
   }
   return true;
@@ -114,13 +119,14 @@ void OpQueue::worker() {
   }
 }
 
-bool OpQueue::run_next(std::unique_lock<std::mutex>& lock) {
+bool OpQueue::run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadline) {
   if (running_ || items_.empty() || (stopping_ && std::this_thread::get_id() == thread_.get_id()))
     return false;
   running_ = true;
   Item item = std::move(items_.front());
   items_.pop_front();
   lock.unlock();
+  group_->set_caller_deadline(caller_deadline);
   if (item.transfer) {
     std::vector<Transfer> active;
     active.push_back(std::move(*item.transfer));
@@ -134,6 +140,7 @@ bool OpQueue::run_next(std::unique_lock<std::mutex>& lock) {
     }
     complete(*item.work, error);
   }
+  group_->set_caller_deadline(Deadline::max());
   lock.lock();
   running_ = false;
   changed_.notify_all();

@@ -88,7 +88,7 @@ class OpQueue {
   // Runs operations until `work` is done; false if the deadline passed first.
   bool help_until(const ShmWork& work, Deadline deadline);
   // Claims the next batch and runs it with the lock released; false if there was none to take.
-  bool run_next(std::unique_lock<std::mutex>& lock);
+  bool run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadline = Deadline::max());
   void run_transfers(std::vector<Transfer>& active);
   void complete(ShmWork& work, std::exception_ptr error);
   std::exception_ptr error_for(const ShmWork& work, std::exception_ptr original);

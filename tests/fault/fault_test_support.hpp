@@ -1,0 +1,31 @@
+#pragma once
+// Shared by the fault tests: plugins from the build's plugin folder, and /dev/shm listings.
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/registry.hpp"
+
+namespace tessera::fault_test {
+
+inline Options options_for(const PluginRegistry& registry, PluginKind kind, const std::string& name,
+                           std::map<std::string, std::string> values = {}) {
+  const auto defaults = registry.default_options(kind, name);
+  return Options(defaults.section(), defaults.specs(), std::move(values));
+}
+
+// Names in /dev/shm that the shm transport created (prefix "tessera-shm-<pid>-") for any of
+// `pids`.
+inline std::vector<std::string> shm_segments_of(const std::vector<int>& pids) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    for (int pid : pids)
+      if (name.rfind("tessera-shm-" + std::to_string(pid) + "-", 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+}  // namespace tessera::fault_test
