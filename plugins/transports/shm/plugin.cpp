@@ -14,7 +14,7 @@ constexpr tessera_option_desc kOptions[] = {
      "all_reduce up to this many bytes uses the one-synchronisation latency algorithm", nullptr},
     {"p2p_chunk_size", "size", "256KiB", "payload of each of the two slots of a send/recv channel",
      nullptr},
-    {"spin_count", "int", "4000", "polls of a flag before a waiting rank sleeps on the futex",
+    {"spin_count", "int", "20000", "polls of a flag before a waiting rank sleeps on the futex",
      nullptr},
     {"poll_interval", "duration", "100ms",
      "longest futex sleep between checks for dead peers, abort and the deadline", nullptr},

@@ -13,7 +13,7 @@ struct Settings {
   std::size_t chunk_size = std::size_t{128} << 10;
   std::size_t small_size = std::size_t{32} << 10;
   std::size_t p2p_chunk_size = std::size_t{256} << 10;
-  std::int64_t spin_count = 4000;
+  std::int64_t spin_count = 20000;
   Duration poll_interval = std::chrono::milliseconds(100);
 
   [[nodiscard]] static Settings from(const Options& options);
