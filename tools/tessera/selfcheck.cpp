@@ -4,6 +4,7 @@
 
 #include "selfcheck.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,11 +13,11 @@
 #include <iostream>
 #include <thread>
 
-#include "tessera/error.hpp"
 #include "tessera/reduce.hpp"
 #include "tessera/registry.hpp"
 #include "tessera/store.hpp"
 #include "tessera/transport.hpp"
+#include "usage_error.hpp"
 
 namespace tessera::cli {
 
@@ -28,6 +29,7 @@ struct SelfcheckArgs {
   std::string transport = "local";
   int ranks = 4;
   std::size_t count = 65537;  // odd on purpose: no chunking edge lines up
+  bool help = false;
 };
 
 constexpr const char* kUsage =
@@ -35,25 +37,37 @@ constexpr const char* kUsage =
     "  all-reduces every dtype with every reduce op over RANKS ranks (threads of this\n"
     "  process) and checks the results bitwise against the rank-order reference\n";
 
+template <class T>
+T number(const std::string& flag, const std::string& text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    throw UsageError("selfcheck: " + flag + " needs a non-negative integer, got '" + text + "'");
+  }
+  return value;
+}
+
 SelfcheckArgs parse(const std::vector<std::string>& args) {
   SelfcheckArgs parsed;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw InvalidArgument(arg + " needs a value");
+      if (i + 1 >= args.size()) throw UsageError("selfcheck: " + arg + " needs a value\n" + kUsage);
       return args[++i];
     };
     if (arg == "--transport") {
       parsed.transport = value();
     } else if (arg == "-n" || arg == "--ranks") {
-      parsed.ranks = std::stoi(value());
+      parsed.ranks = number<int>(arg, value());
     } else if (arg == "--count") {
-      parsed.count = std::stoull(value());
+      parsed.count = number<std::size_t>(arg, value());
+    } else if (arg == "--help" || arg == "-h") {
+      parsed.help = true;
     } else {
-      throw InvalidArgument("unknown argument '" + arg + "'");
+      throw UsageError("selfcheck: unknown argument '" + arg + "'\n" + kUsage);
     }
   }
-  if (parsed.ranks < 1) throw InvalidArgument("-n must be at least 1");
+  if (parsed.ranks < 1) throw UsageError("selfcheck: -n must be at least 1");
   return parsed;
 }
 
@@ -113,65 +127,58 @@ std::vector<std::shared_ptr<Communicator>> connect_all(Transport& transport, int
 }  // namespace
 
 int run_selfcheck(const std::vector<std::string>& args) {
-  SelfcheckArgs parsed;
-  try {
-    parsed = parse(args);
-  } catch (const std::exception& e) {
-    std::cerr << "tessera selfcheck: " << e.what() << "\n" << kUsage;
-    return 2;
+  const SelfcheckArgs parsed = parse(args);
+  if (parsed.help) {
+    std::cout << kUsage;
+    return 0;
   }
-  try {
-    PluginRegistry registry;
-    registry.scan(PluginRegistry::default_search_path());
-    const auto& info = registry.find(PluginKind::transport, parsed.transport);
-    auto transport =
-        registry.create<Transport>(info.name, registry.default_options(info.kind, info.name));
-    auto communicators = connect_all(*transport, parsed.ranks);
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  const auto& info = registry.find(PluginKind::transport, parsed.transport);
+  auto transport =
+      registry.create<Transport>(info.name, registry.default_options(info.kind, info.name));
+  auto communicators = connect_all(*transport, parsed.ranks);
 
-    int failures = 0;
-    int checks = 0;
-    std::cout << "selfcheck: transport " << info.name << ", " << parsed.ranks << " ranks, "
-              << parsed.count << " elements\n";
-    for (DType dtype : kAllDTypes) {
-      std::vector<Bytes> inputs;
-      for (int r = 0; r < parsed.ranks; ++r) inputs.push_back(rank_values(dtype, parsed.count, r));
-      for (ReduceOp op : kAllReduceOps) {
-        const Bytes expected = reference(inputs, dtype, op, parsed.count);
-        std::vector<Bytes> data = inputs;
-        std::vector<std::shared_ptr<Work>> works;
-        const auto start = std::chrono::steady_clock::now();
-        for (int r = 0; r < parsed.ranks; ++r) {
-          auto& d = data[static_cast<std::size_t>(r)];
-          works.push_back(communicators[static_cast<std::size_t>(r)]->all_reduce(
-              {d.data(), parsed.count, dtype, Device::cpu()}, op));
-        }
-        for (auto& work : works) work->wait();
-        const std::chrono::duration<double, std::milli> elapsed =
-            std::chrono::steady_clock::now() - start;
-        int wrong_rank = -1;
-        for (int r = 0; r < parsed.ranks && wrong_rank < 0; ++r) {
-          if (data[static_cast<std::size_t>(r)] != expected) wrong_rank = r;
-        }
-        ++checks;
-        char line[160];
-        std::snprintf(line, sizeof(line), "all_reduce %-4s %-4s %9.3f ms  ",
-                      std::string(dtype_name(dtype)).c_str(),
-                      std::string(reduce_op_name(op)).c_str(), elapsed.count());
-        std::cout << line;
-        if (wrong_rank < 0) {
-          std::cout << "OK\n";
-        } else {
-          ++failures;
-          std::cout << "FAILED (rank " << wrong_rank << " differs from the rank-order reference)\n";
-        }
+  int failures = 0;
+  int checks = 0;
+  std::cout << "selfcheck: transport " << info.name << ", " << parsed.ranks << " ranks, "
+            << parsed.count << " elements\n";
+  for (DType dtype : kAllDTypes) {
+    std::vector<Bytes> inputs;
+    for (int r = 0; r < parsed.ranks; ++r) inputs.push_back(rank_values(dtype, parsed.count, r));
+    for (ReduceOp op : kAllReduceOps) {
+      const Bytes expected = reference(inputs, dtype, op, parsed.count);
+      std::vector<Bytes> data = inputs;
+      std::vector<std::shared_ptr<Work>> works;
+      const auto start = std::chrono::steady_clock::now();
+      for (int r = 0; r < parsed.ranks; ++r) {
+        auto& d = data[static_cast<std::size_t>(r)];
+        works.push_back(communicators[static_cast<std::size_t>(r)]->all_reduce(
+            {d.data(), parsed.count, dtype, Device::cpu()}, op));
+      }
+      for (auto& work : works) work->wait();
+      const std::chrono::duration<double, std::milli> elapsed =
+          std::chrono::steady_clock::now() - start;
+      int wrong_rank = -1;
+      for (int r = 0; r < parsed.ranks && wrong_rank < 0; ++r) {
+        if (data[static_cast<std::size_t>(r)] != expected) wrong_rank = r;
+      }
+      ++checks;
+      char line[160];
+      std::snprintf(line, sizeof(line), "all_reduce %-4s %-4s %9.3f ms  ",
+                    std::string(dtype_name(dtype)).c_str(), std::string(reduce_op_name(op)).c_str(),
+                    elapsed.count());
+      std::cout << line;
+      if (wrong_rank < 0) {
+        std::cout << "OK\n";
+      } else {
+        ++failures;
+        std::cout << "FAILED (rank " << wrong_rank << " differs from the rank-order reference)\n";
       }
     }
-    std::cout << "selfcheck: " << (checks - failures) << "/" << checks << " OK\n";
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::cerr << "tessera selfcheck: " << e.what() << "\n";
-    return 1;
   }
+  std::cout << "selfcheck: " << (checks - failures) << "/" << checks << " OK\n";
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace tessera::cli
