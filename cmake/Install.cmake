@@ -1,5 +1,7 @@
-# Install rules: headers, libtessera, plugins, the CLI, and a package config that exports
-# tessera::core and tessera::sdk for find_package(tessera) with same-major compatibility.
+# Install rules: headers (with the generated version.hpp), libtessera, the plugins (each
+# plugin's own tessera_add_plugin() installs it into lib/tessera/plugins), the CLI, a CMake
+# package exporting tessera::core and tessera::sdk with same-major compatibility, and a
+# pkg-config file. Everything is found relative to the prefix, so an installed tree can be moved.
 
 include(CMakePackageConfigHelpers)
 
@@ -19,11 +21,21 @@ install(EXPORT tesseraTargets NAMESPACE tessera:: DESTINATION "${TESSERA_CMAKE_I
 
 configure_package_config_file(cmake/tesseraConfig.cmake.in
   "${PROJECT_BINARY_DIR}/tesseraConfig.cmake"
-  INSTALL_DESTINATION "${TESSERA_CMAKE_INSTALL_DIR}")
+  INSTALL_DESTINATION "${TESSERA_CMAKE_INSTALL_DIR}"
+  PATH_VARS TESSERA_INSTALL_PLUGINDIR)
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/tesseraConfigVersion.cmake"
   COMPATIBILITY SameMajorVersion)
 install(FILES
   "${PROJECT_BINARY_DIR}/tesseraConfig.cmake"
   "${PROJECT_BINARY_DIR}/tesseraConfigVersion.cmake"
   sdk/cmake/TesseraPlugin.cmake
+  sdk/cmake/tessera_plugin.map
   DESTINATION "${TESSERA_CMAKE_INSTALL_DIR}")
+
+# pkg-config: relative to ${pcfiledir}, so a moved prefix still resolves.
+file(RELATIVE_PATH tessera_pc_to_prefix
+  "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" tessera_pc_to_prefix "${tessera_pc_to_prefix}")
+configure_file(cmake/tessera.pc.in "${PROJECT_BINARY_DIR}/tessera.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/tessera.pc"
+  DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")

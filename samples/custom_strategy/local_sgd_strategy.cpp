@@ -1,0 +1,191 @@
+#include "local_sgd_strategy.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "tessera/error.hpp"
+#include "tessera/grad_clip.hpp"
+#include "tessera/init.hpp"
+
+namespace acme {
+
+namespace {
+
+using tessera::Tensor;
+
+// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
+Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
+  tessera::Shape shape = tensor.shape();
+  const std::size_t row_bytes = tensor.bytes() / shape.at(0);
+  shape[0] = end - begin;
+  Tensor out(shape, tensor.dtype());
+  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
+              (end - begin) * row_bytes);
+  return out;
+}
+
+std::size_t rows_of(const Tensor& tensor) {
+  return tensor.count() == 0 ? 0 : tensor.shape().at(0);
+}
+
+}  // namespace
+
+LocalSgdStrategy::LocalSgdStrategy(const tessera::Options& options)
+    : sync_every_(options.get_int("sync_every")) {
+  TESSERA_CHECK(sync_every_ >= 1,
+                "local_sgd: sync_every must be at least 1, got " + std::to_string(sync_every_));
+}
+
+void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
+  TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
+                "local_sgd: setup needs world, model and optimizer");
+  TESSERA_CHECK(setup.micro_batches >= 1, "local_sgd: micro_batches must be at least 1");
+  setup_ = setup;
+  layout_ = tessera::FlatLayout::of(*setup.model);
+  params_.assign(layout_.total, 0.0F);
+  grads_.assign(layout_.total, 0.0F);
+  state_.assign(layout_.total * setup.optimizer->state_per_param(), 0.0F);
+  steps_since_average_ = 0;
+
+  // The core's initialisation is a pure function of (seed, parameter, element), so every
+  // replica starts from the same bits without a broadcast.
+  layer_params_.assign(setup.model->layer_count(), {});
+  layer_grads_.assign(setup.model->layer_count(), {});
+  for (std::size_t index = 0; index < layout_.params.size(); ++index) {
+    const auto& flat = layout_.params[index];
+    const auto specs = setup.model->layer(flat.layer).parameters();
+    const auto& spec = specs.at(layer_params_[flat.layer].size());
+    std::span<float> param(params_.data() + flat.offset, flat.count);
+    std::span<float> grad(grads_.data() + flat.offset, flat.count);
+    tessera::initialize_parameter(spec, setup.seed, index, param);
+    layer_params_[flat.layer].push_back(tessera::view_of(param));
+    layer_grads_[flat.layer].push_back(tessera::view_of(grad));
+  }
+}
+
+Tensor LocalSgdStrategy::forward(const Tensor& inputs,
+                                 std::vector<tessera::LayerContext>& contexts) const {
+  const auto& model = *setup_.model;
+  contexts.clear();
+  contexts.resize(model.layer_count());
+  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
+  Tensor x = inputs.alias();
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    x = model.layer(l).forward(x, layer_params_[l], contexts[l]);
+  }
+  return x;
+}
+
+std::pair<double, std::size_t> LocalSgdStrategy::forward_backward(const Tensor& inputs,
+                                                                  const Tensor& targets,
+                                                                  float weight) {
+  const auto& model = *setup_.model;
+  std::vector<tessera::LayerContext> contexts;
+  Tensor logits = forward(inputs, contexts);
+  auto result = model.loss(logits, targets);
+  Tensor grad = std::move(result.grad_logits);
+  if (weight != 1.0F) {
+    for (float& g : grad.as<float>()) g *= weight;
+  }
+  for (std::size_t l = model.layer_count(); l-- > 0;) {
+    grad = model.layer(l).backward(grad, layer_params_[l], layer_grads_[l], contexts[l]);
+    contexts[l].clear();
+  }
+  return {result.loss * static_cast<double>(rows_of(inputs)), result.correct};
+}
+
+tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
+                                                const tessera::StepInfo& info) {
+  TESSERA_CHECK(!params_.empty(), "local_sgd: train_step before setup");
+  tessera::StepStats stats;
+  const std::size_t n = rows_of(batch.inputs);
+  std::fill(grads_.begin(), grads_.end(), 0.0F);
+
+  // A rank whose share of an epoch's last batch is empty still steps (a zero gradient) and
+  // still averages, so that every rank issues the same collectives.
+  double loss_sum = 0.0;
+  if (n > 0) {
+    const std::size_t micro = std::min(setup_.micro_batches, n);
+    std::size_t begin = 0;
+    for (std::size_t k = 0; k < micro; ++k) {
+      const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
+      const auto weight = static_cast<float>(static_cast<double>(size) / static_cast<double>(n));
+      auto part = micro == 1 ? forward_backward(batch.inputs, batch.targets, weight)
+                             : forward_backward(rows(batch.inputs, begin, begin + size),
+                                                rows(batch.targets, begin, begin + size), weight);
+      loss_sum += part.first;
+      stats.correct += part.second;
+      begin += size;
+    }
+    stats.loss = loss_sum / static_cast<double>(n);
+  }
+
+  const double sum_of_squares = tessera::gradient_sum_of_squares(grads_);
+  stats.grad_norm = tessera::global_norm(sum_of_squares);
+  if (setup_.max_grad_norm > 0.0) {
+    const float coefficient =
+        tessera::clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm));
+    if (coefficient < 1.0F) {
+      for (float& g : grads_) g *= coefficient;
+    }
+  }
+  setup_.optimizer->step(params_, grads_, state_, info);
+
+  if (++steps_since_average_ == sync_every_) {
+    average(params_);
+    steps_since_average_ = 0;
+  }
+  return stats;
+}
+
+void LocalSgdStrategy::average(std::vector<float>& values) {
+  if (setup_.world->size() == 1 || values.empty()) return;
+  // The transports reduce in a fixed order, so every replica gets the same bits and the
+  // replicas are identical again afterwards.
+  setup_.world->all_reduce(tessera::view_of(std::span<float>(values)), tessera::ReduceOp::avg)
+      ->wait(setup_.world->timeout());
+}
+
+tessera::StepStats LocalSgdStrategy::evaluate(const tessera::Batch& batch) {
+  TESSERA_CHECK(!params_.empty(), "local_sgd: evaluate before setup");
+  tessera::StepStats stats;
+  if (rows_of(batch.inputs) == 0) return stats;
+  std::vector<tessera::LayerContext> contexts;
+  Tensor logits = forward(batch.inputs, contexts);
+  const auto result = setup_.model->loss(logits, batch.targets);
+  stats.loss = result.loss;
+  stats.correct = result.correct;
+  return stats;
+}
+
+void LocalSgdStrategy::save(tessera::CheckpointWriter& writer) {
+  if (steps_since_average_ != 0) {
+    average(params_);
+    steps_since_average_ = 0;
+  }
+  if (setup_.world->rank() != 0) return;
+  const tessera::FlatShard whole{0, layout_.total};
+  tessera::save_flat_shard(writer, layout_, std::span<const tessera::FlatShard>(&whole, 1), 0,
+                           params_, state_, setup_.optimizer->state_per_param(), true);
+}
+
+void LocalSgdStrategy::load(const tessera::CheckpointReader& reader) {
+  tessera::load_flat_range(reader, layout_, 0, layout_.total, params_, state_,
+                           setup_.optimizer->state_per_param());
+  steps_since_average_ = 0;
+}
+
+void LocalSgdStrategy::synchronize_optimizer_state() {
+  average(state_);
+}
+
+tessera::MemoryReport LocalSgdStrategy::memory_report() const {
+  tessera::MemoryReport report;
+  report.parameter_bytes = params_.size() * sizeof(float);
+  report.gradient_bytes = grads_.size() * sizeof(float);
+  report.optimizer_state_bytes = state_.size() * sizeof(float);
+  return report;
+}
+
+}  // namespace acme

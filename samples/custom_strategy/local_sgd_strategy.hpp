@@ -1,0 +1,60 @@
+#pragma once
+// Local SGD: every rank trains its own replica with the optimizer, without communicating, and
+// every `sync_every` steps the replicas' parameters are averaged with one all-reduce. Fewer,
+// larger messages than DDP's per-step gradient all-reduce, at the price of replicas that drift
+// apart for up to sync_every - 1 steps (Stich, "Local SGD Converges Fast and Communicates
+// Little", ICLR 2019).
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/flat_state.hpp"
+#include "tessera/options.hpp"
+#include "tessera/strategy.hpp"
+
+namespace acme {
+
+class LocalSgdStrategy final : public tessera::Strategy {
+ public:
+  // Options of the [strategy.local_sgd] section (see README.md).
+  explicit LocalSgdStrategy(const tessera::Options& options);
+
+  void setup(const tessera::StrategySetup& setup) override;
+  // Forward, backward and an optimizer step on this rank's batch alone; on every
+  // sync_every-th step the parameters are then averaged over all ranks. The loss and grad_norm
+  // returned are this rank's own: a Local SGD step does not communicate.
+  tessera::StepStats train_step(const tessera::Batch& batch,
+                                const tessera::StepInfo& info) override;
+  // Not collective (the Trainer skips ranks with an empty share): each rank evaluates its own
+  // replica, identical to the others right after an averaging step.
+  tessera::StepStats evaluate(const tessera::Batch& batch) override;
+  // Averages the parameters first (collective), so that the checkpoint holds the model every
+  // rank continues from; rank 0 then writes parameters and its optimizer state.
+  void save(tessera::CheckpointWriter& writer) override;
+  void load(const tessera::CheckpointReader& reader) override;
+  // Averages the optimizer state over ranks (each rank's moments saw only its own data).
+  void synchronize_optimizer_state() override;
+  [[nodiscard]] tessera::MemoryReport memory_report() const override;
+
+ private:
+  // Forward and backward of rows [begin, end) of the batch, gradients added into grads_ with
+  // the given weight. Returns the summed loss and the correct count.
+  std::pair<double, std::size_t> forward_backward(const tessera::Tensor& inputs,
+                                                  const tessera::Tensor& targets, float weight);
+  tessera::Tensor forward(const tessera::Tensor& inputs,
+                          std::vector<tessera::LayerContext>& contexts) const;
+  void average(std::vector<float>& values);
+
+  std::int64_t sync_every_;
+  tessera::StrategySetup setup_;
+  tessera::FlatLayout layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<float> state_;
+  // Views of params_ and grads_, one list per layer, in ParamSpec order.
+  std::vector<std::vector<tessera::BufferView>> layer_params_;
+  std::vector<std::vector<tessera::BufferView>> layer_grads_;
+  std::int64_t steps_since_average_ = 0;
+};
+
+}  // namespace acme
