@@ -1,6 +1,7 @@
 #pragma once
 // The little JSON the trainer writes (metrics lines, the summary): numbers and escaped strings.
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -33,8 +34,8 @@ namespace tessera::trainer {
 [[nodiscard]] inline std::string json_number(double value) {
   if (!std::isfinite(value)) return "null";
   char text[32];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
+  const auto result = std::to_chars(text, text + sizeof text, value);
+  return {text, result.ptr};
 }
 
 }  // namespace tessera::trainer

@@ -33,6 +33,9 @@ ProgressReporter::ProgressReporter(ProgressMode mode, const std::filesystem::pat
   in_place_ = mode == ProgressMode::bar || (mode == ProgressMode::automatic && ::isatty(2) == 1);
   if (!metrics_file.empty()) {
     // Appended to, so that a resumed run keeps the lines of the run it continues.
+    std::error_code ignored;  // a missing folder is reported by the open below
+    if (metrics_file.has_parent_path())
+      std::filesystem::create_directories(metrics_file.parent_path(), ignored);
     metrics_.open(metrics_file, std::ios::app);
     if (!metrics_) throw ConfigError("cannot open metrics_file " + metrics_file.string());
   }

@@ -1,0 +1,107 @@
+// `tessera train --config FILE [-n N] [--resume] [--summary FILE] [--section.key=value ...]`.
+// In-process transports run the ranks as threads here; multi-process ones re-execute this
+// command through the launcher, one worker per rank. Everything else is the public Trainer.
+
+#include "train.hpp"
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "tessera/config.hpp"
+#include "tessera/launch_env.hpp"
+#include "tessera/launcher.hpp"
+#include "tessera/registry.hpp"
+#include "tessera/trainer.hpp"
+#include "tessera/transport.hpp"
+#include "tessera/world.hpp"
+#include "usage_error.hpp"
+
+namespace tessera::cli {
+
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr const char* kUsage =
+    "usage: tessera train --config FILE [-n N] [--resume] [--summary FILE] "
+    "[--section.key=value ...]\n"
+    "  trains the [train] section's model (docs/training.md); N ranks are threads of this\n"
+    "  process for in-process transports (local) and launched processes otherwise (shm)\n";
+
+int relaunch_as_workers(int processes, const std::vector<std::string>& args,
+                        const PluginRegistry& registry) {
+  LaunchOptions launch;
+  launch.processes = processes;
+  launch.rank0_only_output = true;
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train"};
+  launch.command.insert(launch.command.end(), args.begin(), args.end());
+  launch.command.emplace_back("--runtime.store=tcp");
+  const LaunchResult result = launch_workers(launch, registry);
+  if (result.exit_code != 0) std::cerr << "tessera: error: " << result.failure << "\n";
+  return result.exit_code;
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  std::string config_file;
+  std::string summary_file;
+  int processes = 0;
+  bool resume = false;
+  po::options_description flags("train");
+  flags.add_options()("help,h", "this help")("config", po::value(&config_file), "INI file")(
+      "n,n", po::value(&processes), "ranks (threads for in-process transports, else processes)")(
+      "resume", po::bool_switch(&resume), "continue from the newest checkpoint in checkpoint_dir")(
+      "summary", po::value(&summary_file), "write a JSON summary of the run here (rank 0)");
+  po::variables_map vm;
+  po::parsed_options parsed(nullptr);
+  try {
+    parsed = po::command_line_parser(args).options(flags).allow_unregistered().run();
+    po::store(parsed, vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string("train: ") + e.what());
+  }
+  if (vm.count("help") != 0U) {
+    std::cout << kUsage << flags;
+    return 0;
+  }
+  if (processes < 0) throw UsageError("train: -n must be at least 1");
+
+  ConfigSources sources;
+  if (!config_file.empty()) sources.file = config_file;
+  sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
+  const LaunchInfo launch = launch_info_from_environment();
+  if (processes > 0 && launch.source == "none") {
+    sources.flags.push_back("--runtime.world_size=" + std::to_string(processes));
+  }
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  const Config config = Config::load(sources, registry);
+
+  auto probe = config.create<Transport>(registry, "runtime", "transport");
+  const bool multi_process = probe->capabilities().multi_process;
+  probe.reset();
+  const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
+  if (multi_process && launch.source == "none" && world_size > 1) {
+    return relaunch_as_workers(world_size, args, registry);
+  }
+
+  const TrainerOptions options = TrainerOptions::from(config.section("train"));
+  run_world(config, registry, launch, [&](std::shared_ptr<Communicator> world) {
+    const int rank = world->rank();
+    Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
+    const TrainResult result = trainer.run(resume);
+    if (rank != 0) return;
+    std::printf("test accuracy %.2f %%  (%lld steps, %.1f s, %.0f samples/s)\n",
+                100.0 * result.test_accuracy, static_cast<long long>(result.steps), result.seconds,
+                result.samples_per_s);
+    std::fflush(stdout);
+    if (!summary_file.empty()) write_summary_json(summary_file, result);
+  });
+  return 0;
+}
+
+}  // namespace tessera::cli
