@@ -49,7 +49,8 @@ int check(const std::vector<std::string>& args) {
   registry.scan(PluginRegistry::default_search_path());
   const Config config = Config::load(sources, registry);
   for (const auto& failure : registry.failures()) {
-    std::cerr << "tessera: warning: " << failure.reason << "\n";
+    std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
+              << "\n";
   }
 
   const auto& core = Config::core_schema();

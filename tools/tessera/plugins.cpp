@@ -74,7 +74,8 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
   std::cout << "\n], \"failures\": [";
   for (std::size_t i = 0; i < failures.size(); ++i) {
     std::cout << (i ? ",\n  " : "\n  ") << "{\"file\": " << json_string(failures[i].file.string())
-              << ", \"reason\": " << json_string(failures[i].reason) << "}";
+              << ", \"reason\": " << json_string(failures[i].reason)
+              << ", \"shadowed\": " << (failures[i].shadowed ? "true" : "false") << "}";
   }
   std::cout << "\n]}\n";
 }
@@ -120,7 +121,8 @@ int run_plugins(const std::vector<std::string>& args) {
     for (const auto& dir : vm["path"].as<std::vector<std::string>>()) registry.scan_directory(dir);
   }
   for (const auto& failure : registry.failures()) {
-    std::cerr << "tessera: warning: " << failure.reason << "\n";
+    std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
+              << "\n";
   }
   const auto plugins = registry.plugins(kind);
   if (vm.count("json")) {

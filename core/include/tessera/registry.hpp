@@ -27,6 +27,10 @@ struct PluginInfo {
 struct PluginLoadFailure {
   std::filesystem::path file;
   std::string reason;
+  // A well-formed plugin whose kind and name a file found earlier already took: usually the
+  // same plugin twice on the search path (a build tree's and an installed copy). The earlier
+  // one is used; worth a note, not a warning.
+  bool shadowed = false;
 };
 
 // No global state: a host may hold several registries. Loaded libraries stay mapped while the

@@ -39,6 +39,13 @@ namespace {
   throw PluginError(file.string() + ": " + why);
 }
 
+// Thrown by load_file for a second plugin of the same kind and name, so that scan_directory
+// can record it as shadowed rather than broken.
+class ShadowedPlugin : public PluginError {
+ public:
+  using PluginError::PluginError;
+};
+
 boost::dll::shared_library open_library(const std::filesystem::path& file) {
   std::error_code ec;
   // RTLD_NOW: a plugin with an unresolved symbol is refused here, with the symbol named,
@@ -119,6 +126,8 @@ void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
   for (const auto& file : files) {
     try {
       (void)load_file(file);
+    } catch (const ShadowedPlugin& e) {
+      failures_.push_back({file, e.what(), true});
     } catch (const PluginError& e) {
       failures_.push_back({file, e.what()});
     }
@@ -148,10 +157,14 @@ const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
   names.insert(names.begin(), info.name);
   for (const auto& loaded : loaded_) {
     for (const auto& name : names) {
-      if (loaded->answers_to(info.kind, name)) {
-        refuse(file, std::string(plugin_kind_name(info.kind)) + " name '" + name +
-                         "' is already taken by " + loaded->info.file.string());
+      if (!loaded->answers_to(info.kind, name)) continue;
+      const std::string why = std::string(plugin_kind_name(info.kind)) + " name '" + name +
+                              "' is already taken by " + loaded->info.file.string();
+      if (loaded->info.name == info.name) {
+        throw ShadowedPlugin(file.string() + ": " + why +
+                             "; this copy is ignored (the first found on the search path wins)");
       }
+      refuse(file, why);
     }
   }
 
