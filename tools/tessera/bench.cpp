@@ -44,7 +44,8 @@ int relaunch_as_workers(int processes, const std::vector<std::string>& args,
   LaunchOptions launch;
   launch.processes = processes;
   launch.rank0_only_output = true;
-  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench"};
+  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench",
+                    "collectives"};
   launch.command.insert(launch.command.end(), args.begin(), args.end());
   launch.command.emplace_back("--runtime.store=tcp");
   const LaunchResult result = launch_workers(launch, registry);

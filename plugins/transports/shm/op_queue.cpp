@@ -134,6 +134,9 @@ bool OpQueue::run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadl
   } else {
     std::exception_ptr error;
     try {
+      // A verdict published by another rank (abort, death, timeout) fails every later
+      // operation, even one whose own synchronisation would happen to succeed.
+      group_->throw_if_failed(item.work->operation());
       item.body();
     } catch (...) {
       error = error_for(*item.work, std::current_exception());
