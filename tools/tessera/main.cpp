@@ -9,6 +9,7 @@
 #include "config_check.hpp"
 #include "launch.hpp"
 #include "plugins.hpp"
+#include "selfcheck.hpp"
 #include "tessera/build_id.hpp"
 #include "tessera/error.hpp"
 #include "tessera/plugin_abi.h"
@@ -32,6 +33,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_config},
     {"launch", "start the processes of one job on this host", &tessera::cli::run_launch},
     {"train", "train a model as the config says, over N ranks", &tessera::cli::run_train},
+    {"selfcheck", "all-reduce self-check of a transport over N ranks",
+     &tessera::cli::run_selfcheck},
     {"bench", "measure collectives over a transport (the nccl-tests table)",
      &tessera::cli::run_bench},
 };
