@@ -39,3 +39,6 @@ string(REGEX REPLACE "/$" "" tessera_pc_to_prefix "${tessera_pc_to_prefix}")
 configure_file(cmake/tessera.pc.in "${PROJECT_BINARY_DIR}/tessera.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/tessera.pc"
   DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+
+# The plugin skeleton, for authors who have the installed package but not the sources.
+install(DIRECTORY sdk/template/ DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/template")

@@ -1,0 +1,22 @@
+#include "sign_sgd.hpp"
+
+#include "tessera/error.hpp"
+
+namespace my_plugin {
+
+SignSgd::SignSgd(const tessera::Options& options)
+    : weight_decay_(static_cast<float>(options.get_float("weight_decay"))) {
+  // Throw tessera's errors: the host rethrows them with their type across the plugin boundary.
+  TESSERA_CHECK(weight_decay_ >= 0.0F, "sign_sgd: weight_decay must not be negative");
+}
+
+void SignSgd::step(std::span<float> params, std::span<const float> grads,
+                   std::span<float> /*state*/, const tessera::StepInfo& info) const {
+  const float lr = info.learning_rate;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const float sign = grads[i] > 0.0F ? 1.0F : (grads[i] < 0.0F ? -1.0F : 0.0F);
+    params[i] -= lr * (sign + weight_decay_ * params[i]);
+  }
+}
+
+}  // namespace my_plugin

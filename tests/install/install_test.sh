@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# One case of the install suite (see CMakeLists.txt): install_test.sh CASE. Reads
+# INSTALL_TEST_BUILD_DIR, INSTALL_TEST_SOURCE_DIR, INSTALL_WORK, CMAKE_COMMAND, CMAKE_GENERATOR and CXX.
+# Every command that could block runs under `timeout`.
+set -euo pipefail
+
+case_name=$1
+prefix="$INSTALL_WORK/prefix"
+samples="$INSTALL_TEST_SOURCE_DIR/samples"
+tessera="$prefix/bin/tessera"
+scratch="$INSTALL_WORK/$case_name"
+rm -rf "$scratch" && mkdir -p "$scratch"
+unset LD_LIBRARY_PATH TESSERA_PLUGIN_PATH
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+run() { timeout 120 "$@"; }
+
+# Builds an out-of-tree CMake project against a prefix: build_against SRC BUILD PREFIX [ARGS...]
+build_against() {
+  local src=$1 build=$2 against=$3
+  shift 3
+  run "$CMAKE_COMMAND" -S "$src" -B "$build" -G "$CMAKE_GENERATOR" \
+    -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_PREFIX_PATH="$against" "$@" >"$build.configure.log" 2>&1 ||
+    { cat "$build.configure.log"; fail "configuring $src against $against"; }
+  run "$CMAKE_COMMAND" --build "$build" >"$build.build.log" 2>&1 ||
+    { cat "$build.build.log"; fail "building $src"; }
+}
+
+# The value of a numeric field of a --summary JSON file.
+json_number() { sed -n "s/.*\"$2\": \([-0-9.eE+]*\).*/\1/p" "$1" | head -n1; }
+# awk exits 0 when the condition on a and b holds.
+holds() { awk -v a="$1" -v b="$2" "BEGIN { exit !($3) }"; }
+
+local_sgd_plugins="$INSTALL_WORK/local_sgd_built/build/plugins"
+
+case "$case_name" in
+installs_a_complete_prefix)
+  rm -rf "$prefix"
+  run "$CMAKE_COMMAND" --install "$INSTALL_TEST_BUILD_DIR" --prefix "$prefix" >"$scratch/install.log"
+  for f in bin/tessera lib/libtessera.so include/tessera/version.hpp include/tessera/registry.hpp \
+    include/tessera/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
+    lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
+    lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
+    lib/pkgconfig/tessera.pc share/tessera/template/CMakeLists.txt \
+    lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so; do
+    [[ -e "$prefix/$f" ]] || fail "$f is missing from the installed prefix"
+  done
+  grep -q "SameMajorVersion\|PACKAGE_VERSION_COMPATIBLE" "$prefix/lib/cmake/tessera/tesseraConfigVersion.cmake" ||
+    fail "tesseraConfigVersion.cmake has no compatibility rule"
+  grep -q "tessera::core" "$prefix/lib/cmake/tessera/tesseraTargets.cmake" || fail "tessera::core not exported"
+  grep -q "tessera::sdk" "$prefix/lib/cmake/tessera/tesseraTargets.cmake" || fail "tessera::sdk not exported"
+  # Nothing installed may point back into the build tree.
+  if readelf -d "$prefix/bin/tessera" "$prefix"/lib/libtessera.so "$prefix"/lib/tessera/plugins/*.so |
+    grep -E 'R(UN)?PATH' | grep -q "$INSTALL_TEST_BUILD_DIR"; then
+    fail "an installed binary has the build tree in its run path"
+  fi
+  ;;
+
+moved_prefix_finds_its_library_and_plugins)
+  # A copy at another path: the CLI must find libtessera through $ORIGIN, and libtessera its
+  # plugins beside itself (PluginRegistry::default_search_path), without any variable.
+  cp -a "$prefix" "$scratch/moved"
+  out=$(run env -u TESSERA_PLUGIN_PATH "$scratch/moved/bin/tessera" plugins --json)
+  grep -q "\"file\": \"$scratch/moved/bin/../lib/tessera/plugins/libtessera_strategy_ddp.so\"" <<<"$out" ||
+    grep -q "\"file\": \"$scratch/moved/lib/tessera/plugins/libtessera_strategy_ddp.so\"" <<<"$out" ||
+    fail "the moved prefix's CLI did not list its own ddp plugin: $out"
+  if grep -q "\"file\": \"$prefix/" <<<"$out"; then fail "the moved CLI loaded plugins of the original prefix"; fi
+  ldd "$scratch/moved/bin/tessera" | grep -q "libtessera.so.0 => $scratch/moved/bin/../lib/" ||
+    fail "the moved CLI does not load its own libtessera: $(ldd "$scratch/moved/bin/tessera" | grep tessera)"
+  ;;
+
+plugins_export_only_their_descriptor)
+  for so in "$prefix"/lib/tessera/plugins/*.so; do
+    symbols=$(nm -D --defined-only "$so" | awk '{print $3}')
+    [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
+      fail "$so exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
+  done
+  ;;
+
+pkg_config_builds_a_host)
+  cat >"$scratch/host.cpp" <<'CPP'
+#include <cstdio>
+#include <cstring>
+#include "tessera/registry.hpp"
+#include "tessera/version.hpp"
+int main() {
+  tessera::PluginRegistry registry;
+  registry.scan(tessera::PluginRegistry::default_search_path());
+  std::printf("%s %zu\n", tessera::version(), registry.plugins().size());
+  return std::strcmp(tessera::version(), TESSERA_VERSION_STRING) == 0 ? 0 : 1;
+}
+CPP
+  export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+  version=$(pkg-config --modversion tessera)
+  read -r -a flags <<<"$(pkg-config --cflags --libs tessera)"
+  run "$CXX" -std=c++20 "$scratch/host.cpp" -o "$scratch/host" "${flags[@]}" \
+    -Wl,-rpath,"$(pkg-config --variable=libdir tessera)"
+  out=$(run "$scratch/host")
+  [[ "$out" == "$version "* ]] || fail "pkg-config says $version, the host printed '$out'"
+  [[ "${out#* }" -gt 5 ]] || fail "the host found too few plugins beside libtessera: $out"
+  ;;
+
+template_builds_out_of_tree_and_trains)
+  cp -r "$prefix/share/tessera/template" "$scratch/src"
+  build_against "$scratch/src" "$scratch/build" "$prefix"
+  listed=$(run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins")
+  grep -q "^optimizer.sign_sgd 1.0.0 (aliases: signsgd)" <<<"$listed" || fail "sign_sgd not listed: $listed"
+  # signSGD on a small synthetic problem: well above the 25 % of chance after 60 steps.
+  run "$tessera" train --plugins.path="$scratch/build/plugins" --train.optimizer=signsgd \
+    --train.lr=0.01 --train.dataset=synthetic --dataset.synthetic.features=32 \
+    --dataset.synthetic.classes=4 --model.mlp.layers=32,32,4 --train.max_steps=60 \
+    --train.progress=off --summary "$scratch/summary.json" >"$scratch/train.log" 2>&1 ||
+    { cat "$scratch/train.log"; fail "training with sign_sgd"; }
+  accuracy=$(json_number "$scratch/summary.json" test_accuracy)
+  holds "$accuracy" 0 "a > 0.6" || fail "sign_sgd reached only $accuracy"
+  ;;
+
+local_sgd_builds_out_of_tree)
+  rm -rf "$INSTALL_WORK/local_sgd_built" && mkdir -p "$INSTALL_WORK/local_sgd_built"
+  build_against "$samples/custom_strategy" "$INSTALL_WORK/local_sgd_built/build" "$prefix"
+  [[ -f "$local_sgd_plugins/libacme_local_sgd.so" ]] || fail "no plugin in $local_sgd_plugins"
+  ;;
+
+local_sgd_is_listed_once_on_the_plugin_path)
+  without=$(run "$tessera" plugins --kind strategy)
+  if grep -q local_sgd <<<"$without"; then fail "local_sgd listed before its folder is on the path"; fi
+  for listing in "$(TESSERA_PLUGIN_PATH="$local_sgd_plugins" run "$tessera" plugins --kind strategy)" \
+    "$(run "$tessera" plugins --kind strategy --path "$local_sgd_plugins")"; do
+    [[ $(grep -c "^strategy.local_sgd 1.0.0" <<<"$listing") -eq 1 ]] ||
+      fail "strategy.local_sgd not listed exactly once: $listing"
+    grep -q "sync_every  int, default '8'" <<<"$listing" || fail "sync_every not listed: $listing"
+  done
+  for config in "$samples/custom_strategy/local_sgd.ini" "$samples/configs/local_sgd.ini"; do
+    run "$tessera" config check "$config" --plugins.path="$local_sgd_plugins" >/dev/null ||
+      fail "$config does not load"
+  done
+  ;;
+
+local_sgd_trains_fashion_mnist_from_its_config)
+  # The sample's own config (2 processes over shm), a few steps.
+  (cd "$scratch" && run "$tessera" train --config "$samples/custom_strategy/local_sgd.ini" \
+    --plugins.path="$local_sgd_plugins" --train.max_steps=40 --train.warmup_steps=10 \
+    --train.progress=off \
+    --summary "$scratch/summary.json") >"$scratch/train.log" 2>&1 ||
+    { cat "$scratch/train.log"; fail "tessera train with local_sgd.ini"; }
+  accuracy=$(json_number "$scratch/summary.json" test_accuracy)
+  holds "$accuracy" 0 "a > 0.5" || fail "local_sgd reached only $accuracy after 40 steps"
+  ;;
+
+local_sgd_averaging_every_step_matches_ddp)
+  # With plain SGD, averaging parameters after every step is averaging gradients: the same
+  # model as ddp up to rounding. Never averaging gives replicas that drift apart.
+  common=(--plugins.path="$local_sgd_plugins" --runtime.transport=local --runtime.world_size=2
+    --train.dataset=synthetic --dataset.synthetic.features=32 --dataset.synthetic.classes=4
+    --model.mlp.layers=32,32,4 --train.optimizer=sgd --train.lr=0.05 --train.max_steps=40
+    --train.progress=off)
+  for run_name in ddp:--train.strategy=ddp every:--strategy.local_sgd.sync_every=1 \
+    never:--strategy.local_sgd.sync_every=100000; do
+    strategy=(--train.strategy=local_sgd)
+    [[ ${run_name%%:*} == ddp ]] && strategy=()
+    run "$tessera" train "${common[@]}" "${strategy[@]}" "${run_name#*:}" \
+      --summary "$scratch/${run_name%%:*}.json" >"$scratch/${run_name%%:*}.log" 2>&1 ||
+      { cat "$scratch/${run_name%%:*}.log"; fail "training $run_name"; }
+  done
+  ddp=$(json_number "$scratch/ddp.json" test_loss)
+  every=$(json_number "$scratch/every.json" test_loss)
+  never=$(json_number "$scratch/never.json" test_loss)
+  holds "$ddp" "$every" "(a - b) ^ 2 < 1e-12" || fail "sync_every=1 gives test loss $every, ddp $ddp"
+  holds "$ddp" "$never" "(a - b) ^ 2 > 1e-8" || fail "without averaging the loss $never equals ddp's $ddp"
+  ;;
+
+embed_host_on_two_processes_matches_one)
+  build_against "$samples/embed_host" "$scratch/build" "$prefix"
+  host="$scratch/build/embed_host"
+  run "$host" --max-steps 40 --batch-size 64 >"$scratch/one.log" 2>&1 ||
+    { cat "$scratch/one.log"; fail "embed_host alone"; }
+  run "$tessera" launch -n 2 -- "$host" --max-steps 40 --batch-size 32 >"$scratch/two.log" 2>&1 ||
+    { cat "$scratch/two.log"; fail "embed_host under tessera launch -n 2"; }
+  one=$(grep -o "ranks 1 .*test accuracy [0-9.]*" "$scratch/one.log") || fail "no result alone: $(cat "$scratch/one.log")"
+  two=$(grep -o "ranks 2 .*test accuracy [0-9.]*" "$scratch/two.log") || fail "no result launched: $(cat "$scratch/two.log")"
+  acc_one=${one##* }
+  acc_two=${two##* }
+  holds "$acc_one" 0 "a > 0.5" || fail "embed_host reached only $acc_one"
+  holds "$acc_one" "$acc_two" "(a - b) ^ 2 < 4e-6" || fail "2 processes reached $acc_two, one $acc_one"
+  ;;
+
+plugin_of_another_abi_major_is_refused_by_name)
+  # What a plugin author gets when building against a tessera whose plugin ABI has another
+  # major: a copy of the prefix whose plugin_abi.h says 2, the template built against it.
+  cp -a "$prefix" "$scratch/abi2"
+  sed -i 's/^#define TESSERA_PLUGIN_ABI_MAJOR 1$/#define TESSERA_PLUGIN_ABI_MAJOR 2/' \
+    "$scratch/abi2/include/tessera/plugin_abi.h"
+  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 2$" "$scratch/abi2/include/tessera/plugin_abi.h" ||
+    fail "could not patch the ABI major"
+  build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/abi2"
+  plugin="$scratch/build/plugins/libsign_sgd.so"
+  run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins" >"$scratch/out" 2>"$scratch/err" ||
+    fail "tessera plugins failed on a refused plugin"
+  grep -qF "tessera: warning: $plugin: abi_major is 2, this libtessera speaks 1" "$scratch/err" ||
+    fail "no refusal naming the file and the field: $(cat "$scratch/err")"
+  if grep -q sign_sgd "$scratch/out"; then fail "the refused plugin was listed"; fi
+  if run "$tessera" train --plugins.path="$scratch/build/plugins" --train.optimizer=sign_sgd \
+    --train.dataset=synthetic --train.max_steps=1 --train.progress=off >"$scratch/train.log" 2>&1; then
+    fail "training with the refused plugin succeeded"
+  fi
+  grep -q "no optimizer plugin named 'sign_sgd'" "$scratch/train.log" || fail "$(cat "$scratch/train.log")"
+  ;;
+
+same_plugin_twice_on_the_path_is_a_note)
+  # The build tree's plugins and the installed ones hold the same names: the first found (the
+  # installed folder beside libtessera) wins, the others are notes, and nothing fails.
+  build_plugins="$INSTALL_TEST_BUILD_DIR/lib/tessera/plugins"
+  TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" plugins --kind strategy >"$scratch/out" 2>"$scratch/err" ||
+    fail "tessera plugins failed with duplicates on the path: $(cat "$scratch/err")"
+  [[ $(grep -c "^strategy.ddp " "$scratch/out") -eq 1 ]] || fail "ddp not listed once: $(cat "$scratch/out")"
+  grep -q "file: $prefix/bin/../lib/tessera/plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
+    fail "the installed ddp did not win: $(cat "$scratch/out")"
+  grep -qF "tessera: note: $build_plugins/libtessera_strategy_ddp.so: strategy name 'ddp' is already taken by" \
+    "$scratch/err" || fail "no note about the second ddp: $(cat "$scratch/err")"
+  if grep -q "warning" "$scratch/err"; then fail "duplicates reported as warnings: $(cat "$scratch/err")"; fi
+  TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" train --train.dataset=synthetic \
+    --train.max_steps=2 --train.progress=off >"$scratch/train.log" 2>&1 ||
+    fail "training with duplicates on the path: $(cat "$scratch/train.log")"
+  ;;
+
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "ok - $case_name"
