@@ -15,6 +15,7 @@ struct TransportUnderTest {
 inline const std::vector<TransportUnderTest>& transports_under_test() {
   static const std::vector<TransportUnderTest> transports = {
       {"local", {1, 2, 3, 4, 5, 8}},
+      {"ucx", {1, 2, 3, 4}},
       {"shm", {1, 2, 3, 4, 8}},
   };
   return transports;

@@ -9,6 +9,7 @@ packages=(
   libtbb-dev libopenblas-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
+  libucx-dev ucx-utils iproute2
 )
 
 missing=()

@@ -1,0 +1,430 @@
+#include "engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backoff.hpp"
+#include "exchange.hpp"
+#include "tags.hpp"
+#include "tessera/error.hpp"
+
+namespace tessera::ucx {
+
+namespace {
+
+constexpr std::size_t kNoticeBytes = 1024;
+constexpr Duration kTeardownTimeout{1000};
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (const int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<UcxContext> context, int rank, int size, Settings settings)
+    : context_(std::move(context)),
+      rank_(rank),
+      size_(size),
+      settings_(settings),
+      worker_(context_, rank, size),
+      departed_(static_cast<std::size_t>(size), false) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->stop = true;
+  }
+  shared_->wake.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::start(std::vector<PeerInfo> peers, Deadline deadline) {
+  peers_ = std::move(peers);
+  std::vector<std::string> addresses;
+  for (const auto& p : peers_) addresses.push_back(p.address);
+  worker_.connect(addresses);
+
+  // A greeting each way makes sure every endpoint is wired up before the first operation, and
+  // that every rank of the group really is there.
+  std::deque<Request> greetings;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    worker_.recv(greetings.emplace_back(), peer, nullptr, 0, collective_tag(peer, 0, 0), kFullMask);
+    worker_.send(greetings.emplace_back(), peer, nullptr, 0, collective_tag(rank_, 0, 0));
+  }
+  Backoff backoff;
+  for (;;) {
+    std::vector<int> silent;
+    for (auto& g : greetings) {
+      if (worker_.poll(g) && g.status != UCS_OK) {
+        for (auto& other : greetings)
+          if (other.is_recv) worker_.cancel(other);
+        const int peer = g.peer;
+        const ucs_status_t status = g.status;
+        adopt(std::move(greetings));
+        drain(orphans_, kTeardownTimeout);
+        throw TransportError("ucx: connect of rank " + std::to_string(rank_) + ": rank " +
+                                 std::to_string(peer) + " failed: " + ucs_status_string(status),
+                             peer, "connect");
+      }
+      if (!g.finished() && g.is_recv) silent.push_back(g.peer);
+    }
+    const bool all_done = std::all_of(greetings.begin(), greetings.end(),
+                                      [](const Request& g) { return g.finished(); });
+    if (all_done) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      for (auto& g : greetings)
+        if (g.is_recv) worker_.cancel(g);
+      adopt(std::move(greetings));
+      drain(orphans_, kTeardownTimeout);
+      throw Timeout("ucx: connect of rank " + std::to_string(rank_) + " of " +
+                    std::to_string(size_) + " timed out; no answer from rank(s) " +
+                    ranks_text(silent));
+    }
+    if (worker_.progress()) {
+      backoff.reset();
+    } else {
+      backoff.idle();
+    }
+  }
+  post_control_recv();
+  thread_ = std::thread([this] { run(); });
+}
+
+std::shared_ptr<QueuedWork> Engine::make_work(std::string operation) const {
+  return std::make_shared<QueuedWork>(
+      std::move(operation), settings_.timeout,
+      [weak = std::weak_ptr<Shared>(shared_), rank = rank_](const std::string& reason) {
+        auto shared = weak.lock();
+        if (!shared) return;
+        std::lock_guard lock(shared->mutex);
+        if (shared->aborted) return;
+        shared->reason = "rank " + std::to_string(rank) + ": " + reason;
+        shared->announce = true;
+        shared->aborted = true;
+        shared->wake.notify_all();
+      });
+}
+
+std::shared_ptr<Work> Engine::submit(std::string operation, std::function<void(Exchange&)> body) {
+  Command command{make_work(std::move(operation)), std::move(body)};
+  auto work = command.work;
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->commands.push_back(std::move(command));
+  }
+  shared_->wake.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> Engine::submit_send(std::string operation, int peer, const void* data,
+                                          std::size_t bytes, std::uint32_t tag) {
+  Command command{make_work(std::move(operation)), {},    true, peer,
+                  const_cast<void*>(data),         bytes, tag};
+  auto work = command.work;
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->commands.push_back(std::move(command));
+  }
+  shared_->wake.notify_all();
+  return work;
+}
+
+std::shared_ptr<Work> Engine::submit_recv(std::string operation, int peer, void* data,
+                                          std::size_t bytes, std::uint32_t tag) {
+  Command command{make_work(std::move(operation)), {}, false, peer, data, bytes, tag};
+  auto work = command.work;
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->commands.push_back(std::move(command));
+  }
+  shared_->wake.notify_all();
+  return work;
+}
+
+void Engine::abort(const std::string& reason, std::optional<int> blame) noexcept {
+  try {
+    std::lock_guard lock(shared_->mutex);
+    if (shared_->aborted) return;
+    shared_->reason = "rank " + std::to_string(rank_) + ": " + reason;
+    shared_->blame = blame;
+    shared_->announce = true;
+    shared_->aborted = true;
+  } catch (...) {
+    shared_->aborted = true;  // out of memory for the reason: still abort
+  }
+  shared_->wake.notify_all();
+}
+
+std::exception_ptr Engine::abort_error(const std::string& operation) const {
+  std::lock_guard lock(shared_->mutex);
+  return std::make_exception_ptr(
+      TransportError("ucx: " + operation + " on rank " + std::to_string(rank_) +
+                         " failed: the group was aborted (" + shared_->reason + ")",
+                     shared_->blame, operation));
+}
+
+void Engine::throw_if_aborted(const std::string& operation) {
+  if (shared_->aborted) std::rethrow_exception(abort_error(operation));
+}
+
+void Engine::adopt(std::deque<Request>&& requests) {
+  for (auto& r : requests) orphans_.push_back(r);
+  requests.clear();
+}
+
+void Engine::post_control_recv() {
+  control_ = Request{};
+  control_.exact_length = false;
+  control_buffer_.assign(kNoticeBytes, '\0');
+  worker_.recv(control_, -1, control_buffer_.data(), control_buffer_.size(),
+               make_tag(TagKind::control, 0, 0), kKindMask);
+}
+
+void Engine::handle_control() {
+  if (!worker_.poll(control_)) return;
+  if (control_.status != UCS_OK) return;  // cancelled at teardown
+  const int source = tag_source(control_.info.sender_tag);
+  std::int32_t kind = 0;
+  std::int32_t blame = -1;
+  if (control_.info.length >= 2 * sizeof(std::int32_t) && source >= 0 && source < size_) {
+    std::memcpy(&kind, control_buffer_.data(), sizeof kind);
+    std::memcpy(&blame, control_buffer_.data() + sizeof kind, sizeof blame);
+    const std::string text(control_buffer_.data() + 2 * sizeof(std::int32_t),
+                           control_.info.length - 2 * sizeof(std::int32_t));
+    if (kind == static_cast<std::int32_t>(Notice::goodbye)) {
+      departed_[static_cast<std::size_t>(source)] = true;
+    } else {
+      std::lock_guard lock(shared_->mutex);
+      if (!shared_->aborted) {
+        shared_->reason = text;  // already "rank S: why"
+        shared_->blame = blame >= 0 ? std::optional<int>(blame) : std::optional<int>(source);
+        shared_->aborted = true;  // learnt from a peer: nothing to announce
+      }
+    }
+  }
+  post_control_recv();
+}
+
+void Engine::send_notice(int peer, Notice kind, const std::string& text, std::optional<int> blame) {
+  auto& payload = notice_payloads_.emplace_back(2 * sizeof(std::int32_t), '\0');
+  const auto k = static_cast<std::int32_t>(kind);
+  const std::int32_t b = blame.value_or(-1);
+  std::memcpy(payload.data(), &k, sizeof k);
+  std::memcpy(payload.data() + sizeof k, &b, sizeof b);
+  payload += text.substr(0, kNoticeBytes - payload.size());
+  worker_.send(notices_.emplace_back(), peer, payload.data(), payload.size(),
+               make_tag(TagKind::control, rank_, 0));
+}
+
+bool Engine::service() {
+  bool progressed = worker_.progress();
+  handle_control();
+  for (const auto& [peer, why] : worker_.take_failed_peers()) {
+    progressed = true;
+    if (departed_[static_cast<std::size_t>(peer)]) continue;  // it left on purpose
+    abort("lost the connection to rank " + std::to_string(peer) + " (" + why +
+              "): the process died or its network failed",
+          peer);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_liveness_check_) {
+    next_liveness_check_ = now + settings_.liveness_interval;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || departed_[static_cast<std::size_t>(peer)]) continue;
+      if (!process_alive(peers_[static_cast<std::size_t>(peer)],
+                         peers_[static_cast<std::size_t>(rank_)])) {
+        abort("rank " + std::to_string(peer) + " (pid " +
+                  std::to_string(peers_[static_cast<std::size_t>(peer)].pid) +
+                  ") is no longer running",
+              peer);
+      }
+    }
+  }
+  for (auto& n : notices_) worker_.poll(n);
+  return progressed;
+}
+
+void Engine::execute(Command& command) {
+  const std::string& operation = command.work->operation();
+  if (shared_->aborted) {
+    command.work->complete(abort_error(operation));
+    return;
+  }
+  if (command.collective) {
+    std::exception_ptr error;
+    try {
+      Exchange exchange(*this, operation, ++sequence_);
+      command.collective(exchange);
+    } catch (...) {
+      error = std::current_exception();
+      if (!shared_->aborted) abort(operation + " failed", std::nullopt);
+    }
+    command.work->complete(error);
+    return;
+  }
+  auto& pending =
+      pending_.emplace_back(Pending{command.work, {}, deadline_after(settings_.timeout)});
+  if (command.is_send) {
+    worker_.send(pending.request, command.peer, command.data, command.bytes,
+                 make_tag(TagKind::p2p, rank_, command.tag));
+  } else {
+    worker_.recv(pending.request, command.peer, command.data, command.bytes,
+                 make_tag(TagKind::p2p, command.peer, command.tag), kFullMask);
+  }
+  poll_pending(false);
+}
+
+void Engine::poll_pending(bool failing) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto& p = *it;
+    const std::string& operation = p.work->operation();
+    const std::string peer = std::to_string(p.request.peer);
+    if (worker_.poll(p.request)) {
+      if (p.request.status == UCS_OK) {
+        p.work->complete(nullptr);
+      } else {
+        abort(operation + " failed: " +
+                  (p.request.status == UCS_ERR_MESSAGE_TRUNCATED
+                       ? "rank " + peer + " sent " + std::to_string(p.request.info.length) +
+                             " bytes where " + std::to_string(p.request.expected_bytes) +
+                             " were expected"
+                       : std::string(ucs_status_string(p.request.status))),
+              p.request.peer);
+        p.work->complete(abort_error(operation));
+      }
+      it = pending_.erase(it);
+      continue;
+    }
+    if (!failing && now >= p.deadline) {
+      abort(operation + " timed out after " + std::to_string(settings_.timeout.count()) +
+                " ms waiting for rank " + peer,
+            p.request.peer);
+      failing = true;
+    }
+    if (!failing && departed_[static_cast<std::size_t>(p.request.peer)]) {
+      abort(operation + ": rank " + peer + " destroyed its communicator", p.request.peer);
+      failing = true;
+    }
+    if (failing) {
+      if (p.request.is_recv) worker_.cancel(p.request);
+      orphans_.push_back(p.request);
+      p.work->complete(abort_error(operation));
+      it = pending_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+void Engine::on_aborted() {
+  if (aborted_handled_) return;
+  aborted_handled_ = true;
+  bool announce = false;
+  std::string reason;
+  std::optional<int> blame;
+  {
+    std::lock_guard lock(shared_->mutex);
+    announce = shared_->announce;
+    reason = shared_->reason;
+    blame = shared_->blame;
+  }
+  poll_pending(true);
+  if (!announce) return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
+      send_notice(peer, Notice::abort, reason, blame);
+  }
+}
+
+void Engine::run() {
+  Backoff backoff;
+  for (;;) {
+    std::optional<Command> command;
+    bool stopping = false;
+    {
+      std::unique_lock lock(shared_->mutex);
+      const auto ready = [&] {
+        return shared_->stop || !shared_->commands.empty() ||
+               (shared_->aborted && !aborted_handled_);
+      };
+      if (pending_.empty()) {
+        shared_->wake.wait(lock, ready);
+      } else if (backoff.sleeping()) {
+        shared_->wake.wait_for(lock, std::chrono::microseconds(200), ready);
+      }
+      if (!shared_->commands.empty() && !shared_->stop) {
+        command = std::move(shared_->commands.front());
+        shared_->commands.pop_front();
+      }
+      stopping = shared_->stop;
+    }
+    if (stopping) break;
+    if (shared_->aborted) on_aborted();
+    if (command) {
+      execute(*command);
+      backoff.reset();
+    } else if (!pending_.empty()) {
+      if (service()) {
+        backoff.reset();
+      } else {
+        backoff.idle();
+      }
+      poll_pending(false);
+    }
+  }
+  teardown();
+}
+
+void Engine::teardown() {
+  std::deque<Command> abandoned;
+  {
+    std::lock_guard lock(shared_->mutex);
+    abandoned.swap(shared_->commands);
+  }
+  if (!abandoned.empty() || !pending_.empty()) {
+    abort("destroyed its communicator with operations pending", rank_);
+  }
+  for (auto& command : abandoned) command.work->complete(abort_error(command.work->operation()));
+  if (shared_->aborted) {
+    on_aborted();
+  } else {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
+        send_notice(peer, Notice::goodbye, {}, std::nullopt);
+    }
+  }
+  drain(notices_, kTeardownTimeout);
+  for (auto& o : orphans_)
+    if (o.is_recv) worker_.cancel(o);
+  worker_.cancel(control_);
+  orphans_.push_back(control_);
+  drain(orphans_, kTeardownTimeout);
+  worker_.close(kTeardownTimeout);
+}
+
+void Engine::drain(std::deque<Request>& requests, Duration timeout) {
+  const Deadline deadline = deadline_after(timeout);
+  Backoff backoff;
+  for (;;) {
+    bool all = true;
+    for (auto& r : requests) all = worker_.poll(r) && all;
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    if (worker_.progress()) {
+      backoff.reset();
+    } else {
+      backoff.idle();
+    }
+  }
+  // Whatever is left is released to UCX, which finishes it when its endpoint closes.
+  for (auto& r : requests) {
+    if (r.handle != nullptr) ucp_request_free(r.handle);
+    r.handle = nullptr;
+  }
+  requests.clear();
+}
+
+}  // namespace tessera::ucx

@@ -1,0 +1,143 @@
+#pragma once
+// Engine: the thread that owns one communicator's UCX worker. Operations run on it one at a
+// time in issue order; a collective runs to its end there (its messages are an Exchange), a
+// send or receive is only posted there and completes later while the engine keeps progressing
+// the worker, so that a send never waits for its receive to be issued.
+//
+// Failures all end in one place, abort(): a peer's endpoint failing, a peer process on this
+// host vanishing, a deadline passing, or abort() from the user. A local abort is announced to
+// every peer with a control message carrying the reason and the rank to blame, so that the
+// whole group fails fast with the same story.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "peer_info.hpp"
+#include "tessera/transport_support.hpp"
+#include "ucx_worker.hpp"
+
+namespace tessera::ucx {
+
+struct Settings {
+  Duration timeout{300000};
+  std::size_t small_bytes = 64 * 1024;      // up to this, one-round algorithms
+  std::size_t segment_bytes = 1024 * 1024;  // pipeline unit of the large algorithms
+  Duration liveness_interval{250};          // how often same-host peer processes are checked
+};
+
+class Exchange;
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<UcxContext> context, int rank, int size, Settings settings);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  [[nodiscard]] const std::string& address() const noexcept { return worker_.address(); }
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] const Settings& settings() const noexcept { return settings_; }
+  [[nodiscard]] const std::shared_ptr<UcxContext>& context() const noexcept { return context_; }
+  [[nodiscard]] const PeerInfo& peer(int rank) const {
+    return peers_[static_cast<std::size_t>(rank)];
+  }
+
+  // Connects to every peer and greets each one, then starts the engine thread. Blocking, on
+  // the caller's thread. Throws Timeout naming the ranks that never answered by `deadline`.
+  void start(std::vector<PeerInfo> peers, Deadline deadline);
+
+  // Queue a collective body / a send / a receive. Returns at once.
+  std::shared_ptr<Work> submit(std::string operation, std::function<void(Exchange&)> body);
+  std::shared_ptr<Work> submit_send(std::string operation, int peer, const void* data,
+                                    std::size_t bytes, std::uint32_t tag);
+  std::shared_ptr<Work> submit_recv(std::string operation, int peer, void* data, std::size_t bytes,
+                                    std::uint32_t tag);
+
+  // Thread-safe, idempotent, non-blocking. `blame` is the rank at fault, when known.
+  void abort(const std::string& reason, std::optional<int> blame) noexcept;
+
+  // --- for Exchange, on the engine thread ---
+  [[nodiscard]] UcxWorker& worker() noexcept { return worker_; }
+  // Progresses the worker and handles failures and control messages; returns whether
+  // anything happened. Never throws.
+  bool service();
+  // Throws the group's TransportError for `operation` if the group was aborted.
+  void throw_if_aborted(const std::string& operation);
+  // Whether `peer` announced that it destroyed its communicator.
+  [[nodiscard]] bool departed(int peer) const { return departed_[static_cast<std::size_t>(peer)]; }
+  // Hands over requests of a failed operation, to be finished and freed at teardown.
+  void adopt(std::deque<Request>&& requests);
+
+ private:
+  struct Command {
+    std::shared_ptr<QueuedWork> work;
+    std::function<void(Exchange&)> collective;  // empty for p2p
+    bool is_send = false;
+    int peer = -1;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    std::uint32_t tag = 0;
+  };
+  struct Pending {
+    std::shared_ptr<QueuedWork> work;
+    Request request;
+    Deadline deadline;
+  };
+  // What abort() and the Works' timeout handlers share; outlives the engine if a Work does.
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<Command> commands;
+    bool stop = false;
+    std::atomic<bool> aborted{false};
+    bool announce = false;  // the abort began here: tell the peers
+    std::string reason;
+    std::optional<int> blame;
+  };
+  enum class Notice : std::int32_t { abort = 1, goodbye = 2 };
+
+  void run();
+  void execute(Command& command);
+  void poll_pending(bool failing);
+  void on_aborted();
+  void teardown();
+  void post_control_recv();
+  void handle_control();
+  void send_notice(int peer, Notice kind, const std::string& text, std::optional<int> blame);
+  void drain(std::deque<Request>& requests, Duration timeout);
+  [[nodiscard]] std::shared_ptr<QueuedWork> make_work(std::string operation) const;
+  [[nodiscard]] std::exception_ptr abort_error(const std::string& operation) const;
+
+  std::shared_ptr<UcxContext> context_;
+  const int rank_;
+  const int size_;
+  const Settings settings_;
+  UcxWorker worker_;
+  std::vector<PeerInfo> peers_;
+  std::vector<bool> departed_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+
+  // Engine-thread state.
+  std::uint64_t sequence_ = 0;
+  std::list<Pending> pending_;
+  std::deque<Request> orphans_;
+  std::deque<Request> notices_;
+  std::deque<std::string> notice_payloads_;
+  Request control_;
+  std::string control_buffer_;
+  bool aborted_handled_ = false;
+  std::chrono::steady_clock::time_point next_liveness_check_{};
+  std::thread thread_;
+};
+
+}  // namespace tessera::ucx

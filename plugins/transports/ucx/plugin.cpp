@@ -1,0 +1,23 @@
+#include "tessera/sdk/plugin.hpp"
+
+#include "ucx_transport.hpp"
+
+namespace {
+
+constexpr tessera_option_desc kOptions[] = {
+    {"timeout", "duration", "300s",
+     "deadline of every operation while it waits for peers; also Work::wait's default", nullptr},
+    {"small_size", "size", "64KiB",
+     "all_reduce and broadcast up to this many bytes use the one-round algorithms", nullptr},
+    {"segment_size", "size", "1MiB",
+     "pipeline unit of the large algorithms: owners reduce and forward one segment at a time",
+     nullptr},
+    {"liveness_interval", "duration", "250ms",
+     "how often a waiting rank checks that its peer processes on this host still run", nullptr},
+};
+
+}  // namespace
+
+TESSERA_PLUGIN(transport, "ucx", "1.0.0",
+               "processes on any hosts over UCX UCP (TCP, shared memory, RDMA; see UCX_TLS)",
+               TESSERA_NO_ALIASES, kOptions, tessera::ucx::UcxTransport)
