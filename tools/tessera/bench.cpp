@@ -44,6 +44,7 @@ int relaunch_as_workers(int processes, const std::vector<std::string>& args,
   LaunchOptions launch;
   launch.processes = processes;
   launch.rank0_only_output = true;
+  launch.prefix_stdout = false;  // the table or JSON rows come out as rank 0 wrote them
   launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench",
                     "collectives"};
   launch.command.insert(launch.command.end(), args.begin(), args.end());

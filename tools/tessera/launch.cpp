@@ -23,6 +23,7 @@ exits 0; when one fails, stops the others and exits with its code (128 + signal 
 options:
   -n, --nproc N          number of worker processes (required)
   --rank0-only-output    relay only rank 0's stdout (every rank's stderr is still shown)
+  --no-prefix            relay stdout lines without the "[rank R] " prefix (stderr keeps it)
   --store-host HOST      address the store server binds (default 127.0.0.1)
   --store-port PORT      port the store server binds (default 0: a free one)
   --timeout T            stop the job after T (e.g. 90s, 2h; default: no limit); exit 124
@@ -64,6 +65,8 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       have_n = true;
     } else if (a == "--rank0-only-output") {
       options.rank0_only_output = true;
+    } else if (a == "--no-prefix") {
+      options.prefix_stdout = false;
     } else if (a == "--store-host") {
       options.store_host = value_of(a);
     } else if (a == "--store-port") {

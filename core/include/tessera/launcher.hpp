@@ -16,6 +16,7 @@ struct LaunchOptions {
   int processes = 1;                 // workers to start on this host
   std::vector<std::string> command;  // program (searched in PATH) and its arguments
   bool rank0_only_output = false;    // relay only rank 0's stdout (stderr of every rank is kept)
+  bool prefix_stdout = true;  // "[rank R] " before each stdout line (off: machine-readable output)
   std::string store_host = "127.0.0.1";  // where the store server binds
   int store_port = 0;                    // 0: a free port
   std::optional<Duration> timeout;       // the whole job's deadline; none: no deadline

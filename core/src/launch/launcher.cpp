@@ -83,7 +83,8 @@ class Job {
   void add(const WorkerProcess& worker) {
     live_.push_back(worker);
     const bool shown = !options_.rank0_only_output || worker.rank == 0;
-    relays_.emplace_back(worker.rank, worker.stdout_fd, shown ? options_.stdout_fd : -1);
+    relays_.emplace_back(worker.rank, worker.stdout_fd, shown ? options_.stdout_fd : -1,
+                         options_.prefix_stdout);
     relays_.emplace_back(worker.rank, worker.stderr_fd, options_.stderr_fd);
   }
 

@@ -23,8 +23,10 @@ void write_all(int fd, std::string_view data) {
 
 }  // namespace
 
-LineRelay::LineRelay(int rank, int source, int target)
-    : prefix_("[rank " + std::to_string(rank) + "] "), source_(source), target_(target) {
+LineRelay::LineRelay(int rank, int source, int target, bool prefix)
+    : prefix_(prefix ? "[rank " + std::to_string(rank) + "] " : std::string()),
+      source_(source),
+      target_(target) {
   ::fcntl(source_, F_SETFL, ::fcntl(source_, F_GETFL) | O_NONBLOCK);
 }
 

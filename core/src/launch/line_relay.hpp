@@ -10,7 +10,7 @@ namespace tessera::launch {
 class LineRelay {
  public:
   // `target` < 0 drains the stream without printing (rank-0-only output).
-  LineRelay(int rank, int source, int target);
+  LineRelay(int rank, int source, int target, bool prefix = true);
   ~LineRelay();
   LineRelay(LineRelay&& other) noexcept;
   LineRelay& operator=(LineRelay&&) = delete;
