@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "collective_bench.hpp"
+#include "self_launch.hpp"
 #include "tessera/config.hpp"
 #include "tessera/error.hpp"
 #include "tessera/launch_env.hpp"
@@ -35,23 +36,6 @@ std::vector<std::string> split_list(const std::string& text) {
     if (!item.empty()) items.push_back(item);
   }
   return items;
-}
-
-// Starts `-n` copies of this very command through the launcher (one rank per process) and
-// returns the job's exit code; rank 0 alone prints.
-int relaunch_as_workers(int processes, const std::vector<std::string>& args,
-                        const PluginRegistry& registry) {
-  LaunchOptions launch;
-  launch.processes = processes;
-  launch.rank0_only_output = true;
-  launch.prefix_stdout = false;  // the table or JSON rows come out as rank 0 wrote them
-  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "bench",
-                    "collectives"};
-  launch.command.insert(launch.command.end(), args.begin(), args.end());
-  launch.command.emplace_back("--runtime.store=tcp");
-  const LaunchResult result = launch_workers(launch, registry);
-  if (result.exit_code != 0) std::cerr << "tessera: error: " << result.failure << "\n";
-  return result.exit_code;
 }
 
 }  // namespace
@@ -103,7 +87,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::shared_ptr<Transport> probe = config.create<Transport>(registry, "runtime", "transport");
   if (probe->capabilities().multi_process && launch.source == "none" && processes > 1) {
     probe.reset();
-    return relaunch_as_workers(processes, rest, registry);
+    return relaunch_as_workers({"bench", "collectives"}, processes, rest, registry, true);
   }
   probe.reset();
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "self_launch.hpp"
 #include "tessera/config.hpp"
 #include "tessera/launch_env.hpp"
 #include "tessera/launcher.hpp"
@@ -29,19 +30,6 @@ constexpr const char* kUsage =
     "[--section.key=value ...]\n"
     "  trains the [train] section's model (docs/training.md); N ranks are threads of this\n"
     "  process for in-process transports (local) and launched processes otherwise (shm)\n";
-
-int relaunch_as_workers(int processes, const std::vector<std::string>& args,
-                        const PluginRegistry& registry) {
-  LaunchOptions launch;
-  launch.processes = processes;
-  launch.rank0_only_output = true;
-  launch.command = {std::filesystem::read_symlink("/proc/self/exe").string(), "train"};
-  launch.command.insert(launch.command.end(), args.begin(), args.end());
-  launch.command.emplace_back("--runtime.store=tcp");
-  const LaunchResult result = launch_workers(launch, registry);
-  if (result.exit_code != 0) std::cerr << "tessera: error: " << result.failure << "\n";
-  return result.exit_code;
-}
 
 }  // namespace
 
@@ -86,7 +74,7 @@ int run_train(const std::vector<std::string>& args) {
   probe.reset();
   const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
   if (multi_process && launch.source == "none" && world_size > 1) {
-    return relaunch_as_workers(world_size, args, registry);
+    return relaunch_as_workers({"train"}, world_size, args, registry, false);
   }
 
   const TrainerOptions options = TrainerOptions::from(config.section("train"));
