@@ -108,7 +108,8 @@ std::pair<double, double> Trainer::evaluate() {
   double totals[3] = {0.0, 0.0, 0.0};
   for (std::size_t s = 0; s < shard.steps(); ++s) {
     const auto indices = shard.batch(s);
-    if (indices.empty()) continue;
+    // Called with an empty share too: evaluate is collective for sharded strategies (zero3
+    // gathers every unit), so every rank must call it as often as the others.
     const auto stats = parts_.strategy->evaluate(data.gather(Split::test, indices));
     totals[0] += static_cast<double>(stats.correct);
     totals[1] += stats.loss * static_cast<double>(indices.size());
