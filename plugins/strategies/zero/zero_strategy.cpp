@@ -1,0 +1,456 @@
+#include "zero_strategy.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/error.hpp"
+#include "tessera/grad_clip.hpp"
+#include "tessera/gradient_sync.hpp"
+#include "tessera/init.hpp"
+#include "tessera/sharded_checkpoint.hpp"
+
+namespace tessera::zero {
+
+namespace {
+
+ZeroConfig config_from(const Options& options, ZeroStage stage) {
+  ZeroConfig config;
+  config.stage = stage;
+  config.bucket_cap_bytes = options.get_size("bucket_cap");
+  config.first_bucket_bytes = options.get_size("first_bucket");
+  return config;
+}
+
+// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
+Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
+  Shape shape = tensor.shape();
+  const std::size_t row_elements = tensor.count() / shape.at(0);
+  shape[0] = end - begin;
+  Tensor out(shape, tensor.dtype());
+  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
+  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
+              (end - begin) * row_bytes);
+  return out;
+}
+
+void scale(Tensor& tensor, float factor) {
+  for (float& x : tensor.as<float>()) x *= factor;
+}
+
+void wait_all(std::vector<std::shared_ptr<Work>>& works, Duration timeout) {
+  for (auto& work : works) {
+    if (work) work->wait(timeout);
+  }
+  works.clear();
+}
+
+// A destructor cannot report errors; in-flight operations must still land before the buffers
+// they write die.
+void drain(std::vector<std::shared_ptr<Work>>& works) noexcept {
+  for (auto& work : works) {
+    if (!work) continue;
+    try {
+      work->wait();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): see above
+    }
+  }
+  works.clear();
+}
+
+}  // namespace
+
+ZeroStrategy::ZeroStrategy(const ZeroConfig& config) : config_(config) {
+  TESSERA_CHECK(config_.first_bucket_bytes > 0 && config_.bucket_cap_bytes > 0,
+                "zero: bucket sizes must be positive");
+}
+ZeroStrategy::ZeroStrategy(const Options& options, ZeroStage stage)
+    : ZeroStrategy(config_from(options, stage)) {}
+
+ZeroStrategy::~ZeroStrategy() {
+  drain(reductions_);
+  drain(gathers_);
+  for (auto& window : windows_) drain(window.reductions);
+}
+
+std::size_t ZeroStrategy::state_slots() const {
+  return setup_.optimizer->state_per_param();
+}
+
+void ZeroStrategy::setup(const StrategySetup& setup) {
+  TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
+                "zero: setup needs world, model and optimizer");
+  TESSERA_CHECK(setup.micro_batches >= 1, "zero: micro_batches must be at least 1");
+  setup_ = setup;
+  layout_ = FlatLayout::of(*setup.model);
+  TESSERA_CHECK(layout_.total > 0, "zero: the model has no parameters to shard");
+  const int world = setup.world->size();
+  shards_ = ShardLayout::plan(layout_.total, world, config_.first_bucket_bytes / sizeof(float),
+                              config_.bucket_cap_bytes / sizeof(float));
+  my_pieces_ = shards_.pieces_of(setup.world->rank());
+  params_.assign(shards_.padded_total(), 0.0F);
+  grads_.assign(stage_two() ? shards_.shard_size() : shards_.padded_total(), 0.0F);
+  state_.assign(state_slots() * shards_.shard_size(), 0.0F);
+  gathers_.assign(shards_.buckets().size(), nullptr);
+
+  // Every rank initialises every parameter (it computes with all of them); each element is a
+  // pure function of (seed, parameter index, element index), so all ranks agree bitwise.
+  std::size_t index = 0;
+  std::size_t window_capacity = 0;
+  layers_.clear();
+  for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
+    LayerSlice slice;
+    for (const auto& spec : setup.model->layer(l).parameters()) {
+      const auto& flat = layout_.params[index];
+      std::span<float> param(params_.data() + flat.offset, flat.count);
+      initialize_parameter(spec, setup.seed, index, param);
+      if (slice.offsets.empty()) slice.begin = flat.offset;
+      slice.end = flat.offset + flat.count;
+      slice.params.push_back(view_of(param));
+      slice.offsets.push_back(flat.offset);
+      slice.counts.push_back(flat.count);
+      ++index;
+    }
+    if (slice.end > slice.begin) {
+      const auto& buckets = shards_.buckets();
+      const std::size_t lo = buckets[shards_.bucket_of(slice.begin)].begin;
+      const std::size_t hi = buckets[shards_.bucket_of(slice.end - 1)].end;
+      window_capacity = std::max(window_capacity, hi - lo);
+    }
+    layers_.push_back(std::move(slice));
+  }
+  // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
+  if (stage_two() && setup.micro_batches == 1) {
+    for (auto& window : windows_) window.values.assign(window_capacity, 0.0F);
+  }
+}
+
+std::span<float> ZeroStrategy::piece_gradient(const ShardPiece& piece) {
+  if (stage_two()) return {grads_.data() + piece.shard_offset, piece.size()};
+  return {grads_.data() + piece.begin, piece.size()};
+}
+
+std::span<float> ZeroStrategy::piece_state(const ShardPiece& piece) {
+  const std::size_t slots = state_slots();
+  return {state_.data() + slots * piece.shard_offset, slots * piece.size()};
+}
+
+void ZeroStrategy::wait_gathers_below(std::size_t end) {
+  // Gathers were issued lowest bucket first (the order forward needs them) and complete in
+  // issue order, so waiting from the lowest bucket up never waits out of turn.
+  for (std::size_t b = shards_.buckets().size(); b-- > 0;) {
+    if (shards_.buckets()[b].begin >= end) break;
+    if (auto work = std::move(gathers_[b])) work->wait(setup_.world->timeout());
+  }
+}
+
+Tensor ZeroStrategy::forward(const Tensor& inputs, std::vector<LayerContext>& contexts) {
+  const auto& model = *setup_.model;
+  contexts.clear();
+  contexts.resize(model.layer_count());
+  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
+  Tensor x = inputs.alias();
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    // The first layers compute while the last buckets' updated parameters are still arriving.
+    if (layers_[l].end > layers_[l].begin) wait_gathers_below(layers_[l].end);
+    x = model.layer(l).forward(x, layers_[l].params, contexts[l]);
+  }
+  return x;
+}
+
+float* ZeroStrategy::prepare_window(const LayerSlice& slice) {
+  const auto& buckets = shards_.buckets();
+  const std::size_t lo = buckets[shards_.bucket_of(slice.begin)].begin;
+  const std::size_t hi = buckets[shards_.bucket_of(slice.end - 1)].end;
+  const std::size_t previous = current_window_;
+  const std::size_t next = window_open_ ? 1 - previous : previous;
+  auto& window = windows_[next];
+  // The window's last use (two layers up) must have finished reducing before it is reused.
+  wait_all(window.reductions, setup_.world->timeout());
+  std::fill_n(window.values.begin(), hi - lo, 0.0F);
+  window.begin = lo;
+  if (window_open_ && hi > slice.end) {
+    // The bucket straddling this layer's top edge is partly filled by the layers above.
+    const auto& above = windows_[previous];
+    std::copy_n(above.values.begin() + static_cast<std::ptrdiff_t>(slice.end - above.begin),
+                hi - slice.end,
+                window.values.begin() + static_cast<std::ptrdiff_t>(slice.end - lo));
+  }
+  current_window_ = next;
+  window_open_ = true;
+  return window.values.data();
+}
+
+std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
+  const auto& slice = layers_[layer];
+  std::vector<BufferView> views;
+  if (slice.end == slice.begin) return views;
+  float* base = nullptr;
+  std::size_t base_offset = 0;
+  switch (home_) {
+    case GradientHome::full: base = grads_.data(); break;
+    case GradientHome::accumulate: base = accumulate_.data(); break;
+    case GradientHome::windows:
+      base = prepare_window(slice);
+      base_offset = windows_[current_window_].begin;
+      break;
+  }
+  for (std::size_t i = 0; i < slice.offsets.size(); ++i) {
+    views.push_back(
+        view_of(std::span<float>(base + slice.offsets[i] - base_offset, slice.counts[i])));
+  }
+  return views;
+}
+
+void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
+  const auto& buckets = shards_.buckets();
+  const int rank = setup_.world->rank();
+  const bool alone = setup_.world->size() == 1;
+  while (next_bucket_ < buckets.size() && buckets[next_bucket_].begin >= begin) {
+    const std::size_t b = next_bucket_++;
+    const auto& bucket = buckets[b];
+    const std::size_t count = bucket.end - bucket.begin;
+    if (!stage_two()) {
+      // The average over one rank is the gradient itself.
+      if (alone) continue;
+      reductions_.push_back(setup_.world->all_reduce(
+          view_of(std::span<float>(grads_.data() + bucket.begin, count)), ReduceOp::avg));
+      continue;
+    }
+    const auto piece = piece_gradient(shards_.piece(b, rank));
+    float* input = nullptr;
+    std::vector<std::shared_ptr<Work>>* works = &reductions_;
+    if (home_ == GradientHome::windows) {
+      auto& window = windows_[current_window_];
+      input = window.values.data() + (bucket.begin - window.begin);
+      works = &window.reductions;
+    } else {
+      input = accumulate_.data() + bucket.begin;
+    }
+    if (alone) {
+      std::copy_n(input, count, piece.begin());
+      continue;
+    }
+    works->push_back(setup_.world->reduce_scatter(view_of(std::span<float>(input, count)),
+                                                  view_of(piece), ReduceOp::avg));
+  }
+}
+
+std::pair<double, std::size_t> ZeroStrategy::forward_backward(const Tensor& inputs,
+                                                              const Tensor& targets,
+                                                              float gradient_weight, bool last) {
+  const auto& model = *setup_.model;
+  const std::size_t n = inputs.count() == 0 ? 0 : inputs.shape().at(0);
+  std::vector<LayerContext> contexts;
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+  Tensor grad;
+  if (n > 0) {
+    Tensor logits = forward(inputs, contexts);
+    auto result = model.loss(logits, targets);
+    loss_sum = result.loss * static_cast<double>(n);
+    correct = result.correct;
+    grad = std::move(result.grad_logits);
+    if (gradient_weight != 1.0F) scale(grad, gradient_weight);
+  }
+  // An empty share of the last batch still walks the layers: it takes part in every bucket's
+  // reduction with zero gradients.
+  for (std::size_t l = model.layer_count(); l-- > 0;) {
+    const auto views = gradient_views(l);
+    if (n > 0) {
+      grad = model.layer(l).backward(grad, layers_[l].params, views, contexts[l]);
+      contexts[l].clear();
+    }
+    // Every bucket above this layer's lowest parameter is now final.
+    if (last && layers_[l].end > layers_[l].begin) issue_buckets_down_to(layers_[l].begin);
+  }
+  if (last) issue_buckets_down_to(0);
+  return {loss_sum, correct};
+}
+
+void ZeroStrategy::wait_reductions() {
+  const auto timeout = setup_.world->timeout();
+  wait_all(reductions_, timeout);
+  for (auto& window : windows_) wait_all(window.reductions, timeout);
+}
+
+double ZeroStrategy::clip_shard_gradients() {
+  // Each rank sums its own blocks; the others contribute exact zeros there, so the sum
+  // all-reduce reproduces every block partial bit for bit and the block-ordered total is ddp's.
+  std::vector<double> blocks(shards_.padded_total() / kGradNormBlock, 0.0);
+  for (const auto& piece : my_pieces_) {
+    accumulate_norm_blocks(piece_gradient(piece), piece.begin, blocks);
+  }
+  if (setup_.world->size() > 1) {
+    setup_.world->all_reduce(view_of(std::span<double>(blocks)), ReduceOp::sum)
+        ->wait(setup_.world->timeout());
+  }
+  const double sum_of_squares = sum_norm_blocks(blocks);
+  const float coefficient =
+      clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm));
+  for (const auto& piece : my_pieces_) scale_gradients(piece_gradient(piece), coefficient);
+  return global_norm(sum_of_squares);
+}
+
+void ZeroStrategy::gather_parameters() {
+  if (setup_.world->size() == 1) return;
+  const int rank = setup_.world->rank();
+  // Lowest bucket first: the order the next forward needs them. In place: this rank's piece
+  // is block `rank` of the bucket.
+  for (std::size_t b = shards_.buckets().size(); b-- > 0;) {
+    const auto& bucket = shards_.buckets()[b];
+    const auto piece = shards_.piece(b, rank);
+    gathers_[b] = setup_.world->all_gather(
+        view_of(std::span<float>(params_.data() + piece.begin, piece.size())),
+        view_of(std::span<float>(params_.data() + bucket.begin, bucket.end - bucket.begin)));
+  }
+}
+
+StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
+  TESSERA_CHECK(!layers_.empty(), "zero: train_step before setup");
+  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
+  TESSERA_CHECK(global > 0, "zero: a step needs at least one sample over all ranks");
+
+  const std::size_t micro =
+      std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
+  if (!stage_two()) {
+    home_ = GradientHome::full;
+    std::fill(grads_.begin(), grads_.end(), 0.0F);
+  } else if (setup_.micro_batches > 1) {
+    home_ = GradientHome::accumulate;
+    accumulate_.assign(shards_.padded_total(), 0.0F);
+  } else {
+    home_ = GradientHome::windows;
+    window_open_ = false;
+  }
+  next_bucket_ = 0;
+
+  // As in ddp: weighting each micro-batch's mean gradient by world * rows / global makes the
+  // average over ranks the mean over the global batch.
+  double loss_sum = 0.0;
+  StepStats stats;
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < micro; ++k) {
+    const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
+    const bool last = k + 1 == micro;
+    const auto weight =
+        static_cast<float>(static_cast<double>(world * size) / static_cast<double>(global));
+    std::pair<double, std::size_t> part;
+    if (micro == 1) {
+      part = forward_backward(batch.inputs, batch.targets, weight, last);
+    } else {
+      part = forward_backward(rows(batch.inputs, begin, begin + size),
+                              rows(batch.targets, begin, begin + size), weight, last);
+    }
+    loss_sum += part.first;
+    stats.correct += part.second;
+    begin += size;
+  }
+
+  std::shared_ptr<Work> loss_work;
+  if (world > 1)
+    loss_work = setup_.world->all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  wait_reductions();
+  if (loss_work) loss_work->wait(setup_.world->timeout());
+  if (home_ == GradientHome::accumulate) std::vector<float>().swap(accumulate_);
+  stats.loss = loss_sum / static_cast<double>(global);
+  stats.grad_norm = clip_shard_gradients();
+  for (const auto& piece : my_pieces_) {
+    setup_.optimizer->step({params_.data() + piece.begin, piece.size()}, piece_gradient(piece),
+                           piece_state(piece), info);
+  }
+  gather_parameters();
+  return stats;
+}
+
+StepStats ZeroStrategy::evaluate(const Batch& batch) {
+  TESSERA_CHECK(!layers_.empty(), "zero: evaluate before setup");
+  StepStats stats;
+  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  if (n == 0) return stats;
+  std::vector<LayerContext> contexts;
+  Tensor logits = forward(batch.inputs, contexts);
+  const auto result = setup_.model->loss(logits, batch.targets);
+  stats.loss = result.loss;
+  stats.correct = result.correct;
+  return stats;
+}
+
+void ZeroStrategy::synchronize_optimizer_state() {
+  wait_gathers_below(shards_.padded_total());
+}
+
+std::span<const float> ZeroStrategy::parameters() {
+  wait_gathers_below(shards_.padded_total());
+  return params_;
+}
+
+std::vector<float> ZeroStrategy::consolidated_optimizer_state() {
+  const std::size_t slots = state_slots();
+  const auto world = setup_.world->size();
+  std::vector<float> all(state_.size() * static_cast<std::size_t>(world));
+  if (world > 1) {
+    setup_.world->all_gather(view_of(std::span<float>(state_)), view_of(std::span<float>(all)))
+        ->wait(setup_.world->timeout());
+  } else {
+    all = state_;
+  }
+  std::vector<float> out(slots * layout_.total, 0.0F);
+  for (int r = 0; r < world; ++r) {
+    for (const auto& piece : shards_.pieces_of(r)) {
+      const float* shard = all.data() + static_cast<std::size_t>(r) * state_.size();
+      const std::size_t end = std::min(piece.end, layout_.total);
+      if (end <= piece.begin) continue;
+      for (std::size_t s = 0; s < slots; ++s) {
+        std::copy_n(shard + slots * piece.shard_offset + s * piece.size(), end - piece.begin,
+                    out.begin() + static_cast<std::ptrdiff_t>(s * layout_.total + piece.begin));
+      }
+    }
+  }
+  return out;
+}
+
+void ZeroStrategy::save(CheckpointWriter& writer) {
+  const int world = setup_.world->size();
+  const int rank = setup_.world->rank();
+  ShardedManifest manifest;
+  manifest.strategy = stage_two() ? "zero2" : "zero1";
+  manifest.world_size = world;
+  manifest.padded_total = shards_.padded_total();
+  manifest.state_per_param = state_slots();
+  const auto ranges = shards_.checkpoint_shards();
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    manifest.pieces.push_back({static_cast<int>(k % static_cast<std::size_t>(world)), ranges[k]});
+  }
+  // This rank's own pieces are final after its update; only other ranks' pieces may still be
+  // arriving, and they are not written here.
+  save_sharded(writer, layout_, manifest, rank, [&](std::size_t k) {
+    const auto piece = shards_.piece(k / static_cast<std::size_t>(world), rank);
+    return std::pair<std::span<const float>, std::span<const float>>{
+        std::span<const float>(params_.data() + piece.begin, piece.size()), piece_state(piece)};
+  });
+}
+
+void ZeroStrategy::load(const CheckpointReader& reader) {
+  wait_gathers_below(shards_.padded_total());
+  verify_sharded_checkpoint(reader);
+  // Every parameter (each rank computes with all of them), and this rank's optimizer state.
+  std::vector<FlatRangeTarget> targets;
+  targets.push_back({0, shards_.padded_total(), params_, {}});
+  for (const auto& piece : my_pieces_) {
+    targets.push_back({piece.begin, piece.end, {}, piece_state(piece)});
+  }
+  load_flat_ranges(reader, layout_, targets, state_slots());
+}
+
+MemoryReport ZeroStrategy::memory_report() const {
+  MemoryReport report;
+  report.parameter_bytes = params_.size() * sizeof(float);
+  report.gradient_bytes = grads_.size() * sizeof(float);
+  report.optimizer_state_bytes = state_.size() * sizeof(float);
+  for (const auto& window : windows_) report.buffer_bytes += window.values.size() * sizeof(float);
+  return report;
+}
+
+}  // namespace tessera::zero
