@@ -4,6 +4,7 @@
 #
 #   tools/bench/compare_mpi.sh [--transport shm] [-n 2] [--sizes 4K,64K,1M,16M,64M] [--reps 15]
 #                              [--mca "btl self,vader"] [--build build/release]
+#   over TCP: UCX_TLS=tcp compare_mpi.sh --transport ucx --mca "pml ob1 btl self,tcp"
 #
 # Installs Debian's openmpi-bin and libopenmpi-dev when mpirun is missing. Needs a built tessera
 # (cmake --preset release && cmake --build --preset release).
@@ -44,8 +45,12 @@ print(",".join(out))' "$sizes")
 
 mca_args=()
 if [ -n "$mca" ]; then
+  # Pairs "NAME VALUE [NAME VALUE ...]": OpenMPI's TCP path needs both "pml ob1 btl self,tcp",
+  # or it picks pml ucx, which goes over shared memory whatever the btl.
   read -r -a parts <<<"$mca"
-  mca_args=(--mca "${parts[0]}" "${parts[1]}")
+  for ((i = 0; i + 1 < ${#parts[@]}; i += 2)); do
+    mca_args+=(--mca "${parts[i]}" "${parts[i + 1]}")
+  done
 fi
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB"
