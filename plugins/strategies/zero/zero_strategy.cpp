@@ -18,6 +18,7 @@ ZeroConfig config_from(const Options& options, ZeroStage stage) {
   config.stage = stage;
   config.bucket_cap_bytes = options.get_size("bucket_cap");
   config.first_bucket_bytes = options.get_size("first_bucket");
+  config.staging_windows = static_cast<std::size_t>(options.get_int("staging_windows"));
   return config;
 }
 
@@ -62,6 +63,10 @@ void drain(std::vector<std::shared_ptr<Work>>& works) noexcept {
 ZeroStrategy::ZeroStrategy(const ZeroConfig& config) : config_(config) {
   TESSERA_CHECK(config_.first_bucket_bytes > 0 && config_.bucket_cap_bytes > 0,
                 "zero: bucket sizes must be positive");
+  if (config_.staging_windows != 1 && config_.staging_windows != 2) {
+    throw ConfigError("zero: staging_windows must be 1 or 2, not " +
+                      std::to_string(config_.staging_windows));
+  }
 }
 ZeroStrategy::ZeroStrategy(const Options& options, ZeroStage stage)
     : ZeroStrategy(config_from(options, stage)) {}
@@ -120,7 +125,9 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   }
   // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
   if (stage_two() && setup.micro_batches == 1) {
-    for (auto& window : windows_) window.values.assign(window_capacity, 0.0F);
+    for (std::size_t w = 0; w < config_.staging_windows; ++w) {
+      windows_[w].values.assign(window_capacity, 0.0F);
+    }
   }
 }
 
@@ -162,19 +169,21 @@ float* ZeroStrategy::prepare_window(const LayerSlice& slice) {
   const std::size_t lo = buckets[shards_.bucket_of(slice.begin)].begin;
   const std::size_t hi = buckets[shards_.bucket_of(slice.end - 1)].end;
   const std::size_t previous = current_window_;
-  const std::size_t next = window_open_ ? 1 - previous : previous;
+  const std::size_t next = window_open_ && config_.staging_windows == 2 ? 1 - previous : previous;
   auto& window = windows_[next];
-  // The window's last use (two layers up) must have finished reducing before it is reused.
+  // The window's last use must have finished reducing before it is overwritten: with two
+  // windows that was two layers up, with one the layer just above (no overlap).
   wait_all(window.reductions, setup_.world->timeout());
-  std::fill_n(window.values.begin(), hi - lo, 0.0F);
-  window.begin = lo;
-  if (window_open_ && hi > slice.end) {
-    // The bucket straddling this layer's top edge is partly filled by the layers above.
+  // The bucket straddling this layer's top edge is partly filled by the layers above; its
+  // part moves along (memmove: with one window source and destination share the buffer).
+  const std::size_t carry = window_open_ && hi > slice.end ? slice.end : hi;
+  if (carry < hi) {
     const auto& above = windows_[previous];
-    std::copy_n(above.values.begin() + static_cast<std::ptrdiff_t>(slice.end - above.begin),
-                hi - slice.end,
-                window.values.begin() + static_cast<std::ptrdiff_t>(slice.end - lo));
+    std::memmove(window.values.data() + (carry - lo), above.values.data() + (carry - above.begin),
+                 (hi - carry) * sizeof(float));
   }
+  std::fill_n(window.values.begin(), carry - lo, 0.0F);
+  window.begin = lo;
   current_window_ = next;
   window_open_ = true;
   return window.values.data();

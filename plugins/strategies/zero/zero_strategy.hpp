@@ -29,12 +29,16 @@ struct ZeroConfig {
   // to a multiple of world * kGradNormBlock elements.
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
   std::size_t bucket_cap_bytes = std::size_t{4} << 20;
+  // Stage 2 gradient staging windows (see below): 2 overlaps a layer's reduce-scatters with
+  // the next layer's backward; 1 halves that memory and waits instead.
+  std::size_t staging_windows = 2;
 };
 
 // Gradient memory of stage 2 during backward: a layer's backward needs its whole gradient as
 // one contiguous view, and a bucket's reduce-scatter needs the bucket contiguous. So each
 // layer with parameters gets a staging window covering the buckets it touches; two windows
-// alternate, so one layer's buckets are reduced while the next layer computes. The part of a
+// alternate (staging_windows = 2), so one layer's buckets are reduced while the next layer
+// computes. The part of a
 // bucket shared with the layer below is carried into the next window. Between steps only the
 // gradient shard and the two windows exist; memory_report() counts the windows as buffers.
 // With micro_batches > 1 the gradients must accumulate over micro-batches before any
