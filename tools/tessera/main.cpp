@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "checkpoint.hpp"
 #include "config_check.hpp"
 #include "launch.hpp"
 #include "plugins.hpp"
@@ -37,6 +38,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_selfcheck},
     {"bench", "measure collectives over a transport (the nccl-tests table)",
      &tessera::cli::run_bench},
+    {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint for export",
+     &tessera::cli::run_checkpoint},
 };
 
 void print_usage(std::ostream& out) {
