@@ -5,7 +5,8 @@
 #   state_MiB   the model state the strategy keeps: ddp P+G+A, zero1 P+G+A/N, zero2 P+(G+A)/N
 #   report_MiB  the largest rank's memory_report() (params + grads + optimizer + buffers)
 #   report/rss  how much of the peak RSS memory_report() accounts for
-#   bound_MiB   zero2's bound 1.10 x (P + (G + A)/N) + 64 MiB, checked against peak RSS
+#   bound_MiB   zero2's bound 1.10 x (P + (G + A)/N) + 64 MiB, checked against peak RSS;
+#               zero3's 1.10 x ((P + G + A)/N + 2 x largest unit) + 64 MiB
 # zero2 runs twice: with the default two staging windows and with staging_windows=1.
 #   tools/bench/memory_strategies.sh [TESSERA_BINARY] [STEPS]
 set -euo pipefail
@@ -47,7 +48,7 @@ INI
 printf '%-16s %2s %13s %10s %11s %11s %10s %7s\n' \
   strategy N peak_rss_MiB state_MiB report_MiB report/rss bound_MiB within
 for n in 2 4; do
-  for run in ddp zero1 zero2 zero2:1; do
+  for run in ddp zero1 zero2 zero2:1 zero3; do
     strategy=${run%%:*}
     extra=()
     label=$strategy
@@ -65,13 +66,16 @@ sizes = [int(x) for x in layers.split(",")]
 params = sum(a * b + b for a, b in zip(sizes, sizes[1:])) * 4  # bytes of each of P, G
 mib = 1 << 20
 state = {"ddp": 4 * params, "zero1": 2 * params + 2 * params / n,
-         "zero2": params + 3 * params / n}[strategy]
+         "zero2": params + 3 * params / n, "zero3": 4 * params / n}[strategy]
 ranks = summary["ranks"]
 worst = max(ranks, key=lambda r: r["peak_rss_bytes"])
 peak = worst["peak_rss_bytes"]
 report = sum(worst["memory_report"].values())
 bound = 1.10 * (params + 3 * params / n) + 64 * mib
-within = ("yes" if peak <= bound else "NO") if strategy == "zero2" else "-"
+if strategy == "zero3":
+    largest_unit = max(a * b + b for a, b in zip(sizes, sizes[1:])) * 4
+    bound = 1.10 * (4 * params / n + 2 * largest_unit) + 64 * mib
+within = ("yes" if peak <= bound else "NO") if strategy in ("zero2", "zero3") else "-"
 print("%-16s %2d %13.0f %10.0f %11.0f %11.2f %10.0f %7s" % (
     label, n, peak / mib, state / mib, report / mib, report / peak, bound / mib, within))
 PY
