@@ -14,16 +14,27 @@ namespace tessera::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: tessera launch -n N [options] [--] PROGRAM [ARGS...]
+       tessera launch --nnodes M --node-rank R --store HOST:PORT -n N [options] [--] PROGRAM ...
 
 Starts N processes of PROGRAM on this host, serves the job's tcp store, and gives each worker
 TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_LOCAL_RANK, TESSERA_LOCAL_WORLD_SIZE,
-TESSERA_NODE_RANK, TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN. Exits 0 when every worker
-exits 0; when one fails, stops the others and exits with its code (128 + signal if killed).
+TESSERA_NODE_RANK, TESSERA_NNODES, TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN. Exits 0 when
+every worker exits 0; when one fails, stops the others and exits with its code (128 + signal
+if killed). On several hosts, run one launcher per host: node 0 serves the store at HOST:PORT,
+every node's workers dial it, and rank = R * N + local rank. Every node needs the same token
+in TESSERA_STORE_TOKEN (or --store-token).
 
 options:
   -n, --nproc N          number of worker processes (required)
   --rank0-only-output    relay only rank 0's stdout (every rank's stderr is still shown)
   --no-prefix            relay stdout lines without the "[rank R] " prefix (stderr keeps it)
+  --nnodes M             hosts in the job, one launcher on each (default 1)
+  --node-rank R          this host's index, 0..M-1; node 0 serves the store (default 0)
+  --store HOST:PORT      where node 0 serves the store and every node dials it (required
+                         with --nnodes > 1; node 0 binds HOST unless --store-host says else)
+  --store-token T        the job token (default: TESSERA_STORE_TOKEN; with one node and
+                         neither, a random one). Prefer the variable: arguments are visible
+                         to every user of the host in ps
   --store-host HOST      address the store server binds (default 127.0.0.1)
   --store-port PORT      port the store server binds (default 0: a free one)
   --timeout T            stop the job after T (e.g. 90s, 2h; default: no limit); exit 124
@@ -42,6 +53,7 @@ int parse_count(const std::string& flag, const std::string& text) {
 LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   LaunchOptions options;
   bool have_n = false;
+  bool have_bind_host = false;
   std::size_t i = 0;
   const auto value_of = [&](const std::string& flag) -> std::string {
     if (i + 1 >= args.size()) throw UsageError("launch: " + flag + " needs a value");
@@ -67,8 +79,17 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       options.rank0_only_output = true;
     } else if (a == "--no-prefix") {
       options.prefix_stdout = false;
+    } else if (a == "--nnodes") {
+      options.nodes = parse_count(a, value_of(a));
+    } else if (a == "--node-rank") {
+      options.node_rank = parse_count(a, value_of(a));
+    } else if (a == "--store") {
+      options.store_address = value_of(a);
+    } else if (a == "--store-token") {
+      options.store_token = value_of(a);
     } else if (a == "--store-host") {
       options.store_host = value_of(a);
+      have_bind_host = true;
     } else if (a == "--store-port") {
       options.store_port = parse_count(a, value_of(a));
     } else if (a == "--timeout") {
@@ -80,6 +101,15 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     }
   }
   if (!have_n) throw UsageError("launch: -n N is required (see tessera launch --help)");
+  if (!options.store_address.empty() && !have_bind_host) {
+    // Bind exactly the address the other nodes dial: nothing else on the host is exposed.
+    const auto colon = options.store_address.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      throw UsageError("launch: --store expects HOST:PORT, not '" + options.store_address + "'");
+    options.store_host = options.store_address.substr(0, colon);
+    if (options.store_host.size() > 2 && options.store_host.front() == '[')
+      options.store_host = options.store_host.substr(1, options.store_host.size() - 2);
+  }
   options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (options.command.empty()) throw UsageError("launch: no program given after --");
   return options;

@@ -1,7 +1,8 @@
 #pragma once
 // The launcher behind `tessera launch`: serves the job's tcp store, starts the workers of this
 // host with their rank in the environment, relays their output line by line with a rank
-// prefix, forwards SIGINT and SIGTERM, and stops every worker as soon as one fails.
+// prefix, forwards SIGINT and SIGTERM, and stops every worker as soon as one fails. A job may
+// span several hosts: one launcher per host, node 0's serving the store the others dial.
 
 #include <optional>
 #include <string>
@@ -17,11 +18,22 @@ struct LaunchOptions {
   std::vector<std::string> command;  // program (searched in PATH) and its arguments
   bool rank0_only_output = false;    // relay only rank 0's stdout (stderr of every rank is kept)
   bool prefix_stdout = true;  // "[rank R] " before each stdout line (off: machine-readable output)
-  std::string store_host = "127.0.0.1";  // where the store server binds
-  int store_port = 0;                    // 0: a free port
-  std::optional<Duration> timeout;       // the whole job's deadline; none: no deadline
-  Duration grace_period{3000};           // between SIGTERM and SIGKILL when stopping workers
-  int stdout_fd = 1;                     // where relayed output and messages go
+  std::string store_host = "127.0.0.1";  // where the store server binds (node 0)
+  int store_port = 0;                    // 0: a free port (one node only)
+  int nodes = 1;                         // hosts in the job, one launcher on each
+  int node_rank = 0;                     // this host's index; node 0 serves the store
+  // "host:port" every worker (and the other nodes' launchers) dials; required when nodes > 1.
+  // Empty: the served store's own address.
+  std::string store_address;
+  // The job token the store admits. Empty: TESSERA_STORE_TOKEN from the environment, else (one
+  // node only) a fresh random one. With several nodes every node must be given the same one.
+  std::string store_token;
+  // Node 0: how long it keeps serving the store, after its own workers are done, for the other
+  // nodes' workers to finish.
+  Duration finish_wait{60000};
+  std::optional<Duration> timeout;  // the whole job's deadline; none: no deadline
+  Duration grace_period{3000};      // between SIGTERM and SIGKILL when stopping workers
+  int stdout_fd = 1;                // where relayed output and messages go
   int stderr_fd = 2;
 };
 
@@ -32,10 +44,12 @@ struct LaunchResult {
   std::string failure;  // "rank 2 exited with code 3"; empty on success
 };
 
-// Runs one job to its end. The tcp store plugin is created through `registry`, which must have
-// it loaded. Installs handlers for SIGINT, SIGTERM, SIGCHLD and SIGPIPE for the duration, so
-// only one launch may run in a process at a time. Throws ConfigError on bad options and
-// Error when the store cannot be served; a failing worker is reported in the result instead.
+// Runs this host's part of one job to its end. With several nodes, global rank = node_rank *
+// processes + local rank, every node must start the same number of processes, and a failure on
+// any node stops the workers of every node. The tcp store plugin is created through `registry`,
+// which must have it loaded. Installs handlers for SIGINT, SIGTERM, SIGCHLD and SIGPIPE for the
+// duration, so only one launch may run in a process at a time. Throws ConfigError on bad options
+// and Error when the store cannot be served; a failing worker is reported in the result instead.
 [[nodiscard]] LaunchResult launch_workers(const LaunchOptions& options,
                                           const PluginRegistry& registry);
 

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "line_relay.hpp"
+#include "node_group.hpp"
 #include "signal_relay.hpp"
 #include "tessera/error.hpp"
 #include "tessera/launch_env.hpp"
@@ -36,26 +37,86 @@ void print(int fd, const std::string& line) {
   [[maybe_unused]] auto n = ::write(fd, text.data(), text.size());
 }
 
-std::shared_ptr<Store> serve_store(const LaunchOptions& options, const PluginRegistry& registry,
-                                   const std::string& token) {
+// The other nodes' launchers check the store this often while their workers run; a store that
+// does not answer within it counts as node 0 gone.
+constexpr auto kStorePollTimeout = std::chrono::milliseconds(3000);
+// Shorter tokens are refused for a store that other hosts can reach.
+constexpr std::size_t kMinSharedTokenLength = 16;
+
+std::shared_ptr<Store> tcp_store(const PluginRegistry& registry, bool serve,
+                                 const std::string& host, int port, const std::string& token,
+                                 std::optional<Duration> timeout) {
   const Options defaults = registry.default_options(PluginKind::store, "tcp");
   auto values = defaults.values();
-  values["serve"] = "true";
-  values["host"] = options.store_host;
-  values["port"] = std::to_string(options.store_port);
+  values["serve"] = serve ? "true" : "false";
+  values["host"] = host;
+  values["port"] = std::to_string(port);
   values["token"] = token;
+  if (timeout) values["timeout"] = std::to_string(timeout->count()) + "ms";
   return registry.create<Store>("tcp", Options(defaults.section(), defaults.specs(), values));
 }
 
+std::pair<std::string, int> split_store_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos && colon > 0) {
+    try {
+      std::size_t used = 0;
+      port = std::stoi(address.substr(colon + 1), &used);
+      if (used != address.size() - colon - 1) port = 0;
+    } catch (const std::exception&) {
+      port = 0;
+    }
+  }
+  if (port < 1 || port > 65535)
+    throw ConfigError("launch: store address '" + address +
+                      "' is not HOST:PORT with a port 1-65535");
+  auto host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {host, port};
+}
+
+void check_nodes(const LaunchOptions& options) {
+  if (options.nodes < 1)
+    throw ConfigError("launch: --nnodes must be at least 1, not " + std::to_string(options.nodes));
+  if (options.node_rank < 0 || options.node_rank >= options.nodes)
+    throw ConfigError("launch: --node-rank " + std::to_string(options.node_rank) +
+                      " is not in 0.." + std::to_string(options.nodes - 1));
+  if (options.nodes > 1 && options.store_address.empty())
+    throw ConfigError(
+        "launch: a job on several nodes needs --store HOST:PORT, the address where node 0 "
+        "serves the store and every node dials it");
+}
+
+// A multi-node job cannot draw its token on one node alone: the others must present it too.
+std::string job_token(const LaunchOptions& options, const std::map<std::string, std::string>& env) {
+  std::string token = options.store_token;
+  if (token.empty() && env.contains("TESSERA_STORE_TOKEN")) token = env.at("TESSERA_STORE_TOKEN");
+  if (token.empty()) {
+    if (options.nodes > 1)
+      throw ConfigError(
+          "launch: a job on several nodes needs the same store token on every node: set "
+          "TESSERA_STORE_TOKEN (or --store-token) to one secret, e.g. `openssl rand -hex 32`");
+    return random_store_token();
+  }
+  if (options.nodes > 1 && token.size() < kMinSharedTokenLength)
+    throw ConfigError("launch: the store token is " + std::to_string(token.size()) +
+                      " characters; a store other hosts can reach needs at least " +
+                      std::to_string(kMinSharedTokenLength) + " (e.g. `openssl rand -hex 32`)");
+  return token;
+}
+
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& base,
-                                            const LaunchOptions& options, int rank,
+                                            const LaunchOptions& options, int local_rank,
                                             const std::string& address, const std::string& token) {
   auto env = base;
-  env["TESSERA_RANK"] = std::to_string(rank);
-  env["TESSERA_WORLD_SIZE"] = std::to_string(options.processes);
-  env["TESSERA_LOCAL_RANK"] = std::to_string(rank);
+  env["TESSERA_RANK"] = std::to_string(options.node_rank * options.processes + local_rank);
+  env["TESSERA_WORLD_SIZE"] = std::to_string(options.nodes * options.processes);
+  env["TESSERA_LOCAL_RANK"] = std::to_string(local_rank);
   env["TESSERA_LOCAL_WORLD_SIZE"] = std::to_string(options.processes);
-  env["TESSERA_NODE_RANK"] = "0";
+  env["TESSERA_NODE_RANK"] = std::to_string(options.node_rank);
+  env["TESSERA_NNODES"] = std::to_string(options.nodes);
   env["TESSERA_STORE_ADDR"] = address;
   env["TESSERA_STORE_TOKEN"] = token;
   std::vector<std::string> out;
@@ -67,7 +128,7 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
 // The running job: its workers, their output, and how it is going.
 class Job {
  public:
-  explicit Job(const LaunchOptions& options) : options_(options) {}
+  Job(const LaunchOptions& options, launch::NodeGroup* group) : options_(options), group_(group) {}
 
   ~Job() {
     // Reached with live workers only when starting them failed half way: leave no orphans.
@@ -98,6 +159,7 @@ class Job {
       }
       for (auto& r : relays_) r.pump();
       reap();
+      check_other_nodes();
       check_deadlines(started);
       if (live_.empty() && !drain_until) drain_until = Clock::now() + kDrainAfterExit;
     }
@@ -150,8 +212,18 @@ class Job {
         result_.failure = launch::describe_exit(rank, status);
         result_.exit_code = launch::shell_exit_code(status);
         if (result_.exit_code == 0) result_.exit_code = 1;
+        if (group_ != nullptr) group_->report_failure(result_.exit_code, result_.failure);
         stop_all();
       }
+    }
+  }
+
+  void check_other_nodes() {
+    if (group_ == nullptr || !result_.failure.empty() || live_.empty()) return;
+    if (const auto failure = group_->remote_failure()) {
+      result_.failure = failure->what;
+      result_.exit_code = failure->exit_code == 0 ? 1 : failure->exit_code;
+      stop_all();
     }
   }
 
@@ -162,6 +234,7 @@ class Job {
       result_.failure =
           "the job ran past its timeout of " + std::to_string(options_.timeout->count()) + " ms";
       result_.exit_code = 124;
+      if (group_ != nullptr) group_->report_failure(result_.exit_code, result_.failure);
       stop_all();
     }
     if (kill_at_ && now >= *kill_at_) {
@@ -180,6 +253,7 @@ class Job {
   }
 
   const LaunchOptions& options_;
+  launch::NodeGroup* group_;
   std::vector<WorkerProcess> live_;
   std::vector<LineRelay> relays_;
   LaunchResult result_;
@@ -222,22 +296,68 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   const auto path = base_env.contains("PATH") ? base_env.at("PATH") : std::string("/usr/bin:/bin");
   const auto program = launch::resolve_program(options.command.front(), path);
 
-  const auto token = random_store_token();
-  const auto store = serve_store(options, registry, token);
-  const auto address = store->address();
+  check_nodes(options);
+  const auto token = job_token(options, base_env);
+
+  // Node 0 serves; the other nodes only dial. Both keep their store object until the end.
+  std::shared_ptr<Store> store;
+  std::string address = options.store_address;
+  if (options.node_rank == 0) {
+    int port = options.store_port;
+    if (port == 0 && !address.empty()) port = split_store_address(address).second;
+    store = tcp_store(registry, true, options.store_host, port, token, std::nullopt);
+    if (address.empty()) address = store->address();
+  }
+  std::optional<launch::NodeGroup> group;
+  if (options.nodes > 1) {
+    const auto [host, port] = split_store_address(address);
+    auto poll = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+    // Node 0 may come up later than this one: joining waits as long as the workers would.
+    auto join = store ? store : tcp_store(registry, false, host, port, token, options.timeout);
+    try {
+      group.emplace(join, std::move(poll), options.nodes, options.node_rank, options.processes);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Rethrown from here: the store's exception may belong to its plugin's library, which
+      // is unloaded with the last store object while the exception unwinds past it.
+      throw Error("launch: node " + std::to_string(options.node_rank) +
+                  " cannot join the job's store at " + address + ": " + e.what());
+    }
+    if (!store) store = std::move(join);
+  }
 
   launch::SignalRelay signals;
-  Job job(options);
-  for (int rank = 0; rank < options.processes; ++rank) {
-    try {
-      job.add(launch::spawn_worker(rank, program, options.command,
-                                   worker_environment(base_env, options, rank, address, token)));
-    } catch (const Error& e) {
-      print(options.stderr_fd, e.what());
-      return {127, e.what()};  // ~Job kills the workers already started
+  LaunchResult result;
+  {
+    Job job(options, group ? &*group : nullptr);
+    for (int rank = 0; rank < options.processes; ++rank) {
+      try {
+        job.add(launch::spawn_worker(options.node_rank * options.processes + rank, program,
+                                     options.command,
+                                     worker_environment(base_env, options, rank, address, token)));
+      } catch (const Error& e) {
+        print(options.stderr_fd, e.what());
+        if (group) group->report_failure(127, e.what());
+        return {127, e.what()};  // ~Job kills the workers already started
+      }
+    }
+    result = job.run(signals);
+  }
+  if (group) {
+    group->report_finished();
+    if (options.node_rank == 0) {
+      const auto missing = group->wait_for_others(options.finish_wait, [&] {
+        while (const auto sig = signals.next())
+          if (*sig == SIGINT || *sig == SIGTERM) return true;
+        return false;
+      });
+      if (!missing.empty())
+        print(options.stderr_fd, "stopping the store while node(s) " + missing +
+                                     " have not reported their workers finished");
     }
   }
-  return job.run(signals);
+  return result;
 }
 
 }  // namespace tessera
