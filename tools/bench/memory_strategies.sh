@@ -10,7 +10,7 @@
 # zero2 runs twice: with the default two staging windows and with staging_windows=1.
 #   tools/bench/memory_strategies.sh [TESSERA_BINARY] [STEPS]
 set -euo pipefail
-tessera=${1:-build/release/tools/tessera/tessera}
+tessera=${1:-build/release/bin/tessera}
 steps=${2:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

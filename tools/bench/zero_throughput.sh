@@ -5,7 +5,7 @@
 # samples/s, the medians and zero's ratio to ddp.
 #   tools/bench/zero_throughput.sh [TESSERA_BINARY] [STEPS] [REPEATS]
 set -euo pipefail
-tessera=${1:-build/release/tools/tessera/tessera}
+tessera=${1:-build/release/bin/tessera}
 steps=${2:-150}
 repeats=${3:-3}
 config=$(dirname "$0")/ddp_throughput.ini
