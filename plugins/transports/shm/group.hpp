@@ -53,24 +53,34 @@ class Group {
   void await_all(std::uint64_t target, std::string_view op, Deadline deadline);
 
   // Blocks until pending() returns -1; pending() otherwise returns the rank being waited for,
-  // which timeouts name. Spins settings().spin_count polls, then sleeps on the segment's
-  // futex, checking for abort, dead peers and the deadline at least every poll_interval.
-  // Throws TransportError (and fails the group) on any of them.
+  // which timeouts name. While a caller waits (see add_waiting_caller) it spins
+  // settings().spin_count polls, then sleeps on the segment's futex (and spins again after
+  // each wake-up), checking for abort, dead peers and the deadline at least every
+  // poll_interval. Throws TransportError (and fails the group) on any of them.
   template <class Pending>
   void await(Pending&& pending, std::string_view op, Deadline deadline) {
     if (pending() < 0) return;
     deadline = std::min(deadline, caller_deadline_);
-    for (std::int64_t i = 0; i < settings_.spin_count; ++i) {
-      if (pending() < 0) return;
-      relax();
-    }
     for (;;) {
+      if (waiting_callers_.load(std::memory_order_relaxed) > 0) {
+        for (std::int64_t i = 0; i < settings_.spin_count; ++i) {
+          if (pending() < 0) return;
+          relax();
+        }
+      }
       const int waiting_for = pending();
       if (waiting_for < 0) return;
       check_health(op, waiting_for, deadline);
       sleep_unless([&] { return pending() < 0; }, deadline);
     }
   }
+
+  // Spinning pays only while some thread of this rank has nothing better to do than wait for
+  // the group: one blocked in Work::wait, running operations itself or waiting for the
+  // progress thread to finish one. Otherwise the progress thread sleeps at once and leaves the
+  // core to the caller's own computation (a DDP bucket all-reduce running behind backward on
+  // a machine with no spare core). +1 when a caller starts waiting, -1 when it stops.
+  void add_waiting_caller(int delta) noexcept { waiting_callers_.fetch_add(delta); }
 
   // Failure: the first one wins; every later operation fails with it. `publish` tells the
   // other ranks through the segment (abort, a dead peer seen, a timeout).
@@ -106,6 +116,7 @@ class Group {
   const PeerWatch watch_;
   const bool oversubscribed_;
   std::uint64_t step_ = kFirstStep;
+  std::atomic<int> waiting_callers_{0};
   Deadline caller_deadline_ = Deadline::max();
   std::chrono::steady_clock::time_point last_liveness_check_{};
 

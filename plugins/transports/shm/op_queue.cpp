@@ -103,6 +103,11 @@ void OpQueue::shutdown(const std::string& reason) noexcept {
 }
 
 bool OpQueue::help_until(const ShmWork& work, Deadline deadline) {
+  group_->add_waiting_caller(1);
+  struct Done {
+    Group& group;
+    ~Done() { group.add_waiting_caller(-1); }
+  } done{*group_};
   std::unique_lock lock(mutex_);
   while (!work.done_) {
     if (run_next(lock, deadline)) continue;
