@@ -188,5 +188,38 @@ TEST(GradientSynchronizer, ClippingScalesToTheGlobalNormAcrossAllGradients) {
   EXPECT_NEAR(b[0], 0.8F, 1e-6F);
 }
 
+// The definition the fast path must reproduce bit for bit: each block summed in element order.
+std::vector<double> norm_blocks_one_by_one(const std::vector<float>& flat) {
+  std::vector<double> blocks((flat.size() + kGradNormBlock - 1) / kGradNormBlock, 0.0);
+  for (std::size_t i = 0; i < flat.size(); ++i)
+    blocks[i / kGradNormBlock] += static_cast<double>(flat[i]) * static_cast<double>(flat[i]);
+  return blocks;
+}
+
+TEST(GradNormBlocks, EqualElementOrderSumsBitwiseWhateverThePieces) {
+  std::vector<float> flat(21 * kGradNormBlock + 123);
+  for (std::size_t i = 0; i < flat.size(); ++i)
+    flat[i] = std::sin(0.37F * static_cast<float>(i)) * (1.0F + static_cast<float>(i % 97));
+  const auto expected = norm_blocks_one_by_one(flat);
+  // Whole, cut off block boundaries, and cut exactly on them (the lane fast path's entry).
+  const std::vector<std::vector<std::size_t>> cuts = {
+      {},
+      {1, 4095, 4097, 40000},
+      {kGradNormBlock, 9 * kGradNormBlock, 9 * kGradNormBlock + 5, 20 * kGradNormBlock}};
+  for (const auto& cut : cuts) {
+    std::vector<double> blocks;
+    std::size_t begin = 0;
+    for (std::size_t end : cut) {
+      accumulate_norm_blocks(std::span<const float>(flat).subspan(begin, end - begin), begin,
+                             blocks);
+      begin = end;
+    }
+    accumulate_norm_blocks(std::span<const float>(flat).subspan(begin), begin, blocks);
+    ASSERT_EQ(blocks.size(), expected.size());
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      EXPECT_EQ(blocks[b], expected[b]) << "block " << b << " with " << cut.size() << " cuts";
+  }
+}
+
 }  // namespace
 }  // namespace tessera
