@@ -6,38 +6,49 @@
 #include <stdexcept>
 #include <string>
 
+// Error types are thrown inside plugins and caught by hosts, possibly after the plugin is
+// unloaded. Out-of-line destructors anchor their vtables and type_info in libtessera (never
+// in a plugin's copy), and default visibility keeps plugins built with hidden visibility
+// referring to those rather than emitting their own.
+#define TESSERA_ERROR_API __attribute__((visibility("default")))
+
 namespace tessera {
 
-class Error : public std::runtime_error {
+class TESSERA_ERROR_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  ~Error() override;
 };
 
 // A configuration value, key, section or plugin name is wrong. The message names where the
 // value came from (file:line, environment variable or command-line flag).
-class ConfigError : public Error {
+class TESSERA_ERROR_API ConfigError : public Error {
  public:
   using Error::Error;
+  ~ConfigError() override;
 };
 
 // A plugin file could not be loaded or was refused (ABI, build id, kind, descriptor).
-class PluginError : public Error {
+class TESSERA_ERROR_API PluginError : public Error {
  public:
   using Error::Error;
+  ~PluginError() override;
 };
 
 // A blocking call ran past its deadline. Not a transport fault by itself: a store wait that
 // times out leaves the store usable. A timed-out collective, however, leaves its communicator
 // aborted, because the ranks no longer agree on which operation comes next.
-class Timeout : public Error {
+class TESSERA_ERROR_API Timeout : public Error {
  public:
   using Error::Error;
+  ~Timeout() override;
 };
 
 // A collective or point-to-point operation failed: a peer died, the group was aborted, or the
 // operation timed out. Carries the failing peer (when one is known) and the operation name.
-class TransportError : public Error {
+class TESSERA_ERROR_API TransportError : public Error {
  public:
+  ~TransportError() override;
   TransportError(const std::string& message, std::optional<int> peer_rank, std::string operation)
       : Error(message), peer_rank_(peer_rank), operation_(std::move(operation)) {}
 
@@ -51,21 +62,24 @@ class TransportError : public Error {
 };
 
 // A checkpoint is missing, truncated, fails its checksum or does not match the model.
-class CheckpointError : public Error {
+class TESSERA_ERROR_API CheckpointError : public Error {
  public:
   using Error::Error;
+  ~CheckpointError() override;
 };
 
 // A data file is missing, truncated or malformed.
-class DataError : public Error {
+class TESSERA_ERROR_API DataError : public Error {
  public:
   using Error::Error;
+  ~DataError() override;
 };
 
 // A broken internal invariant or a misuse of an API (wrong buffer size, bad rank, ...).
-class InvalidArgument : public Error {
+class TESSERA_ERROR_API InvalidArgument : public Error {
  public:
   using Error::Error;
+  ~InvalidArgument() override;
 };
 
 namespace detail {
