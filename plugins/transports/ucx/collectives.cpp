@@ -70,6 +70,12 @@ struct Blocks {
 // its own block in rank order into `mine` as soon as all contributions to it are in. With
 // `gather`, each reduced segment then goes at once to every other rank, which receives it at
 // the same place of its `input` (the all_reduce buffer) — so reduction and gathering overlap.
+//
+// Contributions land in a small ring of `depth` segment slots per peer rather than in a copy of
+// the whole block: the receive for segment s + depth reuses segment s's slot once s is reduced.
+// The ring stays in cache between UCX writing it and the reduction reading it, and scratch
+// memory is depth segments per peer whatever the buffer size. Segments above UCX's rendezvous
+// threshold that arrive before their receive is posted wait at the sender, uncopied.
 void reduce_to_owners(Exchange& x, BufferView input, BufferView mine, const Blocks& blocks,
                       ReduceOp op, bool gather, Scratch& scratch) {
   const int me = x.engine().rank();
@@ -81,27 +87,34 @@ void reduce_to_owners(Exchange& x, BufferView input, BufferView mine, const Bloc
   const auto offset = [&](int r) { return blocks.offset[static_cast<std::size_t>(r)]; };
   const auto segments = [&](int r) { return (length(r) + seg - 1) / seg; };
   const auto seg_len = [&](int r, std::size_t s) { return std::min(seg, length(r) - s * seg); };
-  const std::size_t my_len = length(me);
   const std::size_t my_segments = segments(me);
+  const std::size_t depth =
+      std::min(std::max<std::size_t>(1, x.engine().settings().segments_in_flight), my_segments);
+  const auto peers = static_cast<std::size_t>(n) - 1;
 
-  scratch.resize((static_cast<std::size_t>(n) - 1) * my_len * es + seg * es);
-  std::byte* contributions = scratch.data();
-  std::byte* temp = contributions + (static_cast<std::size_t>(n) - 1) * my_len * es;
+  scratch.resize((peers * depth + 1) * seg * es);
+  std::byte* temp = scratch.data() + peers * depth * seg * es;
   const auto contribution = [&](int r, std::size_t s) {
-    return contributions + (slot(r, me) * my_len + s * seg) * es;
+    return scratch.data() + (slot(r, me) * depth + s % depth) * seg * es;
   };
   const auto in_input = [&](int r, std::size_t s) {
     return input.byte_data() + (offset(r) + s * seg) * es;
   };
 
-  // Receives first, so that contributions find them posted; ids [0, (n-1) * my_segments) are
-  // the contributions, in peer-slot-major order.
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    for (std::size_t s = 0; s < my_segments; ++s)
-      x.recv(p, contribution(p, s), seg_len(me, s) * es, step(kContribute, s));
-  }
-  const std::size_t contribution_ids = (static_cast<std::size_t>(n) - 1) * my_segments;
+  // Which segment each request id receives a contribution to; kNone for every other request.
+  constexpr std::size_t kNone = ~std::size_t{0};
+  std::vector<std::size_t> contribution_of;
+  const auto post_contributions = [&](std::size_t s) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      const std::size_t id =
+          x.recv(p, contribution(p, s), seg_len(me, s) * es, step(kContribute, s));
+      contribution_of.resize(id + 1, kNone);
+      contribution_of[id] = s;
+    }
+  };
+  // Receives first, so that the first contributions find them posted.
+  for (std::size_t s = 0; s < depth; ++s) post_contributions(s);
   for (int o = 0; o < n; ++o) {
     if (o == me) continue;
     for (std::size_t s = 0; s < segments(o); ++s) {
@@ -111,14 +124,17 @@ void reduce_to_owners(Exchange& x, BufferView input, BufferView mine, const Bloc
   }
 
   std::vector<int> missing(my_segments, n - 1);
+  std::vector<const std::byte*> in(static_cast<std::size_t>(n));
   const auto reduce_segment = [&](std::size_t s) {
-    std::vector<const std::byte*> in;
-    for (int r = 0; r < n; ++r) in.push_back(r == me ? in_input(me, s) : contribution(r, s));
+    for (int r = 0; r < n; ++r)
+      in[static_cast<std::size_t>(r)] = r == me ? in_input(me, s) : contribution(r, s);
     std::byte* out = mine.byte_data() + s * seg * es;
     reduce_in_rank_order(out, in, seg_len(me, s), dtype, op, temp);
-    if (!gather) return;
-    for (int p = 0; p < n; ++p)
-      if (p != me) x.send(p, out, seg_len(me, s) * es, step(kGather, s));
+    if (gather) {
+      for (int p = 0; p < n; ++p)
+        if (p != me) x.send(p, out, seg_len(me, s) * es, step(kGather, s));
+    }
+    if (s + depth < my_segments) post_contributions(s + depth);
   };
   if (n == 1) {
     for (std::size_t s = 0; s < my_segments; ++s) reduce_segment(s);
@@ -128,8 +144,8 @@ void reduce_to_owners(Exchange& x, BufferView input, BufferView mine, const Bloc
     finished.clear();
     x.wait_some(finished);
     for (const std::size_t id : finished) {
-      if (id >= contribution_ids) continue;
-      const std::size_t s = id % my_segments;
+      if (id >= contribution_of.size() || contribution_of[id] == kNone) continue;
+      const std::size_t s = contribution_of[id];
       if (--missing[s] == 0) reduce_segment(s);
     }
   }

@@ -31,6 +31,7 @@ struct Settings {
   Duration timeout{300000};
   std::size_t small_bytes = 64 * 1024;      // up to this, one-round algorithms
   std::size_t segment_bytes = 1024 * 1024;  // pipeline unit of the large algorithms
+  std::size_t segments_in_flight = 4;       // contribution receives posted per peer
   Duration liveness_interval{250};          // how often same-host peer processes are checked
 };
 

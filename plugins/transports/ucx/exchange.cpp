@@ -31,6 +31,7 @@ std::size_t Exchange::send(int peer, const void* data, std::size_t bytes, std::u
   engine_.worker().send(request, peer, data, bytes,
                         collective_tag(engine_.rank(), sequence_, step));
   reported_.push_back(false);
+  unreported_ids_.push_back(requests_.size() - 1);
   ++unreported_;
   return requests_.size() - 1;
 }
@@ -40,6 +41,7 @@ std::size_t Exchange::recv(int peer, void* data, std::size_t bytes, std::uint32_
   engine_.worker().recv(request, peer, data, bytes, collective_tag(peer, sequence_, step),
                         kFullMask);
   reported_.push_back(false);
+  unreported_ids_.push_back(requests_.size() - 1);
   ++unreported_;
   return requests_.size() - 1;
 }
@@ -85,18 +87,26 @@ void Exchange::wait_some(std::vector<std::size_t>& finished) {
   Backoff backoff;
   for (;;) {
     engine_.throw_if_aborted(operation_);
+    // Only the unreported requests are looked at: a large collective posts hundreds.
     bool any = false;
-    for (std::size_t i = 0; i < requests_.size(); ++i) {
-      if (reported_[i] || !engine_.worker().poll(requests_[i])) continue;
-      check(requests_[i]);
+    Request* failed = nullptr;
+    std::size_t kept = 0;
+    for (const std::size_t i : unreported_ids_) {
+      if (!engine_.worker().poll(requests_[i])) {
+        unreported_ids_[kept++] = i;
+        continue;
+      }
+      if (requests_[i].status != UCS_OK && failed == nullptr) failed = &requests_[i];
       reported_[i] = true;
       --unreported_;
       finished.push_back(i);
       any = true;
     }
+    unreported_ids_.resize(kept);
+    if (failed != nullptr) check(*failed);
     if (any || unreported_ == 0) return;
-    for (std::size_t i = 0; i < requests_.size(); ++i) {
-      if (!reported_[i] && engine_.departed(requests_[i].peer)) {
+    for (const std::size_t i : unreported_ids_) {
+      if (engine_.departed(requests_[i].peer)) {
         engine_.abort(operation_ + ": rank " + std::to_string(requests_[i].peer) +
                           " destroyed its communicator while this operation needed it",
                       requests_[i].peer);

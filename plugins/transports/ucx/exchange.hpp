@@ -44,6 +44,7 @@ class Exchange {
   const Deadline deadline_;
   std::deque<Request> requests_;
   std::vector<bool> reported_;
+  std::vector<std::size_t> unreported_ids_;  // in posting order; scanned by wait_some
   std::size_t unreported_ = 0;
 };
 

@@ -12,6 +12,9 @@ constexpr tessera_option_desc kOptions[] = {
     {"segment_size", "size", "1MiB",
      "pipeline unit of the large algorithms: owners reduce and forward one segment at a time",
      nullptr},
+    {"segments_in_flight", "int", "4",
+     "contribution segments each owner has receives posted for, per peer (its scratch ring)",
+     nullptr},
     {"liveness_interval", "duration", "250ms",
      "how often a waiting rank checks that its peer processes on this host still run", nullptr},
 };

@@ -16,6 +16,9 @@ UcxTransport::UcxTransport(const Options& options) {
   settings_.timeout = options.get_duration("timeout");
   settings_.small_bytes = options.get_size("small_size");
   settings_.segment_bytes = options.get_size("segment_size");
+  const std::int64_t in_flight = options.get_int("segments_in_flight");
+  TESSERA_CHECK(in_flight > 0, "[transport.ucx] segments_in_flight must be positive");
+  settings_.segments_in_flight = static_cast<std::size_t>(in_flight);
   settings_.liveness_interval = options.get_duration("liveness_interval");
   TESSERA_CHECK(settings_.timeout.count() > 0, "[transport.ucx] timeout must be positive");
   TESSERA_CHECK(settings_.segment_bytes > 0, "[transport.ucx] segment_size must be positive");
