@@ -14,6 +14,8 @@ namespace {
 
 constexpr std::size_t kNoticeBytes = 1024;
 constexpr Duration kTeardownTimeout{1000};
+// How long an aborting rank progresses its worker to get its abort notices out.
+constexpr Duration kNoticeFlushTimeout{200};
 
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
@@ -167,7 +169,9 @@ std::exception_ptr Engine::abort_error(const std::string& operation) const {
 }
 
 void Engine::throw_if_aborted(const std::string& operation) {
-  if (shared_->aborted) std::rethrow_exception(abort_error(operation));
+  if (!shared_->aborted) return;
+  on_aborted();  // before the caller learns of it: its buffers must be UCX's no longer
+  std::rethrow_exception(abort_error(operation));
 }
 
 void Engine::adopt(std::deque<Request>&& requests) {
@@ -320,6 +324,8 @@ void Engine::poll_pending(bool failing) {
   }
 }
 
+// Announces the abort, then quiesces the worker before any operation is failed: from then on
+// nothing lands in a buffer of a failed operation, whatever UCX still had in flight.
 void Engine::on_aborted() {
   if (aborted_handled_) return;
   aborted_handled_ = true;
@@ -332,11 +338,29 @@ void Engine::on_aborted() {
     reason = shared_->reason;
     blame = shared_->blame;
   }
+  if (announce) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
+        send_notice(peer, Notice::abort, reason, blame);
+    }
+    flush_notices(kNoticeFlushTimeout);
+  }
+  worker_.quiesce();
   poll_pending(true);
-  if (!announce) return;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
-      send_notice(peer, Notice::abort, reason, blame);
+}
+
+void Engine::flush_notices(Duration timeout) {
+  const Deadline deadline = deadline_after(timeout);
+  Backoff backoff;
+  for (;;) {
+    bool all = true;
+    for (auto& n : notices_) all = worker_.poll(n) && all;
+    if (all || std::chrono::steady_clock::now() >= deadline) return;
+    if (worker_.progress()) {
+      backoff.reset();
+    } else {
+      backoff.idle();
+    }
   }
 }
 
@@ -412,7 +436,7 @@ void Engine::drain(std::deque<Request>& requests, Duration timeout) {
   for (;;) {
     bool all = true;
     for (auto& r : requests) all = worker_.poll(r) && all;
-    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    if (all || worker_.quiesced() || std::chrono::steady_clock::now() >= deadline) break;
     if (worker_.progress()) {
       backoff.reset();
     } else {

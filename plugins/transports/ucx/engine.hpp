@@ -111,6 +111,7 @@ class Engine {
   void execute(Command& command);
   void poll_pending(bool failing);
   void on_aborted();
+  void flush_notices(Duration timeout);
   void teardown();
   void post_control_recv();
   void handle_control();

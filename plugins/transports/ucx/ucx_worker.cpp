@@ -1,6 +1,7 @@
 #include "ucx_worker.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "tessera/error.hpp"
@@ -19,6 +20,16 @@ UcxContext::UcxContext() {
   // nullptr prefix and file: UCX reads UCX_TLS, UCX_NET_DEVICES, ... from the environment.
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) throw_ucx_error("ucp_config_read", status, -1);
+  // UCX 1.13's tcp zero-copy active messages crash a survivor when a peer dies with one in
+  // flight (assertion `comp->count > 0` in ucp_proto_am_zcopy_completion). Buffer copies are
+  // safe; rendezvous (CMA for shared memory) is unaffected. The user's UCX_ZCOPY_THRESH wins.
+  if (std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
+    status = ucp_config_modify(config, "ZCOPY_THRESH", "inf");
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx_error("ucp_config_modify(ZCOPY_THRESH)", status, -1);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;
@@ -154,7 +165,7 @@ void UcxWorker::cancel(Request& request) {
 }
 
 bool UcxWorker::progress() {
-  return ucp_worker_progress(worker_) != 0;
+  return !quiesced_ && ucp_worker_progress(worker_) != 0;
 }
 
 std::vector<std::pair<int, std::string>> UcxWorker::take_failed_peers() {
@@ -166,7 +177,7 @@ std::vector<std::pair<int, std::string>> UcxWorker::take_failed_peers() {
 void UcxWorker::wait_request(void* handle, Duration timeout) {
   if (handle == nullptr || UCS_PTR_IS_ERR(handle)) return;
   const Deadline deadline = deadline_after(timeout);
-  while (ucp_request_check_status(handle) == UCS_INPROGRESS &&
+  while (!quiesced_ && ucp_request_check_status(handle) == UCS_INPROGRESS &&
          std::chrono::steady_clock::now() < deadline) {
     if (!progress()) std::this_thread::yield();
   }
@@ -179,8 +190,10 @@ void UcxWorker::close(Duration timeout) {
   bool any = false;
   for (const auto ep : endpoints_) any = any || ep != nullptr;
   if (!any) return;
-  ucp_request_param_t flush{};
-  wait_request(ucp_worker_flush_nbx(worker_, &flush), timeout);
+  if (!quiesced_) {
+    ucp_request_param_t flush{};
+    wait_request(ucp_worker_flush_nbx(worker_, &flush), timeout);
+  }
   for (auto& ep : endpoints_) {
     if (ep == nullptr) continue;
     ucp_request_param_t params{};

@@ -76,8 +76,16 @@ class UcxWorker {
   // Asks UCX to drop an unfinished receive; poll() still has to see it finish.
   void cancel(Request& request);
 
-  // One round of UCX progress; returns whether anything happened.
+  // One round of UCX progress; returns whether anything happened. Does nothing once quiesced.
   bool progress();
+
+  // Never progress this worker again. After a failure, progress would let UCX go on writing
+  // matched receives into buffers whose operations already failed (and which their owners may
+  // have freed), and UCX 1.13 crashes handling fragments of a broken tcp connection
+  // (ucp_rndv_data_handler, ucp_proto_am_zcopy_completion). Unfinished requests are then
+  // released unfinished; close() closes the endpoints forcibly without waiting.
+  void quiesce() noexcept { quiesced_ = true; }
+  [[nodiscard]] bool quiesced() const noexcept { return quiesced_; }
 
   // Peers whose endpoint failed since the last call, with UCX's reason.
   [[nodiscard]] std::vector<std::pair<int, std::string>> take_failed_peers();
@@ -105,6 +113,7 @@ class UcxWorker {
   std::vector<ucp_ep_h> endpoints_;
   std::vector<std::unique_ptr<EndpointSlot>> slots_;
   std::vector<std::pair<int, std::string>> failed_;
+  bool quiesced_ = false;
 };
 
 // "UCX <what> failed: <status string>" as a TransportError.
