@@ -30,6 +30,8 @@ inline constexpr std::uint64_t released(std::uint64_t step) noexcept {
 }
 // Steps start here so that "released(step - 2)" holds for the first two steps.
 inline constexpr std::uint64_t kFirstStep = 2;
+// While no caller waits, a wait polls spin_count / kBackgroundSpinDivisor times before sleeping.
+inline constexpr std::int64_t kBackgroundSpinDivisor = 10;
 
 class Group {
  public:
@@ -53,20 +55,21 @@ class Group {
   void await_all(std::uint64_t target, std::string_view op, Deadline deadline);
 
   // Blocks until pending() returns -1; pending() otherwise returns the rank being waited for,
-  // which timeouts name. While a caller waits (see add_waiting_caller) it spins
-  // settings().spin_count polls, then sleeps on the segment's futex (and spins again after
-  // each wake-up), checking for abort, dead peers and the deadline at least every
+  // which timeouts name. Spins settings().spin_count polls while a caller waits (a tenth of
+  // that otherwise, see add_waiting_caller), then sleeps on the segment's futex (and spins
+  // again after each wake-up), checking for abort, dead peers and the deadline at least every
   // poll_interval. Throws TransportError (and fails the group) on any of them.
   template <class Pending>
   void await(Pending&& pending, std::string_view op, Deadline deadline) {
     if (pending() < 0) return;
     deadline = std::min(deadline, caller_deadline_);
     for (;;) {
-      if (waiting_callers_.load(std::memory_order_relaxed) > 0) {
-        for (std::int64_t i = 0; i < settings_.spin_count; ++i) {
-          if (pending() < 0) return;
-          relax();
-        }
+      const std::int64_t polls = waiting_callers_.load(std::memory_order_relaxed) > 0
+                                     ? settings_.spin_count
+                                     : settings_.spin_count / kBackgroundSpinDivisor;
+      for (std::int64_t i = 0; i < polls; ++i) {
+        if (pending() < 0) return;
+        relax();
       }
       const int waiting_for = pending();
       if (waiting_for < 0) return;
@@ -75,11 +78,12 @@ class Group {
     }
   }
 
-  // Spinning pays only while some thread of this rank has nothing better to do than wait for
-  // the group: one blocked in Work::wait, running operations itself or waiting for the
-  // progress thread to finish one. Otherwise the progress thread sleeps at once and leaves the
-  // core to the caller's own computation (a DDP bucket all-reduce running behind backward on
-  // a machine with no spare core). +1 when a caller starts waiting, -1 when it stops.
+  // Long spinning pays only while some thread of this rank has nothing better to do than
+  // wait for the group: one blocked in Work::wait, running operations itself or waiting for
+  // the progress thread to finish one. Otherwise the progress thread polls briefly (a peer a
+  // phase behind is caught without a futex round trip) and then sleeps, leaving the core to
+  // the caller's own computation (a DDP bucket all-reduce behind backward on a machine with
+  // no spare core). +1 when a caller starts waiting, -1 when it stops.
   void add_waiting_caller(int delta) noexcept { waiting_callers_.fetch_add(delta); }
 
   // Failure: the first one wins; every later operation fails with it. `publish` tells the
