@@ -195,14 +195,11 @@ std::span<float> GradientSynchronizer::optimizer_state_for(const Optimizer& opti
   return state_;
 }
 
-void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
-  auto state = optimizer_state_for(optimizer);
-  const std::size_t slots = optimizer.state_per_param();
-  std::size_t state_offset = 0;
+template <class Visit>
+void GradientSynchronizer::for_each_run(Visit&& visit) const {
   for (std::size_t first = 0; first < entries_.size();) {
     TESSERA_CHECK(!entries_[first].param.empty(),
                   "step: parameter " + entries_[first].name + " was registered without its values");
-    // Extend the run while both parameter and gradient continue where the previous ended.
     std::size_t last = first;
     std::size_t count = entries_[first].grad.size();
     while (last + 1 < entries_.size()) {
@@ -215,11 +212,52 @@ void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info
       ++last;
       count += b.grad.size();
     }
+    visit(first, last, count);
+    first = last + 1;
+  }
+}
+
+void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
+  auto state = optimizer_state_for(optimizer);
+  const std::size_t slots = optimizer.state_per_param();
+  std::size_t state_offset = 0;
+  for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
     optimizer.step({entries_[first].param.data(), count}, {entries_[first].grad.data(), count},
                    state.subspan(state_offset, slots * count), info);
     state_offset += slots * count;
-    first = last + 1;
+  });
+}
+
+double GradientSynchronizer::step_unclipped_and_zero(const Optimizer& optimizer,
+                                                     const StepInfo& info) {
+  const std::size_t slots = optimizer.state_per_param();
+  if (slots > 1) {
+    const double norm = clip_grad_norm(0.0);
+    step(optimizer, info);
+    for (const auto& entry : entries_) std::fill(entry.grad.begin(), entry.grad.end(), 0.0F);
+    return norm;
   }
+  // Chunks end on multiples of kChunk in the flat order, so the norm keeps its interleaved
+  // whole-block path; p, g and state of a chunk (384 KiB) stay in L2 across the three uses.
+  constexpr std::size_t kChunk = 8 * kGradNormBlock;
+  auto state = optimizer_state_for(optimizer);
+  std::vector<double> blocks;
+  std::size_t flat = 0;
+  for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
+    float* param = entries_[first].param.data();
+    float* grad = entries_[first].grad.data();
+    for (std::size_t begin = 0; begin < count;) {
+      const std::size_t end = std::min(count, (flat + begin) / kChunk * kChunk + kChunk - flat);
+      const std::size_t n = end - begin;
+      accumulate_norm_blocks({grad + begin, n}, flat + begin, blocks);
+      optimizer.step({param + begin, n}, {grad + begin, n},
+                     state.subspan(slots * (flat + begin), slots * n), info);
+      std::fill_n(grad + begin, n, 0.0F);
+      begin = end;
+    }
+    flat += count;
+  });
+  return global_norm(sum_norm_blocks(blocks));
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The bring-your-own-compute API: a host registers its own buffers and calls grad_ready.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ddp_test_support.hpp"
@@ -186,6 +187,66 @@ TEST(GradientSynchronizer, ClippingScalesToTheGlobalNormAcrossAllGradients) {
   EXPECT_DOUBLE_EQ(sync.clip_grad_norm(1.0), 5.0);
   EXPECT_NEAR(a[0], 0.6F, 1e-6F);
   EXPECT_NEAR(b[0], 0.8F, 1e-6F);
+}
+
+// Parameters in one flat buffer (one run, crossing several fused chunks at odd offsets) plus
+// one in a buffer of its own (a second run), as the ddp strategy and a host would have them.
+struct FusedStepCase {
+  std::vector<float> flat_params = std::vector<float>(70001);
+  std::vector<float> flat_grads = std::vector<float>(70001);
+  std::vector<float> own_params = std::vector<float>(5003);
+  std::vector<float> own_grads = std::vector<float>(5003);
+
+  FusedStepCase() {
+    for (std::size_t i = 0; i < flat_params.size(); ++i) {
+      flat_params[i] = std::cos(0.01F * static_cast<float>(i));
+      flat_grads[i] = std::sin(0.3F * static_cast<float>(i));
+    }
+    for (std::size_t i = 0; i < own_params.size(); ++i) {
+      own_params[i] = 0.5F - 0.001F * static_cast<float>(i);
+      own_grads[i] = std::sin(1.7F * static_cast<float>(i));
+    }
+  }
+  void register_with(GradientSynchronizer& sync) {
+    const std::span<float> p(flat_params), g(flat_grads);
+    sync.add_parameter("a", p.subspan(0, 1234), g.subspan(0, 1234));
+    sync.add_parameter("b", p.subspan(1234, 60000), g.subspan(1234, 60000));
+    sync.add_parameter("c", p.subspan(61234), g.subspan(61234));
+    sync.add_parameter("d", own_params, own_grads);
+  }
+};
+
+TEST(GradientSynchronizer, FusedUnclippedStepEqualsNormThenStepBitwiseAndZeroesGradients) {
+  const sgd::SgdOptimizer optimizer(sgd::SgdConfig{0.9F, 0.0F, 0.01F, false});
+  auto comm = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 1);
+  FusedStepCase separate, fused;
+  GradientSynchronizer sync_separate(comm, {}), sync_fused(comm, {});
+  separate.register_with(sync_separate);
+  fused.register_with(sync_fused);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const StepInfo info{step, 0.05F, 8};
+    if (step > 1) {  // the fused pass zeroed them; give both the same fresh gradients
+      fused.flat_grads = separate.flat_grads;
+      fused.own_grads = separate.own_grads;
+    }
+    for (std::size_t i = 0; i < 4; ++i) {
+      sync_separate.grad_ready(i);
+      sync_fused.grad_ready(i);
+    }
+    sync_separate.wait(testing::kTestTimeout);
+    sync_fused.wait(testing::kTestTimeout);
+    const double norm = sync_separate.clip_grad_norm(0.0);
+    sync_separate.step(optimizer, info);
+    EXPECT_EQ(sync_fused.step_unclipped_and_zero(optimizer, info), norm);
+    EXPECT_EQ(fused.flat_params, separate.flat_params);
+    EXPECT_EQ(fused.own_params, separate.own_params);
+    const auto state_fused = sync_fused.optimizer_state();
+    const auto state_separate = sync_separate.optimizer_state();
+    ASSERT_EQ(state_fused.size(), state_separate.size());
+    EXPECT_TRUE(std::equal(state_fused.begin(), state_fused.end(), state_separate.begin()));
+    EXPECT_EQ(fused.flat_grads, std::vector<float>(fused.flat_grads.size(), 0.0F));
+    EXPECT_EQ(fused.own_grads, std::vector<float>(fused.own_grads.size(), 0.0F));
+  }
 }
 
 // The definition the fast path must reproduce bit for bit: each block summed in element order.

@@ -91,6 +91,12 @@ class GradientSynchronizer {
   // gets the canonical slot-major state layout the checkpoint format uses.
   void step(const Optimizer& optimizer, const StepInfo& info);
 
+  // clip_grad_norm(0) then step(), then every registered gradient set to zero (ready for the
+  // next step's accumulation), in one pass over cache-sized chunks when the optimizer keeps at
+  // most one state slot per element (a chunk's state is then contiguous), else in separate
+  // passes. Returns the norm; norm, parameters and state are bitwise those of the two calls.
+  double step_unclipped_and_zero(const Optimizer& optimizer, const StepInfo& info);
+
   // The optimizer state, run by run (each run slot-major over its elements); empty before the
   // first step() unless allocated through optimizer_state_for().
   [[nodiscard]] std::span<float> optimizer_state() noexcept { return state_; }
@@ -115,6 +121,10 @@ class GradientSynchronizer {
   };
   struct BucketState;
 
+  // Calls visit(first, last, count) for each run of registered parameters whose values and
+  // gradients both continue where the previous ended.
+  template <class Visit>
+  void for_each_run(Visit&& visit) const;
   void issue_ready_buckets();
   void stage_in(std::size_t b);
   void stage_out(std::size_t b);

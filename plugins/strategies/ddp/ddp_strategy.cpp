@@ -122,7 +122,8 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   const auto world = static_cast<std::size_t>(setup_.world->size());
   const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
   TESSERA_CHECK(global > 0, "ddp: a step needs at least one sample over all ranks");
-  std::fill(grads_.begin(), grads_.end(), 0.0F);
+  if (!grads_zero_) std::fill(grads_.begin(), grads_.end(), 0.0F);
+  grads_zero_ = false;
 
   // The all-reduce averages over ranks; weighting each micro-batch's mean gradient by
   // world * rows / global makes that average the mean over the global batch. With equal
@@ -156,8 +157,14 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
   stats.loss = loss_sum / static_cast<double>(global);
-  stats.grad_norm = sync_->clip_grad_norm(setup_.max_grad_norm);
-  sync_->step(*setup_.optimizer, info);
+  if (setup_.max_grad_norm > 0.0) {
+    stats.grad_norm = sync_->clip_grad_norm(setup_.max_grad_norm);
+    sync_->step(*setup_.optimizer, info);
+  } else {
+    // Norm, update and the next step's zeroing in one pass over the gradients.
+    stats.grad_norm = sync_->step_unclipped_and_zero(*setup_.optimizer, info);
+    grads_zero_ = true;
+  }
   return stats;
 }
 

@@ -55,6 +55,7 @@ class DdpStrategy final : public Strategy {
   FlatLayout layout_;
   std::vector<float> params_;
   std::vector<float> grads_;
+  bool grads_zero_ = false;  // the last step left grads_ zeroed, so the next need not
   std::vector<LayerViews> layers_;
   std::unique_ptr<GradientSynchronizer> sync_;
 };
