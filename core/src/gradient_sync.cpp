@@ -5,6 +5,10 @@
 #include <cstring>
 #include <numeric>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "tessera/error.hpp"
 #include "tessera/grad_clip.hpp"
 
@@ -272,9 +276,33 @@ double add_squares(double sum, const float* values, std::size_t count) noexcept 
 
 // The same for kLanes whole blocks at once: each block is still summed in element order, but
 // the blocks' dependency chains interleave, so the adds pipeline instead of waiting on each
-// other's latency. Bitwise equal to add_squares block by block.
+// other's latency. Bitwise equal to add_squares block by block: SSE2's packed double multiply
+// and add round each lane exactly as the scalar operations do.
 constexpr std::size_t kLanes = 8;
 void add_squares_of_blocks(double* sums, const float* values) noexcept {
+#if defined(__SSE2__)
+  // Lane pair p holds blocks 2p and 2p+1; four elements of both are loaded, interleaved
+  // (unpack) and widened two at a time, and added in element order.
+  __m128d acc[kLanes / 2];
+  for (std::size_t p = 0; p < kLanes / 2; ++p) acc[p] = _mm_loadu_pd(sums + 2 * p);
+  for (std::size_t i = 0; i < kGradNormBlock; i += 4) {
+    for (std::size_t p = 0; p < kLanes / 2; ++p) {
+      const __m128 a = _mm_loadu_ps(values + (2 * p) * kGradNormBlock + i);
+      const __m128 b = _mm_loadu_ps(values + (2 * p + 1) * kGradNormBlock + i);
+      const __m128 lo = _mm_unpacklo_ps(a, b);  // a0 b0 a1 b1
+      const __m128 hi = _mm_unpackhi_ps(a, b);  // a2 b2 a3 b3
+      const __m128d v0 = _mm_cvtps_pd(lo);
+      const __m128d v1 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+      const __m128d v2 = _mm_cvtps_pd(hi);
+      const __m128d v3 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+      acc[p] = _mm_add_pd(acc[p], _mm_mul_pd(v0, v0));
+      acc[p] = _mm_add_pd(acc[p], _mm_mul_pd(v1, v1));
+      acc[p] = _mm_add_pd(acc[p], _mm_mul_pd(v2, v2));
+      acc[p] = _mm_add_pd(acc[p], _mm_mul_pd(v3, v3));
+    }
+  }
+  for (std::size_t p = 0; p < kLanes / 2; ++p) _mm_storeu_pd(sums + 2 * p, acc[p]);
+#else
   double acc[kLanes];
   for (std::size_t k = 0; k < kLanes; ++k) acc[k] = sums[k];
   for (std::size_t i = 0; i < kGradNormBlock; ++i) {
@@ -284,6 +312,7 @@ void add_squares_of_blocks(double* sums, const float* values) noexcept {
     }
   }
   for (std::size_t k = 0; k < kLanes; ++k) sums[k] = acc[k];
+#endif
 }
 
 }  // namespace
