@@ -29,8 +29,13 @@ Group::Group(Segment segment, int rank, int size, Settings settings, PeerWatch w
       oversubscribed_(static_cast<unsigned>(size) >
                       std::max(1u, std::thread::hardware_concurrency())) {}
 
-void Group::relax() const noexcept {
-  if (oversubscribed_) {
+void Group::relax(std::int64_t poll) const noexcept {
+  // The first polls pause: a peer on another core answers within a few microseconds. After
+  // that, yield: when the peer shares this core (another job holds the other one) spinning
+  // on `pause` would burn the whole spin budget (~0.5 ms at 20000 polls) before the peer can
+  // run, while a yield hands it the core at once and costs a peer elsewhere almost nothing.
+  constexpr std::int64_t kPausePolls = 2048;
+  if (oversubscribed_ || poll >= kPausePolls) {
     ::sched_yield();
     return;
   }

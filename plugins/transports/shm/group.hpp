@@ -69,7 +69,7 @@ class Group {
                                      : settings_.spin_count / kBackgroundSpinDivisor;
       for (std::int64_t i = 0; i < polls; ++i) {
         if (pending() < 0) return;
-        relax();
+        relax(i);
       }
       const int waiting_for = pending();
       if (waiting_for < 0) return;
@@ -101,7 +101,8 @@ class Group {
   void set_caller_deadline(Deadline deadline) noexcept { caller_deadline_ = deadline; }
 
  private:
-  void relax() const noexcept;
+  // Between two polls: a pause at first, then sched_yield (see group.cpp).
+  void relax(std::int64_t poll) const noexcept;
   template <class Ready>
   void sleep_unless(Ready&& ready, Deadline deadline) {
     Header& header = segment_.header();
