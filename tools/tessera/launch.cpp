@@ -27,6 +27,8 @@ in TESSERA_STORE_TOKEN (or --store-token).
 options:
   -n, --nproc N          number of worker processes (required)
   --rank0-only-output    relay only rank 0's stdout (every rank's stderr is still shown)
+  --bind-to auto|none    auto (default): pin worker i to the i-th equal share of this host's
+                         CPUs when there are at least as many CPUs as workers; none: don't pin
   --no-prefix            relay stdout lines without the "[rank R] " prefix (stderr keeps it)
   --nnodes M             hosts in the job, one launcher on each (default 1)
   --node-rank R          this host's index, 0..M-1; node 0 serves the store (default 0)
@@ -77,6 +79,15 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       have_n = true;
     } else if (a == "--rank0-only-output") {
       options.rank0_only_output = true;
+    } else if (a == "--bind-to") {
+      const auto how = value_of(a);
+      if (how == "none") {
+        options.binding = CpuBinding::none;
+      } else if (how == "auto") {
+        options.binding = CpuBinding::automatic;
+      } else {
+        throw UsageError("launch: --bind-to takes auto or none, not '" + how + "'");
+      }
     } else if (a == "--no-prefix") {
       options.prefix_stdout = false;
     } else if (a == "--nnodes") {

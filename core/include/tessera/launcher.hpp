@@ -4,6 +4,7 @@
 // prefix, forwards SIGINT and SIGTERM, and stops every worker as soon as one fails. A job may
 // span several hosts: one launcher per host, node 0's serving the store the others dial.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,8 +14,17 @@
 
 namespace tessera {
 
+// How workers are pinned to this host's CPUs (those the launcher may run on).
+enum class CpuBinding : std::uint8_t {
+  // Several workers and at least one CPU each: worker i gets the i-th of `processes` equal,
+  // contiguous groups of CPUs (as mpirun does). Otherwise, as `none`.
+  automatic,
+  none,  // leave placement to the scheduler
+};
+
 struct LaunchOptions {
-  int processes = 1;                 // workers to start on this host
+  int processes = 1;  // workers to start on this host
+  CpuBinding binding = CpuBinding::automatic;
   std::vector<std::string> command;  // program (searched in PATH) and its arguments
   bool rank0_only_output = false;    // relay only rank 0's stdout (stderr of every rank is kept)
   bool prefix_stdout = true;  // "[rank R] " before each stdout line (off: machine-readable output)

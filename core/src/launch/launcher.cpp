@@ -331,11 +331,15 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   LaunchResult result;
   {
     Job job(options, group ? &*group : nullptr);
+    const auto cpu_sets =
+        launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
     for (int rank = 0; rank < options.processes; ++rank) {
+      const auto r = static_cast<std::size_t>(rank);
       try {
         job.add(launch::spawn_worker(options.node_rank * options.processes + rank, program,
                                      options.command,
-                                     worker_environment(base_env, options, rank, address, token)));
+                                     worker_environment(base_env, options, rank, address, token),
+                                     cpu_sets.empty() ? nullptr : &cpu_sets[r]));
       } catch (const Error& e) {
         print(options.stderr_fd, e.what());
         if (group) group->report_failure(127, e.what());

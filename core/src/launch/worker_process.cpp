@@ -43,8 +43,10 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 
 // Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(const char* program, char* const* argv, char* const* envp,
-                             pid_t launcher, Pipe out, Pipe err, Pipe report) {
+                             pid_t launcher, Pipe out, Pipe err, Pipe report,
+                             const cpu_set_t* cpus) {
   ::setpgid(0, 0);
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
   ::dup2(out.write, STDOUT_FILENO);
@@ -82,7 +84,7 @@ std::string resolve_program(const std::string& name, const std::string& search_p
 
 WorkerProcess spawn_worker(int rank, const std::string& program,
                            const std::vector<std::string>& argv,
-                           const std::vector<std::string>& environment) {
+                           const std::vector<std::string>& environment, const cpu_set_t* cpus) {
   auto c_argv = c_strings(argv);
   auto c_env = c_strings(environment);
   const Pipe out = make_pipe();
@@ -97,7 +99,7 @@ WorkerProcess spawn_worker(int rank, const std::string& program,
     throw Error(message);
   }
   if (pid == 0)
-    exec_child(program.c_str(), c_argv.data(), c_env.data(), launcher, out, err, report);
+    exec_child(program.c_str(), c_argv.data(), c_env.data(), launcher, out, err, report, cpus);
 
   ::setpgid(pid, pid);  // also here, so the group exists before the launcher signals it
   ::close(out.write);
@@ -117,6 +119,25 @@ WorkerProcess spawn_worker(int rank, const std::string& program,
     throw Error("launch: cannot start " + program + ": " + std::strerror(exec_errno));
   }
   return {rank, pid, out.read, err.read};
+}
+
+std::vector<cpu_set_t> worker_cpu_sets(int processes, bool binding) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (!binding || processes < 2 || ::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  const auto n = static_cast<std::size_t>(processes);
+  if (cpus.size() < n) return {};
+  std::vector<cpu_set_t> sets(n);
+  const std::size_t share = cpus.size() / n;
+  for (std::size_t i = 0; i < n; ++i) {
+    CPU_ZERO(&sets[i]);
+    for (std::size_t j = i * share; j < (i + 1) * share; ++j) CPU_SET(cpus[j], &sets[i]);
+  }
+  return sets;
 }
 
 std::string describe_exit(int rank, int wait_status) {

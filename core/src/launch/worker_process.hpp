@@ -1,6 +1,7 @@
 #pragma once
 // Starting one worker process and describing how it ended.
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <string>
@@ -22,9 +23,17 @@ struct WorkerProcess {
 // Forks and execs `program` with `argv` and `environment` ("NAME=value" entries). The worker
 // leads its own process group (so stopping it reaches its children) and is killed if the
 // launcher dies. Returns once exec has succeeded; throws Error with exec's reason otherwise.
+// `cpus`, when given, is the set the worker is pinned to before exec.
 [[nodiscard]] WorkerProcess spawn_worker(int rank, const std::string& program,
                                          const std::vector<std::string>& argv,
-                                         const std::vector<std::string>& environment);
+                                         const std::vector<std::string>& environment,
+                                         const cpu_set_t* cpus = nullptr);
+
+// The CPU sets `processes` workers are pinned to under `binding`: one equal, contiguous share
+// of the launcher's own CPUs each, or none (an empty result) when binding is off or there
+// are more workers than CPUs. Two workers spinning on one core wait a scheduler tick for each
+// other; pinned, they never share one.
+[[nodiscard]] std::vector<cpu_set_t> worker_cpu_sets(int processes, bool binding);
 
 // "rank 2 exited with code 3" or "rank 1 was killed by signal 9 (SIGKILL)".
 [[nodiscard]] std::string describe_exit(int rank, int wait_status);
