@@ -15,4 +15,4 @@ mkdir -p "$out"
 build/release/bin/tessera train --config samples/configs/ddp.ini \
   --train.checkpoint_dir="$out/checkpoints" --train.metrics_file="$out/metrics.jsonl" \
   --summary "$out/summary.json"
-python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(f"test accuracy: {100*s[\"test_accuracy\"]:.2f} %  ({s[\"samples_per_s\"]:.0f} samples/s)")' "$out/summary.json"
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print("test accuracy: %.2f %%  (%.0f samples/s)" % (100 * s["test_accuracy"], s["samples_per_s"]))' "$out/summary.json"
