@@ -48,6 +48,10 @@ std::shared_ptr<Communicator> group_of_one() {
 }
 
 int consolidate(const std::filesystem::path& source, const std::filesystem::path& destination) {
+  // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.
+  if (!std::filesystem::is_directory(source)) {
+    throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
+  }
   const auto latest =
       std::filesystem::exists(source / "latest") ? latest_checkpoint(source) : std::nullopt;
   const FileCheckpointReader reader(latest.value_or(source));
