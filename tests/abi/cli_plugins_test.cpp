@@ -1,6 +1,7 @@
 // The CLI over the broken plugins: `tessera plugins` lists the good ones and warns about each
 // refused file; errors exit with the documented codes.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -20,7 +21,10 @@ struct CliResult {
 };
 
 CliResult run_cli(const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "tessera_cli_stderr.txt";
+  // One file per process and call: ctest runs the tests of this binary as parallel processes.
+  static int calls = 0;
+  const std::string err_file = ::testing::TempDir() + "tessera_cli_stderr." +
+                               std::to_string(::getpid()) + "." + std::to_string(calls++) + ".txt";
   const std::string command = std::string(TESSERA_CLI) + " " + args + " 2>" + err_file;
   CliResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -33,6 +37,7 @@ CliResult run_cli(const std::string& args) {
   std::ostringstream err;
   err << std::ifstream(err_file).rdbuf();
   result.err = err.str();
+  std::remove(err_file.c_str());
   return result;
 }
 
