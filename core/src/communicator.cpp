@@ -21,9 +21,10 @@ std::shared_ptr<Work> Communicator::anchored(std::shared_ptr<Work> work) const {
   if (!library_anchor()) return work;
   auto anchor = library_anchor();
   Work* raw = work.get();
-  return std::shared_ptr<Work>(raw, [inner = std::move(work), anchor = std::move(anchor)](Work*) mutable {
-    inner.reset();  // runs the plugin's destructor while `anchor` still holds the library
-  });
+  return std::shared_ptr<Work>(
+      raw, [inner = std::move(work), anchor = std::move(anchor)](Work*) mutable {
+        inner.reset();  // runs the plugin's destructor while `anchor` still holds the library
+      });
 }
 
 std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
@@ -31,9 +32,11 @@ std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
   return anchored(do_all_reduce(data, op));
 }
 
-std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output, ReduceOp op) {
+std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output,
+                                                   ReduceOp op) {
   TESSERA_CHECK(input.dtype == output.dtype, "reduce_scatter: input " + describe(input) +
-                                                 " and output " + describe(output) + " differ in dtype");
+                                                 " and output " + describe(output) +
+                                                 " differ in dtype");
   TESSERA_CHECK(input.count == output.count * static_cast<std::size_t>(size()),
                 "reduce_scatter: input must hold size() * output.count = " +
                     std::to_string(output.count * static_cast<std::size_t>(size())) +
@@ -43,7 +46,8 @@ std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView 
 
 std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView output) {
   TESSERA_CHECK(input.dtype == output.dtype, "all_gather: input " + describe(input) +
-                                                 " and output " + describe(output) + " differ in dtype");
+                                                 " and output " + describe(output) +
+                                                 " differ in dtype");
   TESSERA_CHECK(output.count == input.count * static_cast<std::size_t>(size()),
                 "all_gather: output must hold size() * input.count = " +
                     std::to_string(input.count * static_cast<std::size_t>(size())) +
@@ -69,7 +73,9 @@ std::shared_ptr<Work> Communicator::recv(BufferView data, int peer, std::uint32_
   return anchored(do_recv(data, peer, tag));
 }
 
-std::shared_ptr<Work> Communicator::barrier() { return anchored(do_barrier()); }
+std::shared_ptr<Work> Communicator::barrier() {
+  return anchored(do_barrier());
+}
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   auto child = do_split(color, key);

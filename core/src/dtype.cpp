@@ -74,11 +74,13 @@ std::uint16_t float_to_f16(float value) noexcept {
   const std::uint32_t abs = u & 0x7FFFFFFF;
   const std::uint32_t rounding = 0xFFF + ((abs >> 13) & 1);
   const std::uint32_t rounded = abs + rounding;
-  return static_cast<std::uint16_t>(sign | (((rounded >> 23) - 112) << 10) | ((rounded >> 13) & 0x3FF));
+  return static_cast<std::uint16_t>(sign | (((rounded >> 23) - 112) << 10) |
+                                    ((rounded >> 13) & 0x3FF));
 }
 
 std::string to_string(Device device) {
-  return device.type == DeviceType::cpu ? std::string("cpu") : "cuda:" + std::to_string(device.index);
+  return device.type == DeviceType::cpu ? std::string("cpu")
+                                        : "cuda:" + std::to_string(device.index);
 }
 
 }  // namespace tessera

@@ -32,7 +32,8 @@ std::shared_ptr<T> adopt_plugin_object(T* object, std::shared_ptr<const void> an
 }
 
 template std::shared_ptr<Transport> adopt_plugin_object(Transport*, std::shared_ptr<const void>);
-template std::shared_ptr<Communicator> adopt_plugin_object(Communicator*, std::shared_ptr<const void>);
+template std::shared_ptr<Communicator> adopt_plugin_object(Communicator*,
+                                                           std::shared_ptr<const void>);
 template std::shared_ptr<Work> adopt_plugin_object(Work*, std::shared_ptr<const void>);
 template std::shared_ptr<Store> adopt_plugin_object(Store*, std::shared_ptr<const void>);
 template std::shared_ptr<Strategy> adopt_plugin_object(Strategy*, std::shared_ptr<const void>);

@@ -14,7 +14,9 @@ std::size_t element_count(const Shape& shape) noexcept {
   return std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
 }
 
-void Tensor::FreeAligned::operator()(void* p) const noexcept { std::free(p); }
+void Tensor::FreeAligned::operator()(void* p) const noexcept {
+  std::free(p);
+}
 
 Tensor::Tensor(Shape shape, DType dtype)
     : shape_(std::move(shape)), dtype_(dtype), count_(element_count(shape_)) {

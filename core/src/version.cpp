@@ -2,6 +2,8 @@
 
 namespace tessera {
 
-const char* version() noexcept { return TESSERA_VERSION_STRING; }
+const char* version() noexcept {
+  return TESSERA_VERSION_STRING;
+}
 
 }  // namespace tessera

@@ -31,10 +31,11 @@ static void run_op(const char* op, float* in, float* out, size_t count, int size
   if (strcmp(op, "all_reduce") == 0) {
     MPI_Allreduce(MPI_IN_PLACE, in, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   } else if (strcmp(op, "reduce_scatter") == 0) {
-    MPI_Reduce_scatter_block(in, out, (int)(count / (size_t)size), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce_scatter_block(in, out, (int)(count / (size_t)size), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD);
   } else if (strcmp(op, "all_gather") == 0) {
-    MPI_Allgather(in, (int)(count / (size_t)size), MPI_FLOAT, out, (int)(count / (size_t)size), MPI_FLOAT,
-                  MPI_COMM_WORLD);
+    MPI_Allgather(in, (int)(count / (size_t)size), MPI_FLOAT, out, (int)(count / (size_t)size),
+                  MPI_FLOAT, MPI_COMM_WORLD);
   } else {
     MPI_Bcast(in, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
   }
@@ -80,9 +81,12 @@ int main(int argc, char** argv) {
   char sizes_buf[1024] = "4096,65536,1048576,16777216,67108864";
   int reps = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--ops") == 0) ops = argv[i + 1];
-    else if (strcmp(argv[i], "--sizes") == 0) snprintf(sizes_buf, sizeof sizes_buf, "%s", argv[i + 1]);
-    else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--ops") == 0)
+      ops = argv[i + 1];
+    else if (strcmp(argv[i], "--sizes") == 0)
+      snprintf(sizes_buf, sizeof sizes_buf, "%s", argv[i + 1]);
+    else if (strcmp(argv[i], "--reps") == 0)
+      reps = atoi(argv[i + 1]);
   }
 
   const char* all_ops[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
@@ -122,13 +126,14 @@ int main(int argc, char** argv) {
       qsort(times, (size_t)reps, sizeof(double), cmp_double);
       double median = times[reps / 2], min = times[0];
       double algbw = (double)bytes / median / 1e9;
-      double factor = strcmp(op, "all_reduce") == 0 ? 2.0 * (size - 1) / size
+      double factor = strcmp(op, "all_reduce") == 0  ? 2.0 * (size - 1) / size
                       : strcmp(op, "broadcast") == 0 ? 1.0
                                                      : (double)(size - 1) / size;
       if (rank == 0) {
-        printf("{\"op\":\"%s\",\"bytes\":%zu,\"time_us_median\":%.3f,\"time_us_min\":%.3f,"
-               "\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,\"ok\":%s}\n",
-               op, bytes, median * 1e6, min * 1e6, algbw, algbw * factor, ok ? "true" : "false");
+        printf(
+            "{\"op\":\"%s\",\"bytes\":%zu,\"time_us_median\":%.3f,\"time_us_min\":%.3f,"
+            "\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,\"ok\":%s}\n",
+            op, bytes, median * 1e6, min * 1e6, algbw, algbw * factor, ok ? "true" : "false");
         fflush(stdout);
       }
       free(times);

@@ -24,5 +24,6 @@
 #endif
 
 // e.g. "gcc-12;libstdc++-cxx11abi1;tessera-0"
-#define TESSERA_BUILD_ID \
-  TESSERA_DETAIL_COMPILER ";" TESSERA_DETAIL_STDLIB ";tessera-" TESSERA_DETAIL_STR(TESSERA_VERSION_MAJOR)
+#define TESSERA_BUILD_ID                            \
+  TESSERA_DETAIL_COMPILER ";" TESSERA_DETAIL_STDLIB \
+                          ";tessera-" TESSERA_DETAIL_STR(TESSERA_VERSION_MAJOR)

@@ -60,7 +60,8 @@ class Communicator : public PluginObject {
 
  protected:
   virtual std::shared_ptr<Work> do_all_reduce(BufferView data, ReduceOp op) = 0;
-  virtual std::shared_ptr<Work> do_reduce_scatter(BufferView input, BufferView output, ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> do_reduce_scatter(BufferView input, BufferView output,
+                                                  ReduceOp op) = 0;
   virtual std::shared_ptr<Work> do_all_gather(BufferView input, BufferView output) = 0;
   virtual std::shared_ptr<Work> do_broadcast(BufferView data, int root) = 0;
   virtual std::shared_ptr<Work> do_send(BufferView data, int peer, std::uint32_t tag) = 0;

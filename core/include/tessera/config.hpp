@@ -48,7 +48,8 @@ class Config {
   [[nodiscard]] std::shared_ptr<Interface> create(const PluginRegistry& registry,
                                                   const std::string& section,
                                                   const std::string& key) const {
-    const auto& info = registry.find(interface_kind<Interface>::value, this->section(section).get_string(key));
+    const auto& info =
+        registry.find(interface_kind<Interface>::value, this->section(section).get_string(key));
     return registry.create<Interface>(info.name, plugin(info.kind, info.name));
   }
 

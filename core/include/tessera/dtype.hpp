@@ -10,8 +10,8 @@ namespace tessera {
 
 enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, u8 };
 
-inline constexpr DType kAllDTypes[] = {DType::f32,  DType::f64, DType::bf16, DType::f16,
-                                       DType::i32,  DType::i64, DType::u8};
+inline constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                                       DType::i32, DType::i64, DType::u8};
 
 // Bytes per element.
 [[nodiscard]] constexpr std::size_t dtype_size(DType t) noexcept {

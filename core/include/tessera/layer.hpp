@@ -55,7 +55,8 @@ class Layer {
   [[nodiscard]] virtual std::vector<ParamSpec> parameters() const = 0;
   [[nodiscard]] virtual Shape output_shape(const Shape& input) const = 0;
 
-  virtual Tensor forward(const Tensor& input, std::span<const BufferView> params, LayerContext& ctx) const = 0;
+  virtual Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                         LayerContext& ctx) const = 0;
   // Adds (+=) the parameter gradients into grads and returns the gradient of the input.
   virtual Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                           std::span<const BufferView> grads, LayerContext& ctx) const = 0;

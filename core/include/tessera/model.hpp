@@ -9,9 +9,9 @@
 namespace tessera {
 
 struct LossResult {
-  double loss = 0.0;            // mean over the batch
-  std::size_t correct = 0;      // samples whose arg-max matches the target
-  Tensor grad_logits;           // d(loss)/d(logits), scaled for the mean
+  double loss = 0.0;        // mean over the batch
+  std::size_t correct = 0;  // samples whose arg-max matches the target
+  Tensor grad_logits;       // d(loss)/d(logits), scaled for the mean
 };
 
 // Thread-safety: all methods are const and may be called concurrently.

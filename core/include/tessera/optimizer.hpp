@@ -10,8 +10,8 @@
 namespace tessera {
 
 struct StepInfo {
-  std::int64_t step = 0;         // 1 for the first update
-  float learning_rate = 0.0F;    // after the engine's schedule
+  std::int64_t step = 0;       // 1 for the first update
+  float learning_rate = 0.0F;  // after the engine's schedule
   // Samples of this step over all ranks (EpochShard::global_batch_size), so a strategy can
   // weight a rank's share when the last batch of an epoch is uneven; 0 means every rank has
   // as many samples as this one. Optimizers ignore it.

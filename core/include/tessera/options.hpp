@@ -37,11 +37,14 @@ struct OptionSpec {
 class Options {
  public:
   Options() = default;
-  Options(std::string section, std::vector<OptionSpec> specs, std::map<std::string, std::string> values);
+  Options(std::string section, std::vector<OptionSpec> specs,
+          std::map<std::string, std::string> values);
 
   [[nodiscard]] const std::string& section() const noexcept { return section_; }
   [[nodiscard]] const std::vector<OptionSpec>& specs() const noexcept { return specs_; }
-  [[nodiscard]] const std::map<std::string, std::string>& values() const noexcept { return values_; }
+  [[nodiscard]] const std::map<std::string, std::string>& values() const noexcept {
+    return values_;
+  }
 
   // Typed getters; throw ConfigError if the key is not in the schema or has the wrong type.
   [[nodiscard]] bool get_bool(const std::string& key) const;

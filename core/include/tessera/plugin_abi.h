@@ -43,15 +43,15 @@ typedef struct tessera_factory_args {
 } tessera_factory_args;
 
 typedef struct tessera_plugin_descriptor {
-  uint32_t struct_size;     /* sizeof(tessera_plugin_descriptor) as the plugin saw it */
+  uint32_t struct_size; /* sizeof(tessera_plugin_descriptor) as the plugin saw it */
   uint16_t abi_major;
   uint16_t abi_minor;
-  const char* build_id;     /* compiler, C++ library ABI and tessera major; must equal the host's */
-  const char* kind;         /* "transport", "store", "strategy", "optimizer", "model", "dataset" */
-  const char* name;         /* unique within its kind */
+  const char* build_id; /* compiler, C++ library ABI and tessera major; must equal the host's */
+  const char* kind;     /* "transport", "store", "strategy", "optimizer", "model", "dataset" */
+  const char* name;     /* unique within its kind */
   const char* const* aliases; /* NULL-terminated list, may be NULL */
-  const char* version;      /* the plugin's own version, free text such as "1.2.0" */
-  const char* description;  /* one line */
+  const char* version;        /* the plugin's own version, free text such as "1.2.0" */
+  const char* description;    /* one line */
   const tessera_option_desc* options;
   uint32_t option_count;
   /* Creates the plugin object: returns a pointer to the kind's interface (tessera::Transport*

@@ -26,11 +26,29 @@ class Dataset;
 // interface_kind<Transport>::value == PluginKind::transport, and so on.
 template <class Interface>
 struct interface_kind;
-template <> struct interface_kind<Transport> { static constexpr PluginKind value = PluginKind::transport; };
-template <> struct interface_kind<Store> { static constexpr PluginKind value = PluginKind::store; };
-template <> struct interface_kind<Strategy> { static constexpr PluginKind value = PluginKind::strategy; };
-template <> struct interface_kind<Optimizer> { static constexpr PluginKind value = PluginKind::optimizer; };
-template <> struct interface_kind<Model> { static constexpr PluginKind value = PluginKind::model; };
-template <> struct interface_kind<Dataset> { static constexpr PluginKind value = PluginKind::dataset; };
+template <>
+struct interface_kind<Transport> {
+  static constexpr PluginKind value = PluginKind::transport;
+};
+template <>
+struct interface_kind<Store> {
+  static constexpr PluginKind value = PluginKind::store;
+};
+template <>
+struct interface_kind<Strategy> {
+  static constexpr PluginKind value = PluginKind::strategy;
+};
+template <>
+struct interface_kind<Optimizer> {
+  static constexpr PluginKind value = PluginKind::optimizer;
+};
+template <>
+struct interface_kind<Model> {
+  static constexpr PluginKind value = PluginKind::model;
+};
+template <>
+struct interface_kind<Dataset> {
+  static constexpr PluginKind value = PluginKind::dataset;
+};
 
 }  // namespace tessera

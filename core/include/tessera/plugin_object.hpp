@@ -14,8 +14,12 @@ class PluginObject {
   // (tests, statically linked hosts). Objects pass it to the children they hand out through
   // core wrappers, which release it only after the child's destructor has returned: unloading
   // the library from inside its own code would return into unmapped memory.
-  void set_library_anchor(std::shared_ptr<const void> anchor) noexcept { anchor_ = std::move(anchor); }
-  [[nodiscard]] const std::shared_ptr<const void>& library_anchor() const noexcept { return anchor_; }
+  void set_library_anchor(std::shared_ptr<const void> anchor) noexcept {
+    anchor_ = std::move(anchor);
+  }
+  [[nodiscard]] const std::shared_ptr<const void>& library_anchor() const noexcept {
+    return anchor_;
+  }
 
  private:
   std::shared_ptr<const void> anchor_;

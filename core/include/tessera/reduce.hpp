@@ -28,6 +28,7 @@ void reduce_pair(void* out, const void* a, const void* b, std::size_t count, DTy
 
 // For ReduceOp::avg: data[i] /= group_size (integer division for integer types). A no-op for
 // every other op, so callers may call it unconditionally at the end of a reduction.
-void finish_average(void* data, std::size_t count, DType dtype, ReduceOp op, int group_size) noexcept;
+void finish_average(void* data, std::size_t count, DType dtype, ReduceOp op,
+                    int group_size) noexcept;
 
 }  // namespace tessera

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "tessera/options.hpp"
-#include "tessera/plugin_object.hpp"
 #include "tessera/plugin_kind.hpp"
+#include "tessera/plugin_object.hpp"
 
 namespace tessera {
 
@@ -74,7 +74,8 @@ class PluginRegistry {
   // options of another section are refused with ConfigError. Errors thrown by the plugin's
   // constructor propagate unchanged. The object keeps the plugin's library loaded.
   template <class Interface>
-  [[nodiscard]] std::shared_ptr<Interface> create(std::string_view name, const Options& options) const {
+  [[nodiscard]] std::shared_ptr<Interface> create(std::string_view name,
+                                                  const Options& options) const {
     auto [object, anchor] = create_raw(interface_kind<Interface>::value, name, options);
     return adopt_plugin_object(static_cast<Interface*>(object), std::move(anchor));
   }

@@ -28,16 +28,16 @@ struct StrategySetup {
 };
 
 struct StepStats {
-  double loss = 0.0;            // mean over the global batch
-  std::size_t correct = 0;      // over this rank's samples
-  double grad_norm = 0.0;       // global L2 norm before clipping
+  double loss = 0.0;        // mean over the global batch
+  std::size_t correct = 0;  // over this rank's samples
+  double grad_norm = 0.0;   // global L2 norm before clipping
 };
 
 struct MemoryReport {
-  std::size_t parameter_bytes = 0;        // held by this rank between steps
+  std::size_t parameter_bytes = 0;  // held by this rank between steps
   std::size_t gradient_bytes = 0;
   std::size_t optimizer_state_bytes = 0;
-  std::size_t buffer_bytes = 0;           // communication buffers, gather pools
+  std::size_t buffer_bytes = 0;  // communication buffers, gather pools
 };
 
 // Checkpoint sinks and sources: named byte blobs for this rank; the engine adds checksums,

@@ -31,7 +31,9 @@ class Tensor {
   [[nodiscard]] DType dtype() const noexcept { return dtype_; }
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return count_ * dtype_size(dtype_); }
-  [[nodiscard]] BufferView view() const noexcept { return {storage_.get(), count_, dtype_, Device::cpu()}; }
+  [[nodiscard]] BufferView view() const noexcept {
+    return {storage_.get(), count_, dtype_, Device::cpu()};
+  }
 
   // A second handle to the same storage (no copy): how a layer keeps its input or output for
   // backward. Writes through either handle are seen by both; the memory lives until the last

@@ -29,8 +29,8 @@ class Transport : public PluginObject {
                                                       int size, Duration timeout);
 
  protected:
-  virtual std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank,
-                                                   int size, Duration timeout) = 0;
+  virtual std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,
+                                                   Duration timeout) = 0;
 };
 
 }  // namespace tessera

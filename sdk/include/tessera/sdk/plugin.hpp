@@ -32,20 +32,47 @@
 
 namespace tessera::sdk {
 
-template <PluginKind kind> struct kind_interface;
-template <> struct kind_interface<PluginKind::transport> { using type = Transport; };
-template <> struct kind_interface<PluginKind::store> { using type = Store; };
-template <> struct kind_interface<PluginKind::strategy> { using type = Strategy; };
-template <> struct kind_interface<PluginKind::optimizer> { using type = Optimizer; };
-template <> struct kind_interface<PluginKind::model> { using type = Model; };
-template <> struct kind_interface<PluginKind::dataset> { using type = Dataset; };
+template <PluginKind kind>
+struct kind_interface;
+template <>
+struct kind_interface<PluginKind::transport> {
+  using type = Transport;
+};
+template <>
+struct kind_interface<PluginKind::store> {
+  using type = Store;
+};
+template <>
+struct kind_interface<PluginKind::strategy> {
+  using type = Strategy;
+};
+template <>
+struct kind_interface<PluginKind::optimizer> {
+  using type = Optimizer;
+};
+template <>
+struct kind_interface<PluginKind::model> {
+  using type = Model;
+};
+template <>
+struct kind_interface<PluginKind::dataset> {
+  using type = Dataset;
+};
 
 template <std::size_t N>
-constexpr std::uint32_t option_count(const tessera_option_desc (&)[N]) noexcept { return N; }
-constexpr std::uint32_t option_count(std::nullptr_t) noexcept { return 0; }
+constexpr std::uint32_t option_count(const tessera_option_desc (&)[N]) noexcept {
+  return N;
+}
+constexpr std::uint32_t option_count(std::nullptr_t) noexcept {
+  return 0;
+}
 template <std::size_t N>
-constexpr const tessera_option_desc* option_table(const tessera_option_desc (&table)[N]) noexcept { return table; }
-constexpr const tessera_option_desc* option_table(std::nullptr_t) noexcept { return nullptr; }
+constexpr const tessera_option_desc* option_table(const tessera_option_desc (&table)[N]) noexcept {
+  return table;
+}
+constexpr const tessera_option_desc* option_table(std::nullptr_t) noexcept {
+  return nullptr;
+}
 
 // The factory behind every descriptor: builds Concrete, returns it as its kind's interface.
 template <PluginKind kind, class Concrete>
@@ -70,19 +97,19 @@ void* create(const tessera_factory_args* args) noexcept {
 #define TESSERA_NO_ALIASES nullptr
 #define TESSERA_NO_OPTIONS nullptr
 
-#define TESSERA_PLUGIN(kind, name, version, description, aliases, options, Concrete)           \
-  extern "C" __attribute__((visibility("default")))                                            \
-  const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {                             \
-      sizeof(tessera_plugin_descriptor),                                                       \
-      TESSERA_PLUGIN_ABI_MAJOR,                                                                \
-      TESSERA_PLUGIN_ABI_MINOR,                                                                \
-      TESSERA_BUILD_ID,                                                                        \
-      #kind,                                                                                   \
-      name,                                                                                    \
-      aliases,                                                                                 \
-      version,                                                                                 \
-      description,                                                                             \
-      ::tessera::sdk::option_table(options),                                                   \
-      ::tessera::sdk::option_count(options),                                                   \
-      &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                          \
+#define TESSERA_PLUGIN(kind, name, version, description, aliases, options, Concrete) \
+  extern "C" __attribute__((visibility("default")))                                  \
+  const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {                   \
+      sizeof(tessera_plugin_descriptor),                                             \
+      TESSERA_PLUGIN_ABI_MAJOR,                                                      \
+      TESSERA_PLUGIN_ABI_MINOR,                                                      \
+      TESSERA_BUILD_ID,                                                              \
+      #kind,                                                                         \
+      name,                                                                          \
+      aliases,                                                                       \
+      version,                                                                       \
+      description,                                                                   \
+      ::tessera::sdk::option_table(options),                                         \
+      ::tessera::sdk::option_count(options),                                         \
+      &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                \
   };
