@@ -5,7 +5,7 @@
 # hits them alike; the table shows each round and the best.
 #   tools/bench/zero3_throughput.sh [TESSERA_BINARY] [STEPS] [ROUNDS]
 set -euo pipefail
-tessera=${1:-build/release/tools/tessera/tessera}
+tessera=${1:-build/release/bin/tessera}
 steps=${2:-120}
 rounds=${3:-3}
 work=$(mktemp -d)
