@@ -24,15 +24,15 @@ bool ShmWork::test() {
 
 void ShmWork::wait(Duration timeout) {
   const Deadline deadline = deadline_after(timeout);
-  const bool finished = queue_->help_until(*this, deadline);
-  if (!finished || (exception() && std::chrono::steady_clock::now() >= deadline)) {
+  std::exception_ptr error;
+  const bool finished = queue_->help_until(*this, deadline, error);
+  if (!finished || (error && std::chrono::steady_clock::now() >= deadline)) {
     const std::string reason = operation_ + " did not finish within " +
                                std::to_string(timeout.count()) + " ms (Work::wait)";
     queue_->group().fail(FailureKind::aborted, queue_->group().rank(), reason, true);
     throw Timeout("shm " + reason);
   }
-  std::lock_guard lock(queue_->mutex_);
-  if (error_) std::rethrow_exception(error_);
+  if (error) std::rethrow_exception(error);
 }
 
 std::exception_ptr ShmWork::exception() {
@@ -62,8 +62,8 @@ std::shared_ptr<Work> OpQueue::submit(std::shared_ptr<OpQueue> self, std::string
   {
     std::lock_guard lock(mutex_);
     items_.push_back({work, std::move(body), std::nullopt});
+    wake_worker_if_needed();
   }
-  changed_.notify_all();
   return work;
 }
 
@@ -74,9 +74,14 @@ std::shared_ptr<Work> OpQueue::submit_transfer(std::shared_ptr<OpQueue> self, st
   {
     std::lock_guard lock(mutex_);
     items_.push_back({work, {}, std::move(transfer)});
+    wake_worker_if_needed();
   }
-  changed_.notify_all();
   return work;
+}
+
+void OpQueue::wake_worker_if_needed() {
+  ++submitted_;
+  if (!(inline_streak_ && worker_polling_)) work_ready_.notify_one();
 }
 
 void OpQueue::shutdown(const std::string& reason) noexcept {
@@ -90,6 +95,7 @@ void OpQueue::shutdown(const std::string& reason) noexcept {
       group_->fail(FailureKind::aborted, group_->rank(), reason, false);
   }
   changed_.notify_all();
+  work_ready_.notify_one();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   std::unique_lock lock(mutex_);
   while (!items_.empty()) {
@@ -102,7 +108,7 @@ void OpQueue::shutdown(const std::string& reason) noexcept {
   changed_.notify_all();
 }
 
-bool OpQueue::help_until(const ShmWork& work, Deadline deadline) {
+bool OpQueue::help_until(const ShmWork& work, Deadline deadline, std::exception_ptr& error) {
   group_->add_waiting_caller(1);
   struct Done {
     Group& group;
@@ -113,14 +119,29 @@ bool OpQueue::help_until(const ShmWork& work, Deadline deadline) {
     if (run_next(lock, deadline)) continue;
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !work.done_) return false;
   }
+  error = work.error_;
   return true;
 }
 
 void OpQueue::worker() {
+  // Short enough that an operation nobody waits for (a DDP bucket behind backward) starts
+  // nearly at once; long enough that polling costs a fraction of the wake-ups it saves.
+  constexpr auto kPollPeriod = std::chrono::microseconds(200);
   std::unique_lock lock(mutex_);
+  std::uint64_t seen = submitted_;
   while (!stopping_) {
     if (run_next(lock)) continue;
-    changed_.wait_for(lock, std::chrono::seconds(1));
+    // Poll only while submissions keep coming; otherwise sleep until submit wakes us, so an
+    // idle communicator costs nothing and a slow stream of operations no more than before.
+    const bool busy = submitted_ != seen;
+    seen = submitted_;
+    if (inline_streak_ && busy) {
+      worker_polling_ = true;
+      work_ready_.wait_for(lock, kPollPeriod);
+      worker_polling_ = false;
+    } else {
+      work_ready_.wait_for(lock, std::chrono::seconds(1));
+    }
   }
 }
 
@@ -128,16 +149,17 @@ bool OpQueue::run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadl
   if (running_ || items_.empty() || (stopping_ && std::this_thread::get_id() == thread_.get_id()))
     return false;
   running_ = true;
+  inline_streak_ = std::this_thread::get_id() != thread_.get_id();
   Item item = std::move(items_.front());
   items_.pop_front();
   lock.unlock();
   group_->set_caller_deadline(caller_deadline);
+  std::exception_ptr error;
   if (item.transfer) {
     std::vector<Transfer> active;
     active.push_back(std::move(*item.transfer));
     run_transfers(active);
   } else {
-    std::exception_ptr error;
     try {
       // A verdict published by another rank (abort, death, timeout) fails every later
       // operation, even one whose own synchronisation would happen to succeed.
@@ -146,12 +168,18 @@ bool OpQueue::run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadl
     } catch (...) {
       error = error_for(*item.work, std::current_exception());
     }
-    complete(*item.work, error);
   }
   group_->set_caller_deadline(Deadline::max());
   lock.lock();
+  if (!item.transfer) {
+    // Completed under the lock taken back anyway: one lock round trip less per operation.
+    item.work->done_ = true;
+    item.work->error_ = std::move(error);
+  }
   running_ = false;
   changed_.notify_all();
+  // What is left may be nobody's to run if the caller that ran this one stops helping now.
+  if (!items_.empty()) work_ready_.notify_one();
   return true;
 }
 

@@ -85,18 +85,33 @@ class OpQueue {
     std::optional<Transfer> transfer;  // a send or receive
   };
 
-  // Runs operations until `work` is done; false if the deadline passed first.
-  bool help_until(const ShmWork& work, Deadline deadline);
+  // Runs operations until `work` is done, then hands out its error; false if the deadline
+  // passed first.
+  bool help_until(const ShmWork& work, Deadline deadline, std::exception_ptr& error);
   // Claims the next batch and runs it with the lock released; false if there was none to take.
   bool run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadline = Deadline::max());
   void run_transfers(std::vector<Transfer>& active);
   void complete(ShmWork& work, std::exception_ptr error);
+  // Called with the lock held after queueing an item.
+  void wake_worker_if_needed();
   std::exception_ptr error_for(const ShmWork& work, std::exception_ptr original);
   void worker();
 
   const std::shared_ptr<Group> group_;
   std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable changed_;  // callers in help_until wait here
+  // Only the progress thread waits here, so that completions a blocked caller is waiting for
+  // do not wake it too: on a machine with no spare core each needless wake-up costs a rank
+  // its core for a context switch.
+  std::condition_variable work_ready_;
+  // Waking the progress thread costs a futex call and a context switch per operation, wasted
+  // when the caller waits at once and runs the operation itself. While callers do that
+  // (inline_streak_), submit does not wake the thread while it polls the queue
+  // (worker_polling_, see worker()), so an operation nobody waits for still starts within a
+  // poll period; once submissions stop it sleeps until woken again.
+  bool inline_streak_ = false;
+  bool worker_polling_ = false;
+  std::uint64_t submitted_ = 0;
   std::deque<Item> items_;
   bool running_ = false;
   bool stopping_ = false;
