@@ -124,22 +124,30 @@ bool OpQueue::help_until(const ShmWork& work, Deadline deadline, std::exception_
 }
 
 void OpQueue::worker() {
-  // Short enough that an operation nobody waits for (a DDP bucket behind backward) starts
-  // nearly at once; long enough that polling costs a fraction of the wake-ups it saves.
-  constexpr auto kPollPeriod = std::chrono::microseconds(200);
+  // The first poll comes soon, so that an operation nobody waits for (a DDP bucket behind
+  // backward) starts nearly at once; while callers keep running everything themselves the
+  // period doubles, since every wake-up takes a core from a rank on a machine with none spare.
+  constexpr auto kFirstPoll = std::chrono::microseconds(200);
+  constexpr auto kLastPoll = std::chrono::microseconds(2000);
   std::unique_lock lock(mutex_);
   std::uint64_t seen = submitted_;
+  auto period = kFirstPoll;
   while (!stopping_) {
-    if (run_next(lock)) continue;
+    if (run_next(lock)) {
+      period = kFirstPoll;
+      continue;
+    }
     // Poll only while submissions keep coming; otherwise sleep until submit wakes us, so an
     // idle communicator costs nothing and a slow stream of operations no more than before.
     const bool busy = submitted_ != seen;
     seen = submitted_;
     if (inline_streak_ && busy) {
       worker_polling_ = true;
-      work_ready_.wait_for(lock, kPollPeriod);
+      work_ready_.wait_for(lock, period);
       worker_polling_ = false;
+      period = std::min(2 * period, kLastPoll);
     } else {
+      period = kFirstPoll;
       work_ready_.wait_for(lock, std::chrono::seconds(1));
     }
   }
