@@ -5,6 +5,7 @@
 // Consecutive sends and receives run as one batch that progresses them together, so that an
 // exchange (everyone sends, then receives) cannot deadlock on bounded channels.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -112,6 +113,7 @@ class OpQueue {
   bool inline_streak_ = false;
   bool worker_polling_ = false;
   std::uint64_t submitted_ = 0;
+  std::chrono::steady_clock::time_point last_submit_{};
   std::deque<Item> items_;
   bool running_ = false;
   bool stopping_ = false;
