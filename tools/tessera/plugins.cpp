@@ -4,7 +4,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
-#include "json_text.hpp"
+#include "tessera/json_text.hpp"
 #include "tessera/registry.hpp"
 #include "usage_error.hpp"
 

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "tessera/error.hpp"
-#include "trainer/json_text.hpp"
+#include "tessera/json_text.hpp"
 
 namespace tessera::trainer {
 

@@ -2,14 +2,13 @@
 
 #include "checkpoint/durable_file.hpp"
 #include "tessera/error.hpp"
+#include "tessera/json_text.hpp"
 #include "tessera/trainer.hpp"
-#include "trainer/json_text.hpp"
 
 namespace tessera {
 
 void write_summary_json(const std::filesystem::path& file, const TrainResult& result,
                         const std::string& extra_json_fields) {
-  using trainer::json_number;
   std::string text = "{\n";
   text += "  \"test_accuracy\": " + json_number(result.test_accuracy) + ",\n";
   text += "  \"test_loss\": " + json_number(result.test_loss) + ",\n";
@@ -21,8 +20,7 @@ void write_summary_json(const std::filesystem::path& file, const TrainResult& re
   text += "  \"final_loss\": " + json_number(result.losses.empty() ? 0.0 : result.losses.back()) +
           ",\n";
   if (result.last_checkpoint) {
-    text +=
-        "  \"last_checkpoint\": " + trainer::json_string(result.last_checkpoint->string()) + ",\n";
+    text += "  \"last_checkpoint\": " + json_string(result.last_checkpoint->string()) + ",\n";
   }
   if (!extra_json_fields.empty()) text += "  " + extra_json_fields + ",\n";
   text += "  \"ranks\": [";

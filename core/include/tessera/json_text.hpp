@@ -1,5 +1,6 @@
 #pragma once
-// The little JSON the trainer writes (metrics lines, the summary): numbers and escaped strings.
+// The little JSON tessera writes (metrics lines, summaries, `tessera plugins --json`): escaped
+// strings and numbers.
 
 #include <charconv>
 #include <cmath>
@@ -7,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace tessera::trainer {
+namespace tessera {
 
 [[nodiscard]] inline std::string json_string(std::string_view text) {
   std::string out = "\"";
@@ -16,6 +17,7 @@ namespace tessera::trainer {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
@@ -38,4 +40,4 @@ namespace tessera::trainer {
   return {text, result.ptr};
 }
 
-}  // namespace tessera::trainer
+}  // namespace tessera
