@@ -5,7 +5,7 @@
 # + 2 x the largest unit) + 64 MiB. A strategy whose plugin is not built is skipped.
 #   tools/bench/zero3_memory.sh [TESSERA_BINARY] [STEPS]
 set -euo pipefail
-tessera=${1:-build/release/tools/tessera/tessera}
+tessera=${1:-build/release/bin/tessera}
 steps=${2:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
