@@ -59,10 +59,11 @@ void OpQueue::start() {
 std::shared_ptr<Work> OpQueue::submit(std::shared_ptr<OpQueue> self, std::string operation,
                                       std::function<void()> body) {
   auto work = std::make_shared<ShmWork>(std::move(self), std::move(operation));
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
-    items_.push_back({work, std::move(body), std::nullopt});
-    wake_worker_if_needed();
+    items_.push_back({work, std::move(body), std::nullopt, now});
+    wake_worker_if_needed(now);
   }
   return work;
 }
@@ -71,19 +72,19 @@ std::shared_ptr<Work> OpQueue::submit_transfer(std::shared_ptr<OpQueue> self, st
                                                Transfer transfer) {
   auto work = std::make_shared<ShmWork>(std::move(self), std::move(operation));
   transfer.work = work;
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
-    items_.push_back({work, {}, std::move(transfer)});
-    wake_worker_if_needed();
+    items_.push_back({work, {}, std::move(transfer), now});
+    wake_worker_if_needed(now);
   }
   return work;
 }
 
-void OpQueue::wake_worker_if_needed() {
+void OpQueue::wake_worker_if_needed(std::chrono::steady_clock::time_point now) {
   // Only a dense stream of operations is left to the poll: one issued after a pause (a DDP
   // bucket after the forward pass) wakes the thread at once rather than wait out a period.
   constexpr auto kDenseGap = std::chrono::microseconds(200);
-  const auto now = std::chrono::steady_clock::now();
   const bool dense = now - last_submit_ < kDenseGap;
   last_submit_ = now;
   ++submitted_;
@@ -135,13 +136,23 @@ void OpQueue::worker() {
   // period doubles, since every wake-up takes a core from a rank on a machine with none spare.
   constexpr auto kFirstPoll = std::chrono::microseconds(200);
   constexpr auto kLastPoll = std::chrono::microseconds(2000);
+  // An operation younger than this is left to the caller that issued it, which usually waits
+  // on it at once: on a core shared with that caller, taking it would cost two context switches
+  // (the caller sleeps on `changed_`, then is woken) where running it inline costs none. Once
+  // this old, nobody is running it inline, and it is ours.
+  constexpr auto kGrace = std::chrono::microseconds(20);
   std::unique_lock lock(mutex_);
   std::uint64_t seen = submitted_;
   auto period = kFirstPoll;
   while (!stopping_) {
-    if (run_next(lock)) {
-      period = kFirstPoll;
-      continue;
+    auto wait = std::chrono::steady_clock::duration::zero();
+    if (!running_ && !items_.empty()) {
+      const auto age = std::chrono::steady_clock::now() - items_.front().queued_at;
+      if (age >= kGrace && run_next(lock)) {
+        period = kFirstPoll;
+        continue;
+      }
+      wait = kGrace - age;
     }
     // Poll only while submissions keep coming; otherwise sleep until submit wakes us, so an
     // idle communicator costs nothing and a slow stream of operations no more than before.
@@ -152,6 +163,10 @@ void OpQueue::worker() {
       work_ready_.wait_for(lock, period);
       worker_polling_ = false;
       period = std::min(2 * period, kLastPoll);
+    } else if (wait > wait.zero()) {
+      worker_polling_ = true;
+      work_ready_.wait_for(lock, wait);
+      worker_polling_ = false;
     } else {
       period = kFirstPoll;
       work_ready_.wait_for(lock, std::chrono::seconds(1));

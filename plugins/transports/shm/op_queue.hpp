@@ -84,6 +84,7 @@ class OpQueue {
     std::shared_ptr<ShmWork> work;
     std::function<void()> body;        // a collective, or
     std::optional<Transfer> transfer;  // a send or receive
+    std::chrono::steady_clock::time_point queued_at;
   };
 
   // Runs operations until `work` is done, then hands out its error; false if the deadline
@@ -93,8 +94,8 @@ class OpQueue {
   bool run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadline = Deadline::max());
   void run_transfers(std::vector<Transfer>& active);
   void complete(ShmWork& work, std::exception_ptr error);
-  // Called with the lock held after queueing an item.
-  void wake_worker_if_needed();
+  // Called with the lock held after queueing an item at `now`.
+  void wake_worker_if_needed(std::chrono::steady_clock::time_point now);
   std::exception_ptr error_for(const ShmWork& work, std::exception_ptr original);
   void worker();
 
@@ -109,7 +110,9 @@ class OpQueue {
   // when the caller waits at once and runs the operation itself. While callers do that
   // (inline_streak_), submit does not wake the thread while it polls the queue
   // (worker_polling_, see worker()), so an operation nobody waits for still starts within a
-  // poll period; once submissions stop it sleeps until woken again.
+  // poll period; once submissions stop it sleeps until woken again. Nor does the thread take
+  // an operation queued less than a grace period ago (see worker()): the caller is about to
+  // run it, and taking it would send the caller to sleep on `changed_` instead.
   bool inline_streak_ = false;
   bool worker_polling_ = false;
   std::uint64_t submitted_ = 0;
