@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "reference.hpp"
 #include "world.hpp"
@@ -211,6 +214,41 @@ TEST_P(Collectives, ManyOperationsInFlightCompleteInIssueOrder) {
           << "round " << round << " rank " << r;
     }
   }
+}
+
+// Ranks waiting for a late one spin, then sleep. The late rank's arrival must wake them, not
+// their next timed poll (shm's poll_interval is 100 ms): otherwise every straggler would cost
+// the whole group that long.
+TEST_P(Collectives, ALateRankWakesThePeersAsleepWaitingForIt) {
+  if (size() < 2) GTEST_SKIP() << "needs a peer that waits";
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kLate = std::chrono::milliseconds(30);
+  constexpr int kRounds = 5;
+  std::vector<double> extra_ms;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<Bytes> data;
+    for (int r = 0; r < size(); ++r)
+      data.push_back(make_values(DType::f32, 256, seed_of(r, DType::f32, 256, 200 + round)));
+    const Bytes expected = reference_reduce(data, DType::f32, ReduceOp::sum, 0, 256);
+    std::vector<std::shared_ptr<Work>> works;
+    const auto start = Clock::now();
+    for (int r = 0; r + 1 < size(); ++r) {
+      works.push_back(world_->rank(r).all_reduce(
+          view(data[static_cast<std::size_t>(r)], DType::f32), ReduceOp::sum));
+    }
+    std::this_thread::sleep_for(kLate);
+    works.push_back(
+        world_->rank(size() - 1).all_reduce(view(data.back(), DType::f32), ReduceOp::sum));
+    wait_all(works);
+    extra_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - start - kLate).count());
+    for (int r = 0; r < size(); ++r)
+      ASSERT_EQ(first_difference(data[static_cast<std::size_t>(r)], expected, DType::f32), "");
+  }
+  std::sort(extra_ms.begin(), extra_ms.end());
+  EXPECT_LT(extra_ms[kRounds / 2], 50.0)
+      << "median time past the late rank's arrival, in ms; the slowest round took "
+      << extra_ms.back();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Collectives, ::testing::ValuesIn(every_transport_and_size()),

@@ -27,7 +27,10 @@ Group::Group(Segment segment, int rank, int size, Settings settings, PeerWatch w
       watch_(std::move(watch)),
       // More ranks than cores: a spinning rank would hold the core its peer needs.
       oversubscribed_(static_cast<unsigned>(size) >
-                      std::max(1u, std::thread::hardware_concurrency())) {}
+                      std::max(1u, std::thread::hardware_concurrency())),
+      // Where ranks sleep often, a fence per sleep costs more than a locked store per publish.
+      release_publish_(!oversubscribed_ && asymmetric_fence_ready()),
+      seen_progress_(static_cast<std::size_t>(size), 0) {}
 
 void Group::relax(std::int64_t poll) const noexcept {
   // The first polls pause: a peer on another core answers within a few microseconds. After
@@ -45,7 +48,13 @@ void Group::relax(std::int64_t poll) const noexcept {
 }
 
 void Group::publish(std::uint64_t progress) noexcept {
-  segment_.rank_slot(rank_).progress.store(progress);  // seq_cst: ordered before the sleepers read
+  auto& slot = segment_.rank_slot(rank_).progress;
+  // Ordered before the sleeper count is read: by the sleepers' fence, or by seq_cst.
+  if (release_publish_) {
+    slot.store(progress, std::memory_order_release);
+  } else {
+    slot.store(progress);
+  }
   notify();
 }
 
@@ -56,10 +65,15 @@ void Group::notify() noexcept {
   futex_wake_all(header.epoch);
 }
 
+bool Group::reached(int peer, std::uint64_t target) noexcept {
+  auto& seen = seen_progress_[static_cast<std::size_t>(peer)];
+  if (seen >= target) return true;
+  seen = segment_.rank_slot(peer).progress.load(std::memory_order_acquire);
+  return seen >= target;
+}
+
 void Group::await_rank(int peer, std::uint64_t target, std::string_view op, Deadline deadline) {
-  const auto& progress = segment_.rank_slot(peer).progress;
-  await([&] { return progress.load(std::memory_order_acquire) >= target ? -1 : peer; }, op,
-        deadline);
+  await([&] { return reached(peer, target) ? -1 : peer; }, op, deadline);
 }
 
 void Group::await_all(std::uint64_t target, std::string_view op, Deadline deadline) {
@@ -67,9 +81,7 @@ void Group::await_all(std::uint64_t target, std::string_view op, Deadline deadli
   await(
       [&] {
         for (; next < size_; ++next) {
-          if (next == rank_) continue;
-          if (segment_.rank_slot(next).progress.load(std::memory_order_acquire) < target)
-            return next;
+          if (next != rank_ && !reached(next, target)) return next;
         }
         return -1;
       },

@@ -9,7 +9,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "futex.hpp"
 #include "peer_watch.hpp"
 #include "segment.hpp"
 #include "settings.hpp"
@@ -50,7 +52,9 @@ class Group {
   void publish(std::uint64_t progress) noexcept;
   // Wakes sleepers after some other shared write (point-to-point counters).
   void notify() noexcept;
-  // Block until peer (or every peer) has reached `target` progress.
+  // Block until peer (or every peer) has reached `target` progress. A peer already seen there
+  // costs no read of shared memory: its progress line is usually being rewritten by its owner,
+  // and every read of it is a cache miss.
   void await_rank(int peer, std::uint64_t target, std::string_view op, Deadline deadline);
   void await_all(std::uint64_t target, std::string_view op, Deadline deadline);
 
@@ -101,6 +105,8 @@ class Group {
   void set_caller_deadline(Deadline deadline) noexcept { caller_deadline_ = deadline; }
 
  private:
+  // Whether `peer` has reached `target`, reading its progress only if not seen there before.
+  [[nodiscard]] bool reached(int peer, std::uint64_t target) noexcept;
   // Between two polls: a pause at first, then sched_yield (see group.cpp).
   void relax(std::int64_t poll) const noexcept;
   template <class Ready>
@@ -108,6 +114,7 @@ class Group {
     Header& header = segment_.header();
     header.sleepers.fetch_add(1);
     const std::uint32_t seen = header.epoch.load();
+    if (release_publish_) sleeper_fence();
     if (!ready()) futex_sleep(seen, deadline);
     header.sleepers.fetch_sub(1);
   }
@@ -120,7 +127,12 @@ class Group {
   const Settings settings_;
   const PeerWatch watch_;
   const bool oversubscribed_;
+  // Publishers store with release ordering; sleepers fence (see asymmetric_fence_ready).
+  const bool release_publish_;
   std::uint64_t step_ = kFirstStep;
+  // The highest progress read from each rank so far; only the thread running operations
+  // touches it.
+  std::vector<std::uint64_t> seen_progress_;
   std::atomic<int> waiting_callers_{0};
   Deadline caller_deadline_ = Deadline::max();
   std::chrono::steady_clock::time_point last_liveness_check_{};
