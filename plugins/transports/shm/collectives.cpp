@@ -3,39 +3,32 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tessera/staged_collectives.hpp"
+
 namespace tessera::shm {
 
 namespace {
 
-struct Slice {
-  std::size_t offset;
-  std::size_t count;
+using staging::reduce_in_rank_order;
+
+// The group as tessera/staged_collectives.hpp sees it, for one operation.
+struct GroupStage {
+  Group& group;
+  const char* op;
+  Deadline deadline;
+
+  [[nodiscard]] int rank() const noexcept { return group.rank(); }
+  [[nodiscard]] int size() const noexcept { return group.size(); }
+  std::uint64_t next_step() noexcept { return group.next_step(); }
+  [[nodiscard]] std::byte* staging(int r, std::uint64_t step) const noexcept {
+    return group.segment().staging(r, step);
+  }
+  [[nodiscard]] std::size_t staging_bytes() const noexcept {
+    return group.segment().staging_bytes();
+  }
+  void publish(std::uint64_t progress) noexcept { group.publish(progress); }
+  void await_all(std::uint64_t target) { group.await_all(target, op, deadline); }
 };
-
-// Part `index` of `count` elements cut into `parts` near-equal pieces, the first ones larger.
-Slice slice_of(std::size_t count, int parts, int index) noexcept {
-  const auto p = static_cast<std::size_t>(parts);
-  const auto i = static_cast<std::size_t>(index);
-  const std::size_t base = count / p;
-  const std::size_t extra = count % p;
-  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
-}
-
-// result = x0 op x1 op ... op x(n-1), in rank order: the order that makes every rank, and
-// every transport, produce the same bits.
-template <class Contribution>
-void reduce_in_rank_order(void* result, Contribution&& contribution, int n, std::size_t count,
-                          DType dtype, ReduceOp op) {
-  reduce_pair(result, contribution(0), contribution(1), count, dtype, op);
-  for (int j = 2; j < n; ++j) reduce_into(result, contribution(j), count, dtype, op);
-  finish_average(result, count, dtype, op, n);
-}
-
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
-  const auto x = reinterpret_cast<std::uintptr_t>(a);
-  const auto y = reinterpret_cast<std::uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
 
 // The latency path: one synchronisation. Every rank stages its whole input and reduces all
 // of them itself, reading N times the data — cheap below a few tens of KiB.
@@ -60,141 +53,43 @@ void all_reduce_small(Group& group, BufferView data, ReduceOp op, Deadline deadl
 
 }  // namespace
 
-// Reduce-scatter then all-gather per round: rank r stages the slices its peers reduce (never
-// its own), reduces slice r from its own buffer and the peers' staging, and copies the
-// reduced slices of the others back out. Each user byte is read once and written once.
 void all_reduce(Group& group, BufferView data, ReduceOp op) {
   constexpr const char* kOp = "all_reduce";
   group.throw_if_failed(kOp);
-  const int n = group.size();
-  const int r = group.rank();
-  if (n == 1 || data.count == 0) return;
+  if (group.size() == 1 || data.count == 0) return;
   const Deadline deadline = deadline_after(group.settings().timeout);
-  const Segment& segment = group.segment();
-  if (data.bytes() <= std::min(group.settings().small_size, segment.staging_bytes())) {
+  if (data.bytes() <= std::min(group.settings().small_size, group.segment().staging_bytes())) {
     all_reduce_small(group, data, op, deadline);
     return;
   }
-  const std::size_t es = dtype_size(data.dtype);
-  const std::size_t round = segment.staging_bytes() / es;
-  for (std::size_t start = 0; start < data.count; start += round) {
-    const std::size_t count = std::min(round, data.count - start);
-    std::byte* user = data.byte_data() + start * es;
-    const std::uint64_t step = group.next_step();
-    std::byte* mine = segment.staging(r, step);
-
-    group.await_all(released(step - 2), kOp, deadline);
-    for (int j = 0; j < n; ++j) {
-      if (j == r) continue;
-      const Slice s = slice_of(count, n, j);
-      std::memcpy(mine + s.offset * es, user + s.offset * es, s.count * es);
-    }
-    group.publish(staged(step));
-
-    group.await_all(staged(step), kOp, deadline);
-    const Slice own = slice_of(count, n, r);
-    if (own.count > 0) {
-      std::byte* result = mine + own.offset * es;
-      reduce_in_rank_order(
-          result,
-          [&](int j) -> const void* {
-            return (j == r ? user : segment.staging(j, step)) + own.offset * es;
-          },
-          n, own.count, data.dtype, op);
-      std::memcpy(user + own.offset * es, result, own.count * es);
-    }
-    group.publish(reduced(step));
-
-    group.await_all(reduced(step), kOp, deadline);
-    for (int j = 0; j < n; ++j) {
-      if (j == r) continue;
-      const Slice s = slice_of(count, n, j);
-      std::memcpy(user + s.offset * es, segment.staging(j, step) + s.offset * es, s.count * es);
-    }
-    group.publish(released(step));
-  }
+  GroupStage stage{group, kOp, deadline};
+  staging::all_reduce(stage, data, op);
 }
 
 void reduce_scatter(Group& group, BufferView input, BufferView output, ReduceOp op) {
   constexpr const char* kOp = "reduce_scatter";
   group.throw_if_failed(kOp);
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t es = dtype_size(input.dtype);
-  const std::size_t block = output.count;
-  if (n == 1) {
+  if (group.size() == 1) {
     if (output.data != input.data) std::memmove(output.data, input.data, output.bytes());
     finish_average(output.data, output.count, output.dtype, op, 1);
     return;
   }
-  if (block == 0) return;
-  const Deadline deadline = deadline_after(group.settings().timeout);
-  const Segment& segment = group.segment();
-  // Written in place, our own block must be staged too, or the first partial result would
-  // overwrite it before it is read.
-  const bool stage_own = overlaps(output.data, output.bytes(), input.data, input.bytes());
-  const std::size_t chunk = segment.staging_bytes() / (static_cast<std::size_t>(n) * es);
-  for (std::size_t start = 0; start < block; start += chunk) {
-    const std::size_t count = std::min(chunk, block - start);
-    const std::uint64_t step = group.next_step();
-    std::byte* mine = segment.staging(r, step);
-    auto in_block = [&](int j) {
-      return input.byte_data() + (static_cast<std::size_t>(j) * block + start) * es;
-    };
-
-    group.await_all(released(step - 2), kOp, deadline);
-    for (int j = 0; j < n; ++j) {
-      if (j == r && !stage_own) continue;
-      std::memcpy(mine + static_cast<std::size_t>(j) * chunk * es, in_block(j), count * es);
-    }
-    group.publish(staged(step));
-
-    group.await_all(staged(step), kOp, deadline);
-    const std::size_t own_offset = static_cast<std::size_t>(r) * chunk * es;
-    reduce_in_rank_order(
-        output.byte_data() + start * es,
-        [&](int j) -> const void* {
-          return j == r && !stage_own ? in_block(r) : segment.staging(j, step) + own_offset;
-        },
-        n, count, input.dtype, op);
-    group.publish(released(step));
-  }
+  if (output.count == 0) return;
+  GroupStage stage{group, kOp, deadline_after(group.settings().timeout)};
+  staging::reduce_scatter(stage, input, output, op);
 }
 
 void all_gather(Group& group, BufferView input, BufferView output) {
   constexpr const char* kOp = "all_gather";
   group.throw_if_failed(kOp);
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t es = dtype_size(input.dtype);
   const std::size_t block = input.count;
-  auto out_block = [&](int j, std::size_t start) {
-    return output.byte_data() + (static_cast<std::size_t>(j) * block + start) * es;
-  };
-  if (n == 1 || block == 0) {
-    if (block > 0 && out_block(r, 0) != input.data)
-      std::memmove(out_block(r, 0), input.data, input.bytes());
+  std::byte* own = output.byte_data() + static_cast<std::size_t>(group.rank()) * input.bytes();
+  if (group.size() == 1 || block == 0) {
+    if (block > 0 && own != input.data) std::memmove(own, input.data, input.bytes());
     return;
   }
-  const Deadline deadline = deadline_after(group.settings().timeout);
-  const Segment& segment = group.segment();
-  const std::size_t chunk = segment.staging_bytes() / es;
-  for (std::size_t start = 0; start < block; start += chunk) {
-    const std::size_t count = std::min(chunk, block - start);
-    const std::uint64_t step = group.next_step();
-    const std::byte* in = input.byte_data() + start * es;
-
-    group.await_all(released(step - 2), kOp, deadline);
-    std::memcpy(segment.staging(r, step), in, count * es);
-    group.publish(staged(step));
-    if (out_block(r, start) != in) std::memmove(out_block(r, start), in, count * es);
-
-    group.await_all(staged(step), kOp, deadline);
-    for (int j = 0; j < n; ++j) {
-      if (j != r) std::memcpy(out_block(j, start), segment.staging(j, step), count * es);
-    }
-    group.publish(released(step));
-  }
+  GroupStage stage{group, kOp, deadline_after(group.settings().timeout)};
+  staging::all_gather(stage, input, output);
 }
 
 void broadcast(Group& group, BufferView data, int root) {

@@ -15,23 +15,16 @@
 #include "peer_watch.hpp"
 #include "segment.hpp"
 #include "settings.hpp"
+#include "tessera/staged_collectives.hpp"
 #include "tessera/transport_support.hpp"
 
 namespace tessera::shm {
 
-// Phases of one collective step, encoded as progress = 3 * step + phase. A rank's buffer for
-// step s (staging buffer s % 2) may be rewritten once every peer has released step s - 2.
-inline constexpr std::uint64_t staged(std::uint64_t step) noexcept {
-  return 3 * step + 1;
-}
-inline constexpr std::uint64_t reduced(std::uint64_t step) noexcept {
-  return 3 * step + 2;
-}
-inline constexpr std::uint64_t released(std::uint64_t step) noexcept {
-  return 3 * step + 3;
-}
-// Steps start here so that "released(step - 2)" holds for the first two steps.
-inline constexpr std::uint64_t kFirstStep = 2;
+// The progress protocol of tessera/staged_collectives.hpp: progress = 3 * step + phase.
+using staging::kFirstStep;
+using staging::reduced;
+using staging::released;
+using staging::staged;
 // While no caller waits, a wait polls spin_count / kBackgroundSpinDivisor times before sleeping.
 inline constexpr std::int64_t kBackgroundSpinDivisor = 10;
 
