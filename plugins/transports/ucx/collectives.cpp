@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mapped.hpp"
+
 namespace tessera::ucx {
 
 namespace {
@@ -179,6 +181,10 @@ void run_all_reduce(Exchange& x, BufferView data, ReduceOp op, Scratch& scratch)
     all_reduce_direct(x, data, op, scratch);
     return;
   }
+  if (MappedGroup* mapped = x.engine().mapped(x)) {
+    mapped->all_reduce(x, data, op);
+    return;
+  }
   const Blocks blocks = Blocks::split(data.count, n);
   const auto me = static_cast<std::size_t>(x.engine().rank());
   reduce_to_owners(x, data, data.slice(blocks.offset[me], blocks.length[me]), blocks, op, true,
@@ -187,11 +193,23 @@ void run_all_reduce(Exchange& x, BufferView data, ReduceOp op, Scratch& scratch)
 
 void run_reduce_scatter(Exchange& x, BufferView input, BufferView output, ReduceOp op,
                         Scratch& scratch) {
+  if (input.bytes() > x.engine().settings().small_bytes && output.count > 0) {
+    if (MappedGroup* mapped = x.engine().mapped(x)) {
+      mapped->reduce_scatter(x, input, output, op);
+      return;
+    }
+  }
   reduce_to_owners(x, input, output, Blocks::equal(output.count, x.engine().size()), op, false,
                    scratch);
 }
 
 void run_all_gather(Exchange& x, BufferView input, BufferView output) {
+  if (output.bytes() > x.engine().settings().small_bytes && input.count > 0) {
+    if (MappedGroup* mapped = x.engine().mapped(x)) {
+      mapped->all_gather(x, input, output);
+      return;
+    }
+  }
   const int me = x.engine().rank();
   const std::size_t bytes = input.bytes();
   std::byte* mine = output.byte_data() + static_cast<std::size_t>(me) * bytes;

@@ -5,6 +5,7 @@
 
 #include "backoff.hpp"
 #include "exchange.hpp"
+#include "mapped.hpp"
 #include "tags.hpp"
 #include "tessera/error.hpp"
 
@@ -177,6 +178,14 @@ void Engine::throw_if_aborted(const std::string& operation) {
 void Engine::adopt(std::deque<Request>&& requests) {
   for (auto& r : requests) orphans_.push_back(r);
   requests.clear();
+}
+
+MappedGroup* Engine::mapped(Exchange& x) {
+  if (!mapping_tried_ && settings_.map_peers && size_ > 1) {
+    mapping_tried_ = true;
+    mapped_ = MappedGroup::connect(x, settings_.mapped_chunk_bytes);
+  }
+  return mapped_.get();
 }
 
 void Engine::post_control_recv() {
@@ -422,6 +431,7 @@ void Engine::teardown() {
     }
   }
   drain(notices_, kTeardownTimeout);
+  mapped_.reset();
   for (auto& o : orphans_)
     if (o.is_recv) worker_.cancel(o);
   worker_.cancel(control_);

@@ -33,9 +33,12 @@ struct Settings {
   std::size_t segment_bytes = 1024 * 1024;  // pipeline unit of the large algorithms
   std::size_t segments_in_flight = 4;       // contribution receives posted per peer
   Duration liveness_interval{250};          // how often same-host peer processes are checked
+  bool map_peers = true;                    // large collectives through mapped memory, if possible
+  std::size_t mapped_chunk_bytes = 128 * 1024;  // per rank and round of the mapped algorithms
 };
 
 class Exchange;
+class MappedGroup;
 
 class Engine {
  public:
@@ -78,6 +81,10 @@ class Engine {
   [[nodiscard]] bool departed(int peer) const { return departed_[static_cast<std::size_t>(peer)]; }
   // Hands over requests of a failed operation, to be finished and freed at teardown.
   void adopt(std::deque<Request>&& requests);
+  // The group's mapped memory (mapped.hpp), set up through `x` by the first collective that
+  // asks, which every rank issues alike; nullptr where the ranks cannot all map each other's
+  // memory, or settings().map_peers is off. Released at teardown, before the endpoints close.
+  [[nodiscard]] MappedGroup* mapped(Exchange& x);
 
  private:
   struct Command {
@@ -139,6 +146,8 @@ class Engine {
   std::string control_buffer_;
   bool aborted_handled_ = false;
   std::chrono::steady_clock::time_point next_liveness_check_{};
+  std::unique_ptr<MappedGroup> mapped_;
+  bool mapping_tried_ = false;
   std::thread thread_;
 };
 

@@ -121,6 +121,21 @@ void Exchange::wait_some(std::vector<std::size_t>& finished) {
   }
 }
 
+void Exchange::check_waiting_for(int peer) {
+  engine_.throw_if_aborted(operation_);
+  if (engine_.departed(peer)) {
+    engine_.abort(operation_ + ": rank " + std::to_string(peer) +
+                      " destroyed its communicator while this operation needed it",
+                  peer);
+  } else if (std::chrono::steady_clock::now() >= deadline_) {
+    engine_.abort(operation_ + " timed out after " +
+                      std::to_string(engine_.settings().timeout.count()) + " ms waiting for rank " +
+                      std::to_string(peer),
+                  peer);
+  }
+  engine_.throw_if_aborted(operation_);
+}
+
 void Exchange::wait_all() {
   std::vector<std::size_t> finished;
   while (unreported_ != 0) wait_some(finished);

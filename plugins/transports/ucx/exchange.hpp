@@ -31,6 +31,10 @@ class Exchange {
   // Every request posted so far has finished and been reported.
   [[nodiscard]] bool done() const noexcept { return unreported_ == 0; }
 
+  // For waits on something other than this exchange's requests (mapped memory): fails the
+  // group as wait_some does once `peer` has left or the deadline has passed, naming `peer`.
+  void check_waiting_for(int peer);
+
   [[nodiscard]] Engine& engine() noexcept { return engine_; }
   [[nodiscard]] const std::string& operation() const noexcept { return operation_; }
 

@@ -17,6 +17,14 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr},
     {"liveness_interval", "duration", "250ms",
      "how often a waiting rank checks that its peer processes on this host still run", nullptr},
+    {"map_peers", "bool", "true",
+     "where UCX can map every peer's memory (all ranks on one host, UCX_TLS with posix or sysv), "
+     "run large all_reduce, reduce_scatter and all_gather through mapped staging buffers "
+     "instead of messages",
+     nullptr},
+    {"mapped_chunk_size", "size", "128KiB",
+     "per rank and round of the mapped algorithms: each rank's staging buffer holds ranks x this",
+     nullptr},
 };
 
 }  // namespace

@@ -32,7 +32,8 @@ UcxContext::UcxContext() {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG;
+  // RMA: memory domains that can share memory with peers, for the mapped collectives.
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA;
   params.mt_workers_shared = 1;  // split children's workers run on their own threads
   status = ucp_init(&params, config, &context_);
   ucp_config_release(config);

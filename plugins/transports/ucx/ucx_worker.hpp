@@ -76,6 +76,11 @@ class UcxWorker {
   // Asks UCX to drop an unfinished receive; poll() still has to see it finish.
   void cancel(Request& request);
 
+  // The endpoint to `peer` (after connect).
+  [[nodiscard]] ucp_ep_h endpoint(int peer) const {
+    return endpoints_[static_cast<std::size_t>(peer)];
+  }
+
   // One round of UCX progress; returns whether anything happened. Does nothing once quiesced.
   bool progress();
 
