@@ -1,7 +1,6 @@
 #include "local_sgd_strategy.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <span>
 
 #include "tessera/error.hpp"
@@ -10,26 +9,7 @@
 
 namespace acme {
 
-namespace {
-
 using tessera::Tensor;
-
-// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
-Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
-  tessera::Shape shape = tensor.shape();
-  const std::size_t row_bytes = tensor.bytes() / shape.at(0);
-  shape[0] = end - begin;
-  Tensor out(shape, tensor.dtype());
-  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
-              (end - begin) * row_bytes);
-  return out;
-}
-
-std::size_t rows_of(const Tensor& tensor) {
-  return tensor.count() == 0 ? 0 : tensor.shape().at(0);
-}
-
-}  // namespace
 
 LocalSgdStrategy::LocalSgdStrategy(const tessera::Options& options)
     : sync_every_(options.get_int("sync_every")) {
@@ -77,9 +57,8 @@ Tensor LocalSgdStrategy::forward(const Tensor& inputs,
   return x;
 }
 
-std::pair<double, std::size_t> LocalSgdStrategy::forward_backward(const Tensor& inputs,
-                                                                  const Tensor& targets,
-                                                                  float weight) {
+tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                                       float weight) {
   const auto& model = *setup_.model;
   std::vector<tessera::LayerContext> contexts;
   Tensor logits = forward(inputs, contexts);
@@ -92,33 +71,28 @@ std::pair<double, std::size_t> LocalSgdStrategy::forward_backward(const Tensor& 
     grad = model.layer(l).backward(grad, layer_params_[l], layer_grads_[l], contexts[l]);
     contexts[l].clear();
   }
-  return {result.loss * static_cast<double>(rows_of(inputs)), result.correct};
+  return {result.loss * static_cast<double>(tessera::batch_rows(inputs)), result.correct};
 }
 
 tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
                                                 const tessera::StepInfo& info) {
   TESSERA_CHECK(!params_.empty(), "local_sgd: train_step before setup");
   tessera::StepStats stats;
-  const std::size_t n = rows_of(batch.inputs);
+  const std::size_t n = tessera::batch_rows(batch.inputs);
   std::fill(grads_.begin(), grads_.end(), 0.0F);
 
   // A rank whose share of an epoch's last batch is empty still steps (a zero gradient) and
-  // still averages, so that every rank issues the same collectives.
-  double loss_sum = 0.0;
+  // still averages, so that every rank issues the same collectives. Each micro-batch's mean
+  // gradient is weighted by its share of this rank's batch (a "world" of one rank here: the
+  // averaging is this strategy's own).
   if (n > 0) {
-    const std::size_t micro = std::min(setup_.micro_batches, n);
-    std::size_t begin = 0;
-    for (std::size_t k = 0; k < micro; ++k) {
-      const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
-      const auto weight = static_cast<float>(static_cast<double>(size) / static_cast<double>(n));
-      auto part = micro == 1 ? forward_backward(batch.inputs, batch.targets, weight)
-                             : forward_backward(rows(batch.inputs, begin, begin + size),
-                                                rows(batch.targets, begin, begin + size), weight);
-      loss_sum += part.first;
-      stats.correct += part.second;
-      begin += size;
-    }
+    const auto [loss_sum, correct] = tessera::run_micro_batches(
+        batch, std::min(setup_.micro_batches, n), 1, n,
+        [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/) {
+          return forward_backward(inputs, targets, weight);
+        });
     stats.loss = loss_sum / static_cast<double>(n);
+    stats.correct = correct;
   }
 
   const double sum_of_squares = tessera::gradient_sum_of_squares(grads_);
@@ -150,7 +124,7 @@ void LocalSgdStrategy::average(std::vector<float>& values) {
 tessera::StepStats LocalSgdStrategy::evaluate(const tessera::Batch& batch) {
   TESSERA_CHECK(!params_.empty(), "local_sgd: evaluate before setup");
   tessera::StepStats stats;
-  if (rows_of(batch.inputs) == 0) return stats;
+  if (tessera::batch_rows(batch.inputs) == 0) return stats;
   std::vector<tessera::LayerContext> contexts;
   Tensor logits = forward(batch.inputs, contexts);
   const auto result = setup_.model->loss(logits, batch.targets);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/flat_state.hpp"
+#include "tessera/micro_batches.hpp"
 #include "tessera/options.hpp"
 #include "tessera/strategy.hpp"
 
@@ -39,8 +40,8 @@ class LocalSgdStrategy final : public tessera::Strategy {
  private:
   // Forward and backward of rows [begin, end) of the batch, gradients added into grads_ with
   // the given weight. Returns the summed loss and the correct count.
-  std::pair<double, std::size_t> forward_backward(const tessera::Tensor& inputs,
-                                                  const tessera::Tensor& targets, float weight);
+  tessera::PassTotals forward_backward(const tessera::Tensor& inputs,
+                                       const tessera::Tensor& targets, float weight);
   tessera::Tensor forward(const tessera::Tensor& inputs,
                           std::vector<tessera::LayerContext>& contexts) const;
   void average(std::vector<float>& values);

@@ -17,18 +17,6 @@ DdpConfig config_from(const Options& options) {
   return config;
 }
 
-// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
-Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
-  Shape shape = tensor.shape();
-  const std::size_t row_elements = tensor.count() / shape.at(0);
-  shape[0] = end - begin;
-  Tensor out(shape, tensor.dtype());
-  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
-  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
-              (end - begin) * row_bytes);
-  return out;
-}
-
 void scale(Tensor& tensor, float factor) {
   for (float& x : tensor.as<float>()) x *= factor;
 }
@@ -82,11 +70,10 @@ Tensor DdpStrategy::forward(const Tensor& inputs, std::vector<LayerContext>& con
   return x;
 }
 
-std::pair<double, std::size_t> DdpStrategy::forward_backward(const Tensor& inputs,
-                                                             const Tensor& targets,
-                                                             float gradient_weight, bool last) {
+PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                         float gradient_weight, bool last) {
   const auto& model = *setup_.model;
-  const std::size_t n = inputs.count() == 0 ? 0 : inputs.shape().at(0);
+  const std::size_t n = batch_rows(inputs);
   std::vector<LayerContext> contexts;
   double loss_sum = 0.0;
   std::size_t correct = 0;
@@ -118,37 +105,23 @@ std::pair<double, std::size_t> DdpStrategy::forward_backward(const Tensor& input
 
 StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   TESSERA_CHECK(sync_ != nullptr, "ddp: train_step before setup");
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   const auto world = static_cast<std::size_t>(setup_.world->size());
-  const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
-  TESSERA_CHECK(global > 0, "ddp: a step needs at least one sample over all ranks");
+  const std::size_t global = global_batch_rows(n, world, info, "ddp");
   if (!grads_zero_) std::fill(grads_.begin(), grads_.end(), 0.0F);
   grads_zero_ = false;
 
-  // The all-reduce averages over ranks; weighting each micro-batch's mean gradient by
-  // world * rows / global makes that average the mean over the global batch. With equal
-  // shares and one micro-batch the weight is exactly 1 and nothing is scaled.
+  // The all-reduce averages over ranks; run_micro_batches weights each micro-batch's mean
+  // gradient so that this average is the mean over the global batch.
   const std::size_t micro =
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
-  double loss_sum = 0.0;
+  auto [loss_sum, correct] = run_micro_batches(
+      batch, micro, world, global,
+      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
+        return forward_backward(inputs, targets, weight, last);
+      });
   StepStats stats;
-  std::size_t begin = 0;
-  for (std::size_t k = 0; k < micro; ++k) {
-    const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
-    const bool last = k + 1 == micro;
-    const auto weight =
-        static_cast<float>(static_cast<double>(world * size) / static_cast<double>(global));
-    std::pair<double, std::size_t> part;
-    if (micro == 1) {
-      part = forward_backward(batch.inputs, batch.targets, weight, last);
-    } else {
-      part = forward_backward(rows(batch.inputs, begin, begin + size),
-                              rows(batch.targets, begin, begin + size), weight, last);
-    }
-    loss_sum += part.first;
-    stats.correct += part.second;
-    begin += size;
-  }
+  stats.correct = correct;
 
   // Issued after every bucket, so its place in the collective order is the same everywhere.
   std::shared_ptr<Work> loss_work;
@@ -171,7 +144,7 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
 StepStats DdpStrategy::evaluate(const Batch& batch) {
   TESSERA_CHECK(sync_ != nullptr, "ddp: evaluate before setup");
   StepStats stats;
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
   std::vector<LayerContext> contexts;
   Tensor logits = forward(batch.inputs, contexts);

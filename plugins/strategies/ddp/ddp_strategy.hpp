@@ -9,6 +9,7 @@
 
 #include "tessera/flat_state.hpp"
 #include "tessera/gradient_sync.hpp"
+#include "tessera/micro_batches.hpp"
 #include "tessera/options.hpp"
 #include "tessera/strategy.hpp"
 
@@ -46,8 +47,8 @@ class DdpStrategy final : public Strategy {
   // Forward and backward of one micro-batch, gradients added into grads_; marks the
   // gradients ready (starting their buckets' all-reduce) when `last` is true. Returns the
   // micro-batch's summed loss (mean * rows) and correct count.
-  std::pair<double, std::size_t> forward_backward(const Tensor& inputs, const Tensor& targets,
-                                                  float gradient_weight, bool last);
+  PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
+                              bool last);
   Tensor forward(const Tensor& inputs, std::vector<LayerContext>& contexts) const;
 
   DdpConfig config_;

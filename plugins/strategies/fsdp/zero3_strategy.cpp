@@ -26,18 +26,6 @@ Zero3Config config_from(const Options& options) {
   return config;
 }
 
-// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
-Tensor rows_of(const Tensor& tensor, std::size_t begin, std::size_t end) {
-  Shape shape = tensor.shape();
-  const std::size_t row_elements = tensor.count() / shape.at(0);
-  shape[0] = end - begin;
-  Tensor out(shape, tensor.dtype());
-  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
-  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
-              (end - begin) * row_bytes);
-  return out;
-}
-
 }  // namespace
 
 Zero3Strategy::Zero3Strategy(const Zero3Config& config) : config_(config) {
@@ -236,10 +224,9 @@ void Zero3Strategy::backward(Tensor grad, std::size_t rows, std::vector<LayerCon
   }
 }
 
-std::pair<double, std::size_t> Zero3Strategy::forward_backward(const Tensor& inputs,
-                                                               const Tensor& targets,
-                                                               float gradient_weight, bool last) {
-  const std::size_t n = inputs.count() == 0 ? 0 : inputs.shape().at(0);
+PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                           float gradient_weight, bool last) {
+  const std::size_t n = batch_rows(inputs);
   std::vector<LayerContext> contexts;
   Tensor logits = forward(inputs, n, contexts, true);
   double loss_sum = 0.0;
@@ -260,35 +247,20 @@ std::pair<double, std::size_t> Zero3Strategy::forward_backward(const Tensor& inp
 
 StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   TESSERA_CHECK(pool_ != nullptr, "zero3: train_step before setup");
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   const auto world = static_cast<std::size_t>(setup_.world->size());
-  const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
-  TESSERA_CHECK(global > 0, "zero3: a step needs at least one sample over all ranks");
+  const std::size_t global = global_batch_rows(n, world, info, "zero3");
   const Duration timeout = setup_.world->timeout();
 
   // Micro-batches and their weights exactly as ddp's, so that the gradients match its bits.
   // Every rank runs the same number of micro-batches (the collective sequence depends on it).
-  const std::size_t micro = setup_.micro_batches;
-  double loss_sum = 0.0;
+  auto [loss_sum, correct] = run_micro_batches(
+      batch, setup_.micro_batches, world, global,
+      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
+        return forward_backward(inputs, targets, weight, last);
+      });
   StepStats stats;
-  std::size_t begin = 0;
-  for (std::size_t k = 0; k < micro; ++k) {
-    const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
-    const auto weight =
-        static_cast<float>(static_cast<double>(world * size) / static_cast<double>(global));
-    std::pair<double, std::size_t> part;
-    if (micro == 1) {
-      part = forward_backward(batch.inputs, batch.targets, weight, true);
-    } else if (size == 0) {
-      part = forward_backward(Tensor(), Tensor(), weight, k + 1 == micro);
-    } else {
-      part = forward_backward(rows_of(batch.inputs, begin, begin + size),
-                              rows_of(batch.targets, begin, begin + size), weight, k + 1 == micro);
-    }
-    loss_sum += part.first;
-    stats.correct += part.second;
-    begin += size;
-  }
+  stats.correct = correct;
 
   std::shared_ptr<Work> loss_work;
   if (world > 1)
@@ -311,7 +283,7 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
 StepStats Zero3Strategy::evaluate(const Batch& batch) {
   TESSERA_CHECK(pool_ != nullptr, "zero3: evaluate before setup");
   StepStats stats;
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   std::vector<LayerContext> contexts;
   Tensor logits = forward(batch.inputs, n, contexts, false);
   if (n == 0) return stats;

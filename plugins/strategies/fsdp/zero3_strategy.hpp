@@ -12,6 +12,7 @@
 #include "gather_pool.hpp"
 #include "sharded_grad_norm.hpp"
 #include "tessera/flat_state.hpp"
+#include "tessera/micro_batches.hpp"
 #include "tessera/options.hpp"
 #include "tessera/strategy.hpp"
 #include "unit_plan.hpp"
@@ -77,8 +78,8 @@ class Zero3Strategy final : public Strategy {
   // Backward of one micro-batch; on the last one each unit's gradient is reduce-scattered into
   // the gradient shards as soon as it is complete.
   void backward(Tensor grad, std::size_t rows, std::vector<LayerContext>& contexts, bool last);
-  std::pair<double, std::size_t> forward_backward(const Tensor& inputs, const Tensor& targets,
-                                                  float gradient_weight, bool last);
+  PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
+                              bool last);
 
   Zero3Config config_;
   StrategySetup setup_;

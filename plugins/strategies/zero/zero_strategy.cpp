@@ -22,18 +22,6 @@ ZeroConfig config_from(const Options& options, ZeroStage stage) {
   return config;
 }
 
-// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
-Tensor rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
-  Shape shape = tensor.shape();
-  const std::size_t row_elements = tensor.count() / shape.at(0);
-  shape[0] = end - begin;
-  Tensor out(shape, tensor.dtype());
-  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
-  std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
-              (end - begin) * row_bytes);
-  return out;
-}
-
 void scale(Tensor& tensor, float factor) {
   for (float& x : tensor.as<float>()) x *= factor;
 }
@@ -244,11 +232,10 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
   }
 }
 
-std::pair<double, std::size_t> ZeroStrategy::forward_backward(const Tensor& inputs,
-                                                              const Tensor& targets,
-                                                              float gradient_weight, bool last) {
+PassTotals ZeroStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                          float gradient_weight, bool last) {
   const auto& model = *setup_.model;
-  const std::size_t n = inputs.count() == 0 ? 0 : inputs.shape().at(0);
+  const std::size_t n = batch_rows(inputs);
   std::vector<LayerContext> contexts;
   double loss_sum = 0.0;
   std::size_t correct = 0;
@@ -316,10 +303,9 @@ void ZeroStrategy::gather_parameters() {
 
 StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   TESSERA_CHECK(!layers_.empty(), "zero: train_step before setup");
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   const auto world = static_cast<std::size_t>(setup_.world->size());
-  const std::size_t global = info.global_batch_size != 0 ? info.global_batch_size : n * world;
-  TESSERA_CHECK(global > 0, "zero: a step needs at least one sample over all ranks");
+  const std::size_t global = global_batch_rows(n, world, info, "zero");
 
   const std::size_t micro =
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
@@ -337,25 +323,13 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
 
   // As in ddp: weighting each micro-batch's mean gradient by world * rows / global makes the
   // average over ranks the mean over the global batch.
-  double loss_sum = 0.0;
+  auto [loss_sum, correct] = run_micro_batches(
+      batch, micro, world, global,
+      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
+        return forward_backward(inputs, targets, weight, last);
+      });
   StepStats stats;
-  std::size_t begin = 0;
-  for (std::size_t k = 0; k < micro; ++k) {
-    const std::size_t size = n / micro + (k < n % micro ? 1 : 0);
-    const bool last = k + 1 == micro;
-    const auto weight =
-        static_cast<float>(static_cast<double>(world * size) / static_cast<double>(global));
-    std::pair<double, std::size_t> part;
-    if (micro == 1) {
-      part = forward_backward(batch.inputs, batch.targets, weight, last);
-    } else {
-      part = forward_backward(rows(batch.inputs, begin, begin + size),
-                              rows(batch.targets, begin, begin + size), weight, last);
-    }
-    loss_sum += part.first;
-    stats.correct += part.second;
-    begin += size;
-  }
+  stats.correct = correct;
 
   std::shared_ptr<Work> loss_work;
   if (world > 1)
@@ -376,7 +350,7 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
 StepStats ZeroStrategy::evaluate(const Batch& batch) {
   TESSERA_CHECK(!layers_.empty(), "zero: evaluate before setup");
   StepStats stats;
-  const std::size_t n = batch.inputs.count() == 0 ? 0 : batch.inputs.shape().at(0);
+  const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
   std::vector<LayerContext> contexts;
   Tensor logits = forward(batch.inputs, contexts);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tessera/flat_state.hpp"
+#include "tessera/micro_batches.hpp"
 #include "tessera/options.hpp"
 #include "tessera/shard_layout.hpp"
 #include "tessera/strategy.hpp"
@@ -83,8 +84,8 @@ class ZeroStrategy : public Strategy {
   enum class GradientHome : std::uint8_t { full, accumulate, windows };
 
   Tensor forward(const Tensor& inputs, std::vector<LayerContext>& contexts);
-  std::pair<double, std::size_t> forward_backward(const Tensor& inputs, const Tensor& targets,
-                                                  float gradient_weight, bool last);
+  PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
+                              bool last);
   std::vector<BufferView> gradient_views(std::size_t layer);
   float* prepare_window(const LayerSlice& slice);
   void issue_buckets_down_to(std::size_t begin);

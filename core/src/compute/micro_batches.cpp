@@ -1,0 +1,38 @@
+#include "tessera/micro_batches.hpp"
+
+#include <cstring>
+
+#include "tessera/error.hpp"
+
+namespace tessera {
+
+std::size_t batch_rows(const Tensor& tensor) {
+  return tensor.count() == 0 ? 0 : tensor.shape().at(0);
+}
+
+Tensor slice_rows(const Tensor& tensor, std::size_t begin, std::size_t end) {
+  Shape shape = tensor.shape();
+  TESSERA_CHECK(begin <= end && end <= shape.at(0),
+                "slice_rows: rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                    ") of a batch of " + std::to_string(shape.at(0)));
+  const std::size_t row_elements = tensor.count() / shape.at(0);
+  shape[0] = end - begin;
+  Tensor out(shape, tensor.dtype());
+  const std::size_t row_bytes = row_elements * dtype_size(tensor.dtype());
+  if (end > begin) {
+    std::memcpy(out.view().byte_data(), tensor.view().byte_data() + begin * row_bytes,
+                (end - begin) * row_bytes);
+  }
+  return out;
+}
+
+std::size_t global_batch_rows(std::size_t local_rows, std::size_t world, const StepInfo& info,
+                              const char* strategy) {
+  const std::size_t global =
+      info.global_batch_size != 0 ? info.global_batch_size : local_rows * world;
+  TESSERA_CHECK(global > 0,
+                std::string(strategy) + ": a step needs at least one sample over all ranks");
+  return global;
+}
+
+}  // namespace tessera
