@@ -4,9 +4,13 @@
 #include <cstring>
 #include <sstream>
 
+#include "flat_index.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
+
+using checkpoint_detail::check_layout;
+using checkpoint_detail::read_shard_index;
 
 namespace {
 
@@ -23,40 +27,10 @@ std::vector<float> as_floats(const std::vector<std::byte>& bytes, const std::str
   return values;
 }
 
-std::string text_of(const std::vector<std::byte>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
 std::string shape_text(const Shape& shape) {
   std::string text;
   for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
   return text.empty() ? "scalar" : text;
-}
-
-struct ShardIndex {
-  std::vector<FlatShard> shards;
-  std::size_t state_per_param = 0;
-};
-
-ShardIndex parse_shards(const std::string& text) {
-  ShardIndex index;
-  std::istringstream in(text);
-  std::string word;
-  std::size_t count = 0;
-  if (!(in >> word >> count) || word != "shards" || !(in >> word >> index.state_per_param) ||
-      word != "state_per_param") {
-    throw CheckpointError("checkpoint blob 'flat/shards' is malformed");
-  }
-  for (std::size_t k = 0; k < count; ++k) {
-    std::size_t id = 0;
-    FlatShard shard;
-    if (!(in >> id >> shard.begin >> shard.end) || id != k || shard.end < shard.begin) {
-      throw CheckpointError("checkpoint blob 'flat/shards' is malformed at shard " +
-                            std::to_string(k));
-    }
-    index.shards.push_back(shard);
-  }
-  return index;
 }
 
 }  // namespace
@@ -153,13 +127,8 @@ void load_flat_range(const CheckpointReader& reader, const FlatLayout& expected,
                      std::size_t end, std::span<float> params, std::span<float> state,
                      std::size_t state_per_param) {
   TESSERA_CHECK(end >= begin && params.size() == end - begin, "load_flat_range: bad range");
-  if (!reader.contains("flat/layout") || !reader.contains("flat/shards")) {
-    throw CheckpointError("checkpoint holds no flat parameter state (flat/layout, flat/shards)");
-  }
-  if (!(FlatLayout::parse(text_of(reader.get("flat/layout"))) == expected)) {
-    throw CheckpointError("checkpoint was written for another model: its parameter layout differs");
-  }
-  const auto index = parse_shards(text_of(reader.get("flat/shards")));
+  const auto index = read_shard_index(reader);
+  check_layout(reader, expected);
   if (!state.empty() && index.state_per_param != state_per_param) {
     throw CheckpointError(
         "checkpoint optimizer state has " + std::to_string(index.state_per_param) +

@@ -4,17 +4,18 @@
 #include <cstring>
 #include <sstream>
 
+#include "flat_index.hpp"
 #include "tessera/error.hpp"
 
 namespace tessera {
 
+using checkpoint_detail::check_layout;
+using checkpoint_detail::read_shard_index;
+using checkpoint_detail::text_of;
+
 namespace {
 
 constexpr const char* kManifestBlob = "sharded/manifest";
-
-std::string text_of(const std::vector<std::byte>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
 
 std::vector<float> floats_of(const std::vector<std::byte>& bytes, const std::string& blob,
                              std::size_t expected) {
@@ -25,37 +26,6 @@ std::vector<float> floats_of(const std::vector<std::byte>& bytes, const std::str
   std::vector<float> values(expected);
   std::memcpy(values.data(), bytes.data(), bytes.size());
   return values;
-}
-
-struct ShardIndex {
-  std::vector<FlatShard> shards;
-  std::size_t state_per_param = 0;
-};
-
-// flat/shards as flat_state.cpp writes it: "shards K state_per_param S" then "k begin end".
-ShardIndex read_shard_index(const CheckpointReader& reader) {
-  if (!reader.contains("flat/layout") || !reader.contains("flat/shards")) {
-    throw CheckpointError("checkpoint holds no flat parameter state (flat/layout, flat/shards)");
-  }
-  ShardIndex index;
-  std::istringstream in(text_of(reader.get("flat/shards")));
-  std::string word;
-  std::string slots;
-  std::size_t count = 0;
-  if (!(in >> word >> count) || word != "shards" || !(in >> slots >> index.state_per_param) ||
-      slots != "state_per_param") {
-    throw CheckpointError("checkpoint blob 'flat/shards' is malformed");
-  }
-  for (std::size_t k = 0; k < count; ++k) {
-    std::size_t id = 0;
-    FlatShard shard;
-    if (!(in >> id >> shard.begin >> shard.end) || id != k || shard.end < shard.begin) {
-      throw CheckpointError("checkpoint blob 'flat/shards' is malformed at shard " +
-                            std::to_string(k));
-    }
-    index.shards.push_back(shard);
-  }
-  return index;
 }
 
 }  // namespace
@@ -174,9 +144,7 @@ bool verify_sharded_checkpoint(const CheckpointReader& reader) {
 void load_flat_ranges(const CheckpointReader& reader, const FlatLayout& expected,
                       std::span<const FlatRangeTarget> targets, std::size_t state_per_param) {
   const auto index = read_shard_index(reader);
-  if (!(FlatLayout::parse(text_of(reader.get("flat/layout"))) == expected)) {
-    throw CheckpointError("checkpoint was written for another model: its parameter layout differs");
-  }
+  check_layout(reader, expected);
   const bool want_state = std::any_of(targets.begin(), targets.end(),
                                       [](const FlatRangeTarget& t) { return !t.state.empty(); });
   if (want_state && index.state_per_param != state_per_param) {
