@@ -1,6 +1,7 @@
 // The tessera CLI: a table of subcommands, each in its own file, and one place that turns
 // errors into "tessera: error: ..." and an exit code (2: usage or config, 1: anything else).
 #include <boost/program_options.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -98,6 +99,10 @@ int dispatch(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // stdout carries results (tables, --json rows, plugin listings); UCX writes its log lines
+  // there unless told otherwise, read once when the ucx plugin loads libucs. A user's own
+  // UCX_LOG_FILE wins; launched workers inherit the choice.
+  ::setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);
   try {
     return dispatch(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tessera::cli::UsageError& e) {
