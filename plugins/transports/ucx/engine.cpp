@@ -15,8 +15,11 @@ namespace {
 
 constexpr std::size_t kNoticeBytes = 1024;
 constexpr Duration kTeardownTimeout{1000};
-// How long an aborting rank progresses its worker to get its abort notices out.
-constexpr Duration kNoticeFlushTimeout{200};
+// How long an aborting rank progresses its worker to get its abort notices out and to hear
+// every peer's (see on_aborted).
+constexpr Duration kAbortHandshakeTimeout{1000};
+// How often that wait checks whether peer processes on this host still run.
+constexpr Duration kHandshakeLivenessInterval{10};
 
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
@@ -32,7 +35,8 @@ Engine::Engine(std::shared_ptr<UcxContext> context, int rank, int size, Settings
       size_(size),
       settings_(settings),
       worker_(context_, rank, size),
-      departed_(static_cast<std::size_t>(size), false) {}
+      departed_(static_cast<std::size_t>(size), false),
+      aborted_peers_(static_cast<std::size_t>(size), false) {}
 
 Engine::~Engine() {
   {
@@ -105,7 +109,6 @@ std::shared_ptr<QueuedWork> Engine::make_work(std::string operation) const {
         std::lock_guard lock(shared->mutex);
         if (shared->aborted) return;
         shared->reason = "rank " + std::to_string(rank) + ": " + reason;
-        shared->announce = true;
         shared->aborted = true;
         shared->wake.notify_all();
       });
@@ -153,7 +156,6 @@ void Engine::abort(const std::string& reason, std::optional<int> blame) noexcept
     if (shared_->aborted) return;
     shared_->reason = "rank " + std::to_string(rank_) + ": " + reason;
     shared_->blame = blame;
-    shared_->announce = true;
     shared_->aborted = true;
   } catch (...) {
     shared_->aborted = true;  // out of memory for the reason: still abort
@@ -210,11 +212,12 @@ void Engine::handle_control() {
     if (kind == static_cast<std::int32_t>(Notice::goodbye)) {
       departed_[static_cast<std::size_t>(source)] = true;
     } else {
+      aborted_peers_[static_cast<std::size_t>(source)] = true;
       std::lock_guard lock(shared_->mutex);
       if (!shared_->aborted) {
         shared_->reason = text;  // already "rank S: why"
         shared_->blame = blame >= 0 ? std::optional<int>(blame) : std::optional<int>(source);
-        shared_->aborted = true;  // learnt from a peer: nothing to announce
+        shared_->aborted = true;  // learnt from a peer; on_aborted still answers it
       }
     }
   }
@@ -333,38 +336,61 @@ void Engine::poll_pending(bool failing) {
   }
 }
 
-// Announces the abort, then quiesces the worker before any operation is failed: from then on
-// nothing lands in a buffer of a failed operation, whatever UCX still had in flight.
+// Announces the abort and hears the peers' before quiescing the worker, then fails what is
+// pending: from then on nothing lands in a buffer of a failed operation, whatever UCX still had
+// in flight.
+//
+// Every aborting rank tells every peer, whether the abort began here or was learnt, and waits
+// (at most kAbortHandshakeTimeout) until each peer has told it too, or has gone (its endpoint
+// failed, its process on this host ended, it said goodbye). Without that handshake a rank that
+// saw a death first fails its operations and may exit at once; its connections then close
+// before slower peers read its notice, and they blame it, not the rank that died.
 void Engine::on_aborted() {
   if (aborted_handled_) return;
   aborted_handled_ = true;
-  bool announce = false;
   std::string reason;
   std::optional<int> blame;
   {
     std::lock_guard lock(shared_->mutex);
-    announce = shared_->announce;
     reason = shared_->reason;
     blame = shared_->blame;
   }
-  if (announce) {
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
-        send_notice(peer, Notice::abort, reason, blame);
-    }
-    flush_notices(kNoticeFlushTimeout);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !departed_[static_cast<std::size_t>(peer)])
+      send_notice(peer, Notice::abort, reason, blame);
   }
+  await_abort_handshake();
   worker_.quiesce();
   poll_pending(true);
 }
 
-void Engine::flush_notices(Duration timeout) {
-  const Deadline deadline = deadline_after(timeout);
+void Engine::await_abort_handshake() {
+  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline = start + kAbortHandshakeTimeout;
+  std::vector<bool> gone(static_cast<std::size_t>(size_), false);
+  auto next_liveness_check = start;
   Backoff backoff;
   for (;;) {
-    bool all = true;
-    for (auto& n : notices_) all = worker_.poll(n) && all;
-    if (all || std::chrono::steady_clock::now() >= deadline) return;
+    bool sent = true;
+    for (auto& n : notices_) sent = worker_.poll(n) && sent;
+    handle_control();
+    for (const auto& failed : worker_.take_failed_peers())
+      gone[static_cast<std::size_t>(failed.first)] = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_liveness_check) {
+      next_liveness_check = now + kHandshakeLivenessInterval;
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer != rank_ && !process_alive(peers_[static_cast<std::size_t>(peer)],
+                                            peers_[static_cast<std::size_t>(rank_)]))
+          gone[static_cast<std::size_t>(peer)] = true;
+      }
+    }
+    bool heard_all = true;
+    for (int peer = 0; peer < size_ && heard_all; ++peer) {
+      const auto p = static_cast<std::size_t>(peer);
+      heard_all = peer == rank_ || aborted_peers_[p] || departed_[p] || gone[p];
+    }
+    if ((sent && heard_all) || now >= deadline) return;
     if (worker_.progress()) {
       backoff.reset();
     } else {

@@ -5,9 +5,9 @@
 // the worker, so that a send never waits for its receive to be issued.
 //
 // Failures all end in one place, abort(): a peer's endpoint failing, a peer process on this
-// host vanishing, a deadline passing, or abort() from the user. A local abort is announced to
-// every peer with a control message carrying the reason and the rank to blame, so that the
-// whole group fails fast with the same story.
+// host vanishing, a deadline passing, or abort() from the user. Every aborting rank announces it
+// to every peer with a control message carrying the reason and the rank to blame, and waits
+// briefly to hear theirs, so that the whole group fails fast with the same story.
 
 #include <atomic>
 #include <condition_variable>
@@ -108,7 +108,6 @@ class Engine {
     std::deque<Command> commands;
     bool stop = false;
     std::atomic<bool> aborted{false};
-    bool announce = false;  // the abort began here: tell the peers
     std::string reason;
     std::optional<int> blame;
   };
@@ -118,7 +117,7 @@ class Engine {
   void execute(Command& command);
   void poll_pending(bool failing);
   void on_aborted();
-  void flush_notices(Duration timeout);
+  void await_abort_handshake();
   void teardown();
   void post_control_recv();
   void handle_control();
@@ -134,6 +133,7 @@ class Engine {
   UcxWorker worker_;
   std::vector<PeerInfo> peers_;
   std::vector<bool> departed_;
+  std::vector<bool> aborted_peers_;  // peers whose abort notice arrived
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 
   // Engine-thread state.
