@@ -50,8 +50,11 @@ installs_a_complete_prefix)
   grep -q "tessera::core" "$prefix/lib/cmake/tessera/tesseraTargets.cmake" || fail "tessera::core not exported"
   grep -q "tessera::sdk" "$prefix/lib/cmake/tessera/tesseraTargets.cmake" || fail "tessera::sdk not exported"
   # Nothing installed may point back into the build tree.
-  if readelf -d "$prefix/bin/tessera" "$prefix"/lib/libtessera.so "$prefix"/lib/tessera/plugins/*.so |
-    grep -E 'R(UN)?PATH' | grep -q "$INSTALL_TEST_BUILD_DIR"; then
+  # (Output captured first: with pipefail, `producer | grep -q` fails whenever grep -q exits
+  # before the producer has written everything and the producer dies of SIGPIPE.)
+  run_paths=$(readelf -d "$prefix/bin/tessera" "$prefix"/lib/libtessera.so "$prefix"/lib/tessera/plugins/*.so |
+    grep -E 'R(UN)?PATH' || true)
+  if grep -q "$INSTALL_TEST_BUILD_DIR" <<<"$run_paths"; then
     fail "an installed binary has the build tree in its run path"
   fi
   ;;
@@ -65,8 +68,9 @@ moved_prefix_finds_its_library_and_plugins)
     grep -q "\"file\": \"$scratch/moved/lib/tessera/plugins/libtessera_strategy_ddp.so\"" <<<"$out" ||
     fail "the moved prefix's CLI did not list its own ddp plugin: $out"
   if grep -q "\"file\": \"$prefix/" <<<"$out"; then fail "the moved CLI loaded plugins of the original prefix"; fi
-  ldd "$scratch/moved/bin/tessera" | grep -q "libtessera.so.0 => $scratch/moved/bin/../lib/" ||
-    fail "the moved CLI does not load its own libtessera: $(ldd "$scratch/moved/bin/tessera" | grep tessera)"
+  libraries=$(ldd "$scratch/moved/bin/tessera")
+  grep -q "libtessera.so.0 => $scratch/moved/bin/../lib/" <<<"$libraries" ||
+    fail "the moved CLI does not load its own libtessera: $(grep tessera <<<"$libraries")"
   ;;
 
 plugins_export_only_their_descriptor)
