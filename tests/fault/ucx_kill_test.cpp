@@ -77,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Tcp, UcxKillTest,
                          case_name);
 
 // KNOWN TO FAIL with Debian's UCX 1.13.1, kept runnable (--gtest_also_run_disabled_tests): when
-// large messages go over cma (map_peers off, or a large send, recv or broadcast),
+// large messages go over cma (map_peers off, or a large send or recv),
 // process_vm_readv on the dead pid is fatal inside ucp_worker_progress (uct_cma_ep_tx,
 // "No such process"), because UCX 1.13 refuses peer error handling for its shared-memory
 // transports; the death is noticed by the pid check only after UCX has already aborted.

@@ -10,6 +10,7 @@
 //   void publish(std::uint64_t progress);  // makes this rank's progress (and prior writes) visible
 //   void await_all(std::uint64_t target);  // until every peer's progress >= target; throws on
 //                                          // failure or deadline
+//   void await_rank(int rank, std::uint64_t target);  // the same for one peer (broadcast)
 //
 // Each rank owns two staging buffers (step % 2) that everybody reads, and one progress counter
 // that only it writes: progress = 3 * step + phase. Data moves in rounds, one step per round,
@@ -183,6 +184,24 @@ void all_gather(Stage& stage, BufferView input, BufferView output) {
     stage.await_all(staged(step));
     for (int j = 0; j < n; ++j) {
       if (j != r) std::memcpy(out_block(j, start), stage.staging(j, step), count * es);
+    }
+    stage.publish(released(step));
+  }
+}
+
+// The root stages each round and publishes it; the others copy it out. Needs size > 1.
+template <class Stage>
+void broadcast(Stage& stage, BufferView data, int root) {
+  const std::size_t chunk = stage.staging_bytes();
+  for (std::size_t start = 0; start < data.bytes(); start += chunk) {
+    const std::size_t bytes = std::min(chunk, data.bytes() - start);
+    const std::uint64_t step = stage.next_step();
+    if (stage.rank() == root) {
+      stage.await_all(released(step - 2));
+      std::memcpy(stage.staging(root, step), data.byte_data() + start, bytes);
+    } else {
+      stage.await_rank(root, staged(step));
+      std::memcpy(data.byte_data() + start, stage.staging(root, step), bytes);
     }
     stage.publish(released(step));
   }

@@ -28,6 +28,7 @@ struct GroupStage {
   }
   void publish(std::uint64_t progress) noexcept { group.publish(progress); }
   void await_all(std::uint64_t target) { group.await_all(target, op, deadline); }
+  void await_rank(int r, std::uint64_t target) { group.await_rank(r, target, op, deadline); }
 };
 
 // The latency path: one synchronisation. Every rank stages its whole input and reduces all
@@ -96,21 +97,8 @@ void broadcast(Group& group, BufferView data, int root) {
   constexpr const char* kOp = "broadcast";
   group.throw_if_failed(kOp);
   if (group.size() == 1 || data.count == 0) return;
-  const Deadline deadline = deadline_after(group.settings().timeout);
-  const Segment& segment = group.segment();
-  const std::size_t chunk = segment.staging_bytes();
-  for (std::size_t start = 0; start < data.bytes(); start += chunk) {
-    const std::size_t bytes = std::min(chunk, data.bytes() - start);
-    const std::uint64_t step = group.next_step();
-    if (group.rank() == root) {
-      group.await_all(released(step - 2), kOp, deadline);
-      std::memcpy(segment.staging(root, step), data.byte_data() + start, bytes);
-    } else {
-      group.await_rank(root, staged(step), kOp, deadline);
-      std::memcpy(data.byte_data() + start, segment.staging(root, step), bytes);
-    }
-    group.publish(released(step));
-  }
+  GroupStage stage{group, kOp, deadline_after(group.settings().timeout)};
+  staging::broadcast(stage, data, root);
 }
 
 void barrier(Group& group) {

@@ -233,6 +233,10 @@ void run_broadcast(Exchange& x, BufferView data, int root) {
     x.wait_all();
     return;
   }
+  if (MappedGroup* mapped = x.engine().mapped(x)) {
+    mapped->broadcast(x, data, root);
+    return;
+  }
   // Scatter from the root, then every rank hands its block to everyone who lacks it.
   const Blocks blocks = Blocks::split(data.count, n);
   const std::size_t es = dtype_size(data.dtype);

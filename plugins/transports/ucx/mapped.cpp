@@ -142,19 +142,22 @@ void MappedGroup::publish(std::uint64_t value) const {
 
 void MappedGroup::await_all(Exchange& x, std::uint64_t target) {
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const auto& theirs = progress(peer);
-    // Spin, then yield, then nap (Backoff): with more ranks than cores the peer may need
-    // this very core.
-    Backoff backoff;
-    for (int polls = 1; theirs.load(std::memory_order_acquire) < target; ++polls) {
-      if (polls % kPollsPerService == 0) {
-        // Dead peers, aborts and the deadline are the engine's and the exchange's to notice.
-        x.engine().service();
-        x.check_waiting_for(peer);
-      }
-      backoff.idle();
+    if (peer != rank_) await_rank(x, peer, target);
+  }
+}
+
+void MappedGroup::await_rank(Exchange& x, int peer, std::uint64_t target) {
+  const auto& theirs = progress(peer);
+  // Spin, then yield, then nap (Backoff): with more ranks than cores the peer may need this
+  // very core.
+  Backoff backoff;
+  for (int polls = 1; theirs.load(std::memory_order_acquire) < target; ++polls) {
+    if (polls % kPollsPerService == 0) {
+      // Dead peers, aborts and the deadline are the engine's and the exchange's to notice.
+      x.engine().service();
+      x.check_waiting_for(peer);
     }
+    backoff.idle();
   }
 }
 
@@ -171,6 +174,7 @@ class MappedGroup::Stage {
   [[nodiscard]] std::size_t staging_bytes() const noexcept { return group_.staging_bytes_; }
   void publish(std::uint64_t progress) const { group_.publish(progress); }
   void await_all(std::uint64_t target) { group_.await_all(x_, target); }
+  void await_rank(int peer, std::uint64_t target) { group_.await_rank(x_, peer, target); }
 
  private:
   MappedGroup& group_;
@@ -190,6 +194,11 @@ void MappedGroup::reduce_scatter(Exchange& x, BufferView input, BufferView outpu
 void MappedGroup::all_gather(Exchange& x, BufferView input, BufferView output) {
   Stage stage(*this, x);
   staging::all_gather(stage, input, output);
+}
+
+void MappedGroup::broadcast(Exchange& x, BufferView data, int root) {
+  Stage stage(*this, x);
+  staging::broadcast(stage, data, root);
 }
 
 }  // namespace tessera::ucx

@@ -5,9 +5,9 @@
 // process_vm_readv, which also pins every page of the peer). Where every peer is on this host
 // and UCX offers a memory domain that both allocates shared memory and maps a peer's
 // (posix and sysv do: ucp_rkey_ptr), each rank instead allocates a region with ucp_mem_map and
-// every peer maps it. The large all_reduce, reduce_scatter and all_gather then run as in the
-// shm transport: ranks copy into their own staging buffers, owners reduce straight from their
-// peers' buffers in rank order, and progress counters in the regions say how far each rank
+// every peer maps it. The large all_reduce, reduce_scatter, all_gather and broadcast then run
+// as in the shm transport: ranks copy into their own staging buffers, owners reduce straight from
+// their peers' buffers in rank order, and progress counters in the regions say how far each rank
 // has got. UCX still carries everything else, and its engine still notices dead peers and
 // aborts while a rank waits here.
 //
@@ -40,6 +40,7 @@ class MappedGroup {
   void all_reduce(Exchange& x, BufferView data, ReduceOp op);
   void reduce_scatter(Exchange& x, BufferView input, BufferView output, ReduceOp op);
   void all_gather(Exchange& x, BufferView input, BufferView output);
+  void broadcast(Exchange& x, BufferView data, int root);
 
  private:
   class Stage;
@@ -48,9 +49,11 @@ class MappedGroup {
   [[nodiscard]] std::atomic<std::uint64_t>& progress(int rank) const;
   [[nodiscard]] std::byte* staging(int rank, std::uint64_t step) const;
   void publish(std::uint64_t value) const;
-  // Spins until every peer's progress reaches `target`, servicing the engine (failures,
-  // aborts, dead processes) between rounds of polls and yielding once it has waited a while.
+  // Spins until every peer's (or one peer's) progress reaches `target`, servicing the engine
+  // (failures, aborts, dead processes) between rounds of polls and yielding once it has
+  // waited a while.
   void await_all(Exchange& x, std::uint64_t target);
+  void await_rank(Exchange& x, int peer, std::uint64_t target);
 
   ucp_context_h context_;
   const int rank_;
