@@ -22,6 +22,7 @@ UcxTransport::UcxTransport(const Options& options) {
   settings_.liveness_interval = options.get_duration("liveness_interval");
   settings_.map_peers = options.get_bool("map_peers");
   settings_.mapped_chunk_bytes = options.get_size("mapped_chunk_size");
+  settings_.tcp_segment_bytes = options.get_size("tcp_segment_size");
   TESSERA_CHECK(
       settings_.mapped_chunk_bytes >= 4096 && settings_.mapped_chunk_bytes % 64 == 0,
       "[transport.ucx] mapped_chunk_size must be at least 4KiB and a multiple of 64 bytes");
@@ -48,7 +49,7 @@ std::unique_ptr<Communicator> UcxTransport::do_connect(std::shared_ptr<Store> st
   const std::int64_t ticket = store->add(kConnectCounter, 1);
   const std::string prefix = "tessera.ucx/" + std::to_string((ticket - 1) / size) + "/peer/";
 
-  auto engine = std::make_unique<Engine>(std::make_shared<UcxContext>(), rank, size, settings_);
+  auto engine = std::make_unique<Engine>(std::make_shared<UcxContext>(settings_.tcp_segment_bytes), rank, size, settings_);
   const PeerInfo self = this_process(engine->address());
   store->set(prefix + std::to_string(rank), encode(self));
 

@@ -22,7 +22,9 @@ namespace tessera::ucx {
 
 class UcxContext {
  public:
-  UcxContext();
+  // `tcp_segment_bytes`: UCX's tcp send and receive segment size (TCP_TX_SEG_SIZE,
+  // TCP_RX_SEG_SIZE), unless the environment sets them; 0 leaves UCX's default.
+  explicit UcxContext(std::size_t tcp_segment_bytes = 0);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
