@@ -19,7 +19,8 @@ constexpr tessera_option_desc kOptions[] = {
      "how often a waiting rank checks that its peer processes on this host still run", nullptr},
     {"map_peers", "bool", "true",
      "where UCX can map every peer's memory (all ranks on one host, UCX_TLS with posix or sysv), "
-     "run large all_reduce, reduce_scatter, all_gather and broadcast through mapped staging buffers "
+     "run large all_reduce, reduce_scatter, all_gather and broadcast through mapped staging "
+     "buffers "
      "instead of messages",
      nullptr},
     {"tcp_segment_size", "size", "256KiB",

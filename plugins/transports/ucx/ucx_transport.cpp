@@ -49,7 +49,8 @@ std::unique_ptr<Communicator> UcxTransport::do_connect(std::shared_ptr<Store> st
   const std::int64_t ticket = store->add(kConnectCounter, 1);
   const std::string prefix = "tessera.ucx/" + std::to_string((ticket - 1) / size) + "/peer/";
 
-  auto engine = std::make_unique<Engine>(std::make_shared<UcxContext>(settings_.tcp_segment_bytes), rank, size, settings_);
+  auto engine = std::make_unique<Engine>(std::make_shared<UcxContext>(settings_.tcp_segment_bytes),
+                                         rank, size, settings_);
   const PeerInfo self = this_process(engine->address());
   store->set(prefix + std::to_string(rank), encode(self));
 
