@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Per-rank peak RSS of ddp, zero1 and zero2 side by side against what each should hold: an
-# 8-layer MLP of 50M parameters (784, 7 x 2816, 10), Adam, fp32, synthetic data, a small batch,
-# N = 2 and 4 worker processes over shm (so RSS is per rank). Columns:
+# Per-rank peak RSS of ddp, zero1, zero2 and zero3 side by side against what each should hold:
+# an 8-layer MLP of 50M parameters (784, 7 x 2816, 10), Adam, fp32, synthetic data (16 batches
+# of BATCH samples), N = 2 and 4 worker processes over shm (so RSS is per rank). Columns:
 #   state_MiB   the model state the strategy keeps: ddp P+G+A, zero1 P+G+A/N, zero2 P+(G+A)/N
 #   report_MiB  the largest rank's memory_report() (params + grads + optimizer + buffers)
 #   report/rss  how much of the peak RSS memory_report() accounts for
 #   bound_MiB   zero2's bound 1.10 x (P + (G + A)/N) + 64 MiB, checked against peak RSS;
 #               zero3's 1.10 x ((P + G + A)/N + 2 x largest unit) + 64 MiB
-# zero2 runs twice: with the default two staging windows and with staging_windows=1.
-#   tools/bench/memory_strategies.sh [TESSERA_BINARY] [STEPS]
+# zero2 runs twice: with the default two staging windows and with staging_windows=1. A strategy
+# whose plugin is not built is skipped.
+#   tools/bench/memory_strategies.sh [TESSERA_BINARY] [STEPS] [BATCH]
+# (defaults build/release/bin/tessera, 4 steps, batch 16; docs/benchmarks.md's zero3 table
+# uses batch 64.)
 set -euo pipefail
 tessera=${1:-build/release/bin/tessera}
 steps=${2:-4}
+batch=${3:-16}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 width=2816
@@ -27,8 +31,8 @@ optimizer = adam
 dataset = synthetic
 epochs = 1
 max_steps = $steps
-batch_size = 16
-eval_batch_size = 16
+batch_size = $batch
+eval_batch_size = $batch
 lr = 0.0001
 seed = 1
 progress = off
@@ -39,17 +43,19 @@ activation = relu
 threads = 1
 
 [dataset.synthetic]
-samples = 256
-test_samples = 32
+samples = $((16 * batch))
+test_samples = $((2 * batch))
 features = 784
 classes = 10
 INI
 
+available=$("$tessera" plugins --kind strategy 2>/dev/null || true)
 printf '%-16s %2s %13s %10s %11s %11s %10s %7s\n' \
   strategy N peak_rss_MiB state_MiB report_MiB report/rss bound_MiB within
 for n in 2 4; do
   for run in ddp zero1 zero2 zero2:1 zero3; do
     strategy=${run%%:*}
+    if ! grep -qw "$strategy" <<<"$available"; then continue; fi
     extra=()
     label=$strategy
     if [[ $run == *:1 ]]; then
