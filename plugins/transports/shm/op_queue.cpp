@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "p2p.hpp"
@@ -158,19 +159,19 @@ void OpQueue::worker() {
     // idle communicator costs nothing and a slow stream of operations no more than before.
     const bool busy = submitted_ != seen;
     seen = submitted_;
+    // Polling (a timed nap that submit need not cut short) or asleep until woken.
+    std::optional<std::chrono::steady_clock::duration> nap;
     if (inline_streak_ && busy) {
-      worker_polling_ = true;
-      work_ready_.wait_for(lock, period);
-      worker_polling_ = false;
+      nap = period;
       period = std::min(2 * period, kLastPoll);
     } else if (wait > wait.zero()) {
-      worker_polling_ = true;
-      work_ready_.wait_for(lock, wait);
-      worker_polling_ = false;
+      nap = wait;
     } else {
       period = kFirstPoll;
-      work_ready_.wait_for(lock, std::chrono::seconds(1));
     }
+    worker_polling_ = nap.has_value();
+    work_ready_.wait_for(lock, nap.value_or(std::chrono::seconds(1)));
+    worker_polling_ = false;
   }
 }
 
