@@ -105,13 +105,7 @@ void Exchange::wait_some(std::vector<std::size_t>& finished) {
     unreported_ids_.resize(kept);
     if (failed != nullptr) check(*failed);
     if (any || unreported_ == 0) return;
-    for (const std::size_t i : unreported_ids_) {
-      if (engine_.departed(requests_[i].peer)) {
-        engine_.abort(operation_ + ": rank " + std::to_string(requests_[i].peer) +
-                          " destroyed its communicator while this operation needed it",
-                      requests_[i].peer);
-      }
-    }
+    for (const std::size_t i : unreported_ids_) abort_if_departed(requests_[i].peer);
     if (std::chrono::steady_clock::now() >= deadline_) fail_at_deadline();
     if (engine_.service()) {
       backoff.reset();
@@ -121,13 +115,18 @@ void Exchange::wait_some(std::vector<std::size_t>& finished) {
   }
 }
 
-void Exchange::check_waiting_for(int peer) {
-  engine_.throw_if_aborted(operation_);
+void Exchange::abort_if_departed(int peer) {
   if (engine_.departed(peer)) {
     engine_.abort(operation_ + ": rank " + std::to_string(peer) +
                       " destroyed its communicator while this operation needed it",
                   peer);
-  } else if (std::chrono::steady_clock::now() >= deadline_) {
+  }
+}
+
+void Exchange::check_waiting_for(int peer) {
+  engine_.throw_if_aborted(operation_);
+  abort_if_departed(peer);
+  if (std::chrono::steady_clock::now() >= deadline_) {
     engine_.abort(operation_ + " timed out after " +
                       std::to_string(engine_.settings().timeout.count()) + " ms waiting for rank " +
                       std::to_string(peer),

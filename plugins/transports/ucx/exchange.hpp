@@ -40,6 +40,8 @@ class Exchange {
 
  private:
   [[noreturn]] void fail_at_deadline();
+  // Aborts the group, naming `peer`, if it destroyed its communicator.
+  void abort_if_departed(int peer);
   void check(Request& request);
 
   Engine& engine_;

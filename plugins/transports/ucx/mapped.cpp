@@ -55,7 +55,6 @@ std::unique_ptr<MappedGroup> MappedGroup::connect(Exchange& x, std::size_t chunk
 
   // This rank's region, allocated by UCX so that a memory domain able to share it (posix,
   // sysv) holds it. Failures here only mean "not mappable": the verdict round tells everyone.
-  bool ok = true;
   void* packed = nullptr;
   std::size_t packed_bytes = 0;
   RegionInfo mine;
@@ -65,7 +64,7 @@ std::unique_ptr<MappedGroup> MappedGroup::connect(Exchange& x, std::size_t chunk
   params.address = nullptr;
   params.length = kControlBytes + 2 * staging_bytes;
   params.flags = UCP_MEM_MAP_ALLOCATE;
-  ok = ucp_mem_map(group->context_, &params, &group->memory_) == UCS_OK;
+  bool ok = ucp_mem_map(group->context_, &params, &group->memory_) == UCS_OK;
   if (ok) {
     ucp_mem_attr_t attr{};
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
