@@ -4,8 +4,10 @@
 // their forward and backward passes through run_micro_batches.
 
 #include <cstddef>
+#include <memory>
 #include <utility>
 
+#include "tessera/communicator.hpp"
 #include "tessera/dataset.hpp"
 #include "tessera/optimizer.hpp"
 
@@ -62,5 +64,10 @@ PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t 
   }
   return totals;
 }
+
+// Starts summing a step's `loss_sum` over the ranks of `world`, in place; nullptr with one
+// rank. Issue it at the same point of the step on every rank (after the gradient
+// reductions), since it takes a place in the collective order.
+[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum);
 
 }  // namespace tessera

@@ -35,4 +35,9 @@ std::size_t global_batch_rows(std::size_t local_rows, std::size_t world, const S
   return global;
 }
 
+std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum) {
+  if (world.size() == 1) return nullptr;
+  return world.all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+}
+
 }  // namespace tessera

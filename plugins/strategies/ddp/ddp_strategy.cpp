@@ -124,9 +124,7 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   stats.correct = correct;
 
   // Issued after every bucket, so its place in the collective order is the same everywhere.
-  std::shared_ptr<Work> loss_work;
-  if (world > 1)
-    loss_work = setup_.world->all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
   stats.loss = loss_sum / static_cast<double>(global);

@@ -262,9 +262,7 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   StepStats stats;
   stats.correct = correct;
 
-  std::shared_ptr<Work> loss_work;
-  if (world > 1)
-    loss_work = setup_.world->all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
   auto scatters = std::move(scatters_);
   scatters_.clear();
   for (auto& work : scatters) work->wait(timeout);

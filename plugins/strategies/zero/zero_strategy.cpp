@@ -331,9 +331,7 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   StepStats stats;
   stats.correct = correct;
 
-  std::shared_ptr<Work> loss_work;
-  if (world > 1)
-    loss_work = setup_.world->all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
   wait_reductions();
   if (loss_work) loss_work->wait(setup_.world->timeout());
   if (home_ == GradientHome::accumulate) std::vector<float>().swap(accumulate_);
