@@ -12,14 +12,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "fault_test_support.hpp"
 #include "tessera/communicator.hpp"
 #include "tessera/error.hpp"
+#include "tessera/transport.hpp"
 
 namespace tessera::kill_test {
 
@@ -33,18 +37,29 @@ inline constexpr std::size_t kElements = std::size_t{4} << 20;  // 16 MiB of flo
 // What every survivor must report.
 inline const std::string kSurvivorReport = "ok 1 all_reduce 1 all_reduce";
 
-// Worker side, in the forked child: connects through `connect`, warms up, writes "ready", then
-// all_reduces until one fails; the next must fail too. Writes "ok <peer> <op> <peer> <op>" (the
-// failures' peer_rank and operation) or what went wrong, and exits: 0 only for "ok".
-[[noreturn]] inline void run_worker(const std::function<std::shared_ptr<Communicator>()>& connect,
-                                    int report_fd) {
+// Worker side, in the forked child: connects rank `rank` of kRanks over `transport` (with
+// `options`, plugins from the build's folder) through a file store in `folder`, warms up,
+// writes "ready", then all_reduces until one fails; the next must fail too. Writes
+// "ok <peer> <op> <peer> <op>" (the failures' peer_rank and operation) or what went wrong, and
+// exits: 0 only for "ok".
+[[noreturn]] inline void run_worker(const std::string& transport_name,
+                                    std::map<std::string, std::string> options,
+                                    const std::filesystem::path& folder, int rank, int report_fd) {
   int code = 1;
   auto report = [&](const std::string& line) {
     const std::string text = line + "\n";
     if (::write(report_fd, text.data(), text.size()) < 0) code = 3;
   };
   try {
-    auto comm = connect();
+    PluginRegistry registry;
+    registry.scan_directory(TESSERA_PLUGIN_DIR);
+    auto store = registry.create<Store>(
+        "file",
+        fault_test::options_for(registry, PluginKind::store, "file", {{"path", folder.string()}}));
+    auto transport = registry.create<Transport>(
+        transport_name, fault_test::options_for(registry, PluginKind::transport, transport_name,
+                                                std::move(options)));
+    auto comm = transport->connect(store, rank, kRanks, 30s);
     std::vector<float> data(kElements, 1.0f);
     for (int i = 0; i < 3; ++i) comm->all_reduce(view_of(std::span(data)), ReduceOp::sum)->wait();
     report("ready");

@@ -9,7 +9,6 @@
 
 #include "fault_test_support.hpp"
 #include "kill_harness.hpp"
-#include "tessera/transport.hpp"
 
 namespace tessera {
 namespace {
@@ -22,18 +21,7 @@ TEST(ShmKillTest, SurvivorsFailWithinFiveSecondsNamingTheKilledRankAndLeaveNoSeg
   {
     kill_test::Workers workers;
     workers.start([&](int rank, int report_fd) {
-      kill_test::run_worker(
-          [&] {
-            PluginRegistry registry;
-            registry.scan_directory(TESSERA_PLUGIN_DIR);
-            auto store = registry.create<Store>(
-                "file", fault_test::options_for(registry, PluginKind::store, "file",
-                                                {{"path", folder.string()}}));
-            auto transport = registry.create<Transport>(
-                "shm", fault_test::options_for(registry, PluginKind::transport, "shm"));
-            return transport->connect(store, rank, kill_test::kRanks, std::chrono::seconds(30));
-          },
-          report_fd);
+      kill_test::run_worker("shm", {}, folder, rank, report_fd);
     });
     pids = workers.pids();
     workers.kill_victim_and_check_survivors();

@@ -13,7 +13,6 @@
 
 #include "fault_test_support.hpp"
 #include "kill_harness.hpp"
-#include "tessera/transport.hpp"
 
 namespace tessera {
 namespace {
@@ -35,21 +34,10 @@ TEST_P(UcxKillTest, SurvivorsFailWithinFiveSecondsNamingTheKilledRank) {
   {
     kill_test::Workers workers;
     workers.start([&](int rank, int report_fd) {
+      ::setenv("UCX_TLS", c.tls, 1);
       kill_test::run_worker(
-          [&] {
-            ::setenv("UCX_TLS", c.tls, 1);
-            PluginRegistry registry;
-            registry.scan_directory(TESSERA_PLUGIN_DIR);
-            auto store = registry.create<Store>(
-                "file", fault_test::options_for(registry, PluginKind::store, "file",
-                                                {{"path", folder.string()}}));
-            auto transport = registry.create<Transport>(
-                "ucx", fault_test::options_for(registry, PluginKind::transport, "ucx",
-                                               {{"liveness_interval", c.liveness_interval},
-                                                {"map_peers", c.map_peers}}));
-            return transport->connect(store, rank, kill_test::kRanks, std::chrono::seconds(30));
-          },
-          report_fd);
+          "ucx", {{"liveness_interval", c.liveness_interval}, {"map_peers", c.map_peers}}, folder,
+          rank, report_fd);
     });
     workers.kill_victim_and_check_survivors();
   }
