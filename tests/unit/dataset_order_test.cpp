@@ -70,5 +70,92 @@ TEST(EpochShard, RejectsARankOutsideTheWorld) {
   EXPECT_THROW(EpochShard(EpochShardSpec{10, 0, 0, 0, 1, 0}), InvalidArgument);
 }
 
+TEST(EpochShard, RejectsMoreSamplesConsumedThanTheEpochHas) {
+  EpochShardSpec spec{10, 0, 0, 0, 2, 3};
+  spec.consumed = 11;
+  EXPECT_THROW(EpochShard{spec}, InvalidArgument);
+  spec.consumed = 10;  // the epoch is over: nothing left to deal
+  EXPECT_EQ(EpochShard(spec).steps(), 0U);
+}
+
+// An epoch run for `steps_before` steps at one world size, then resumed at another from the
+// samples consumed: every sample of the epoch is seen exactly once over both parts.
+void expect_every_sample_once_across_a_resume(std::size_t n, std::size_t batch, int world_before,
+                                              std::size_t steps_before, int world_after) {
+  SCOPED_TRACE(std::to_string(n) + " samples, batch " + std::to_string(batch) + ", " +
+               std::to_string(world_before) + " -> " + std::to_string(world_after) +
+               " ranks after " + std::to_string(steps_before) + " steps");
+  std::vector<std::size_t> seen;
+  std::size_t consumed = 0;
+  for (int r = 0; r < world_before; ++r) {
+    const EpochShard before(EpochShardSpec{n, 4, 9, r, world_before, batch});
+    ASSERT_LT(steps_before, before.steps());
+    for (std::size_t s = 0; s < steps_before; ++s) {
+      seen.insert(seen.end(), before.batch(s).begin(), before.batch(s).end());
+      if (r == 0) consumed += before.global_batch_size(s);
+    }
+  }
+  ASSERT_EQ(seen.size(), consumed);
+  std::size_t steps_after = 0;
+  std::size_t dealt = 0;
+  for (int r = 0; r < world_after; ++r) {
+    EpochShardSpec spec{n, 4, 9, r, world_after, batch};
+    spec.consumed = consumed;
+    const EpochShard after(spec);
+    if (r == 0) steps_after = after.steps();
+    ASSERT_EQ(after.steps(), steps_after) << "every rank must run the same number of steps";
+    for (std::size_t s = 0; s < after.steps(); ++s) {
+      if (r == 0) dealt += after.global_batch_size(s);
+    }
+    seen.insert(seen.end(), after.indices().begin(), after.indices().end());
+  }
+  EXPECT_EQ(dealt, n - consumed);
+  const std::size_t global_after = batch * static_cast<std::size_t>(world_after);
+  EXPECT_EQ(steps_after, (n - consumed + global_after - 1) / global_after);
+  ASSERT_EQ(seen.size(), n);
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], i) << "sample seen twice or never";
+}
+
+TEST(EpochShard, AResumeAtAnotherWorldSizeSeesEverySampleOfTheEpochOnce) {
+  // The case: 60000 samples, 32 per rank, 200 steps at 2 ranks (12,800 samples).
+  expect_every_sample_once_across_a_resume(60000, 32, 2, 200, 3);
+  expect_every_sample_once_across_a_resume(60000, 32, 2, 200, 1);
+  // Uneven last global batches before and after the change; a rank may get an empty one.
+  expect_every_sample_once_across_a_resume(1000, 7, 2, 13, 3);
+  expect_every_sample_once_across_a_resume(1000, 7, 3, 5, 2);
+  expect_every_sample_once_across_a_resume(1000, 7, 2, 71, 1);
+  expect_every_sample_once_across_a_resume(101, 10, 2, 5, 4);
+}
+
+TEST(EpochShard, AResumeAtTheSameWorldSizeDealsTheSameBatches) {
+  // Resuming after k whole global batches at the same world size must not change a single
+  // batch: that is what makes a resumed run equal the uninterrupted one bit for bit.
+  for (int r = 0; r < 3; ++r) {
+    const EpochShard whole(EpochShardSpec{1000, 2, 5, r, 3, 16});
+    EpochShardSpec rest_spec{1000, 2, 5, r, 3, 16};
+    rest_spec.consumed = 4 * 48;
+    const EpochShard rest(rest_spec);
+    ASSERT_EQ(rest.steps(), whole.steps() - 4);
+    for (std::size_t s = 0; s < rest.steps(); ++s) {
+      EXPECT_TRUE(std::equal(rest.batch(s).begin(), rest.batch(s).end(), whole.batch(s + 4).begin(),
+                             whole.batch(s + 4).end()));
+      EXPECT_EQ(rest.global_batch_size(s), whole.global_batch_size(s + 4));
+    }
+  }
+}
+
+TEST(EpochShard, DealSplitsTheRestOfAnyAgreedOrder) {
+  const std::vector<std::size_t> order = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  const auto rank0 = EpochShard::deal(order, 3, 0, 2, 2);
+  const auto rank1 = EpochShard::deal(order, 3, 1, 2, 2);
+  ASSERT_EQ(rank0.steps(), 2U);
+  EXPECT_EQ(std::vector<std::size_t>(rank0.indices().begin(), rank0.indices().end()),
+            (std::vector<std::size_t>{6, 5, 2, 1}));
+  EXPECT_EQ(std::vector<std::size_t>(rank1.indices().begin(), rank1.indices().end()),
+            (std::vector<std::size_t>{4, 3, 0}));
+  EXPECT_EQ(rank0.global_batch_size(1), 3U);
+}
+
 }  // namespace
 }  // namespace tessera

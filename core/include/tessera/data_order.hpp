@@ -9,6 +9,11 @@
 // rank runs the same number of steps, and a rank may get an empty last batch when
 // R < world_size; strategies weight each rank's loss and gradient by its share of the global
 // batch (global_batch_size()).
+//
+// A resumed epoch starts after the samples the world has already trained on: the rule above
+// applies to the rest of the permutation, [consumed, n), so a run resumed at another world
+// size (or by the elastic strategy after a membership change) sees every sample of the epoch
+// exactly once, whatever world sizes the epoch's earlier steps ran at.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,12 +30,22 @@ struct EpochShardSpec {
   int world_size = 1;
   std::size_t batch_size = 1;  // per rank
   bool shuffle = true;         // false: samples in index order (evaluation)
+  // Samples of this epoch's order the world has already trained on (a resumed epoch); the
+  // shard deals out the rest. At most dataset_size.
+  std::size_t consumed = 0;
 };
 
 class EpochShard {
  public:
-  // Throws InvalidArgument for rank outside [0, world_size) or a zero batch size.
+  // Throws InvalidArgument for rank outside [0, world_size), a zero batch size or more
+  // samples consumed than the data set has.
   explicit EpochShard(const EpochShardSpec& spec);
+
+  // What rank `rank` of a world of `world_size` sees of the rest of an epoch whose order is
+  // `order` (epoch_permutation(), or any other order every rank agrees on) once the first
+  // `consumed` samples of it have been trained on. Throws as the constructor.
+  [[nodiscard]] static EpochShard deal(std::span<const std::size_t> order, std::size_t consumed,
+                                       int rank, int world_size, std::size_t batch_size);
 
   // ceil(dataset_size / (world_size * batch_size)), the same on every rank.
   [[nodiscard]] std::size_t steps() const noexcept { return global_sizes_.size(); }
@@ -44,6 +59,7 @@ class EpochShard {
   [[nodiscard]] std::span<const std::size_t> indices() const noexcept { return indices_; }
 
  private:
+  EpochShard() = default;
   std::vector<std::size_t> indices_;
   std::vector<std::size_t> offsets_;  // steps() + 1 offsets into indices_
   std::vector<std::size_t> global_sizes_;
