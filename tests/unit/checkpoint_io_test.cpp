@@ -1,9 +1,12 @@
 // Checkpoint files: atomic commits, manifests with CRC-32, refusal of damaged checkpoints.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint_test_support.hpp"
 #include "ddp_test_support.hpp"
 #include "tessera/checkpoint.hpp"
 #include "tessera/error.hpp"
@@ -12,6 +15,9 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::forge_manifest;
+using testing::read_text;
+using testing::replaced;
 
 class CheckpointFiles : public ::testing::Test {
  protected:
@@ -23,7 +29,8 @@ class CheckpointFiles : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  // Two ranks each write one blob whose bytes depend on the step.
+  // Two ranks each write one blob whose bytes depend on the step; like the trainer, the
+  // fixture's writes may prune only the checkpoints it wrote itself.
   fs::path write(std::int64_t step, std::size_t keep = 2) {
     fs::path folder;
     testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
@@ -35,9 +42,11 @@ class CheckpointFiles : public ::testing::Test {
             w.put("blob of rank " + std::to_string(world->rank()),
                   std::as_bytes(std::span<const char>(payload.data(), payload.size())));
           },
-          keep, testing::kTestTimeout);
+          CheckpointRetention{owned_, keep}, testing::kTestTimeout);
       if (world->rank() == 0) folder = written;
     });
+    std::erase(owned_, folder);
+    owned_.push_back(folder);
     return folder;
   }
 
@@ -47,7 +56,19 @@ class CheckpointFiles : public ::testing::Test {
 
   static fs::path blob_file(const fs::path& folder) { return folder / "r1-0.bin"; }
 
+  // The reader's refusal message, or a failure if it accepted the folder.
+  static std::string refusal(const fs::path& folder) {
+    try {
+      const FileCheckpointReader reader(folder);
+      ADD_FAILURE() << "an inconsistent checkpoint was accepted: " << folder;
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return {};
+  }
+
   fs::path root_;
+  std::vector<fs::path> owned_;
 };
 
 TEST_F(CheckpointFiles, EveryRanksBlobsAreReadBackWithTheManifestsMetadata) {
@@ -61,6 +82,19 @@ TEST_F(CheckpointFiles, EveryRanksBlobsAreReadBackWithTheManifestsMetadata) {
   EXPECT_EQ(text(reader.get("blob of rank 1")), "rank 1 step 5");
   EXPECT_FALSE(reader.contains("missing"));
   EXPECT_THROW((void)reader.get("missing"), CheckpointError);
+}
+
+TEST_F(CheckpointFiles, PruningRemovesOnlyCheckpointsTheSameWriterCommitted) {
+  write(1);
+  write(2);
+  owned_.clear();  // a new run in the same folder: steps 1 and 2 are not its own
+  write(3);
+  write(4);
+  write(5);
+  std::vector<std::string> left;
+  for (const auto& folder : list_checkpoints(root_)) left.push_back(folder.filename().string());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-000000000001", "step-000000000002",
+                                            "step-000000000004", "step-000000000005"}));
 }
 
 TEST_F(CheckpointFiles, OnlyTheNewestKeepCheckpointsRemain) {
@@ -120,6 +154,148 @@ TEST_F(CheckpointFiles, AnEditedManifestFailsItsOwnChecksum) {
   EXPECT_THROW(FileCheckpointReader{folder}, CheckpointError);
 }
 
+TEST_F(CheckpointFiles, TheCrcErrorShowsTheStoredAndTheComputedChecksum) {
+  const auto folder = write(1);
+  const auto manifest = folder / "manifest";
+  std::string content = read_text(manifest);
+  const auto stored = content.substr(content.rfind("manifest-crc32 ") + 15, 8);
+  content = replaced(content, "step 1", "step 9");
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << content;
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("stored " + stored), std::string::npos) << message;
+  const auto computed_at = message.find(" bytes ");
+  ASSERT_NE(computed_at, std::string::npos) << message;
+  EXPECT_NE(message.substr(computed_at + 7, 8), stored) << message;
+}
+
+TEST_F(CheckpointFiles, BytesAfterTheCrcLineAreReportedAsSuch) {
+  // Before: "fails its CRC-32 (stored 1a2b3c4d<junk>, computed 1a2b3c4d)", two equal sums.
+  const auto folder = write(1);
+  std::ofstream(folder / "manifest", std::ios::binary | std::ios::app) << "junk";
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("4 unexpected bytes after its manifest-crc32 line"), std::string::npos)
+      << message;
+}
+
+TEST_F(CheckpointFiles, AManifestWhoseStepDisagreesWithItsFolderIsRefused) {
+  const auto folder = write(1);
+  forge_manifest(folder, [](std::string m) { return replaced(m, "\nstep 1\n", "\nstep 7\n"); });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("step 7, the folder's name step 1"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, AManifestWithoutAStepOrWorldSizeIsRefused) {
+  const auto folder = write(1);
+  forge_manifest(folder, [](std::string m) { return replaced(m, "\nstep 1\n", "\n"); });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("no step line"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, AManifestOfASmallerWorldThanItsRankFilesIsRefused) {
+  const auto folder = write(1);
+  // Rank 1's blob relabelled as rank 0's, so every blob line names a rank of the world.
+  forge_manifest(folder, [](std::string m) {
+    return replaced(replaced(m, "world_size 2", "world_size 1"), "blob 1 ", "blob 0 ");
+  });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("r1-0.bin"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, AManifestOfALargerWorldThanItsRankFilesIsRefused) {
+  const auto folder = write(1);
+  forge_manifest(folder, [](std::string m) { return replaced(m, "world_size 2", "world_size 3"); });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("rank-2.blobs is missing"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, ABlobOfARankOutsideTheWorldIsRefused) {
+  const auto folder = write(1);
+  forge_manifest(folder, [](std::string m) { return replaced(m, "blob 1 ", "blob 5 "); });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("rank 5, outside the manifest's world of 2"), std::string::npos)
+      << message;
+}
+
+TEST_F(CheckpointFiles, AManifestThatDropsABlobOfItsRanksIsRefused) {
+  const auto folder = write(1);
+  forge_manifest(folder, [](std::string m) {
+    const auto at = m.find("blob 1 ");
+    return m.erase(at, m.find('\n', at) + 1 - at);
+  });
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("rank 1 wrote 1 blobs"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, AFailedWriteLeavesNoNewCheckpointVisible) {
+  const auto committed = write(1);
+  // A real I/O failure: the file size limit makes write(2) fail with EFBIG, first inside a
+  // blob, then (many small blobs) inside the manifest.
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto attempt = [&](std::int64_t step, std::size_t blobs, std::size_t bytes) {
+    rlimit tiny = saved;
+    tiny.rlim_cur = 512;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &tiny), 0);
+    std::string error;
+    try {
+      testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+        const std::string payload(bytes, 'x');
+        (void)write_checkpoint(
+            root_, step, {}, *world,
+            [&](CheckpointWriter& w) {
+              for (std::size_t i = 0; i < blobs; ++i) {
+                w.put("a blob with a rather long name, so that the manifest grows quickly " +
+                          std::to_string(world->rank()) + "/" + std::to_string(i),
+                      std::as_bytes(std::span<const char>(payload.data(), payload.size())));
+              }
+            },
+            CheckpointRetention{owned_, 1}, testing::kTestTimeout);
+      });
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+    return error;
+  };
+  const auto in_blob = attempt(2, 1, 4096);
+  EXPECT_NE(in_blob.find("File too large"), std::string::npos) << in_blob;
+  const auto in_manifest = attempt(3, 4, 8);
+  EXPECT_NE(in_manifest.find("manifest"), std::string::npos) << in_manifest;
+  std::signal(SIGXFSZ, previous_handler);
+
+  EXPECT_EQ(latest_checkpoint(root_), committed);
+  EXPECT_EQ(list_checkpoints(root_), std::vector<fs::path>{committed});
+  const FileCheckpointReader intact(committed);
+  EXPECT_EQ(text(intact.get("blob of rank 1")), "rank 1 step 1");
+  const auto next = write(4);  // and the folder is usable again
+  EXPECT_EQ(latest_checkpoint(root_), next);
+}
+
+TEST_F(CheckpointFiles, ResumeTakesTheNewestCheckpointEvenWithoutLatest) {
+  write(1);
+  const auto newest = write(2);
+  fs::remove(root_ / "latest");
+  const auto reader = open_newest_checkpoint(root_);
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(reader->folder(), newest);
+}
+
+TEST_F(CheckpointFiles, ResumeRefusesADamagedNewestCheckpointNamingTheOlderOnes) {
+  write(1);
+  const auto newest = write(2);
+  fs::resize_file(blob_file(newest), 3);
+  try {
+    (void)open_newest_checkpoint(root_);
+    FAIL() << "passed over a damaged newest checkpoint";
+  } catch (const CheckpointError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("step-000000000002"), std::string::npos) << message;
+    EXPECT_NE(message.find("To resume from step-000000000001, move"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(fs::exists(newest));
+}
+
 TEST_F(CheckpointFiles, AnInterruptedWriteLeavesTheCommittedCheckpointAsLatest) {
   const auto committed = write(1);
   // What a crash in the middle of writing step 2 leaves: a temporary folder, no commit.
@@ -134,6 +310,7 @@ TEST_F(CheckpointFiles, AnInterruptedWriteLeavesTheCommittedCheckpointAsLatest) 
 
 TEST_F(CheckpointFiles, NoCheckpointYetIsNotAnError) {
   EXPECT_EQ(latest_checkpoint(root_), std::nullopt);
+  EXPECT_EQ(open_newest_checkpoint(root_), nullptr);
 }
 
 TEST(Crc32, MatchesTheStandardCheckValue) {

@@ -2,9 +2,14 @@
 // and a damaged checkpoint is refused before anything trains.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <tuple>
 
+#include "checkpoint_test_support.hpp"
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
 #include "mlp/mlp_model.hpp"
@@ -18,6 +23,37 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::forge_manifest;
+using testing::replaced;
+
+// The synthetic data set, recording every training sample any rank gathers.
+class RecordingDataset final : public Dataset {
+ public:
+  explicit RecordingDataset(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
+  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
+  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
+  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
+  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
+    if (split == Split::train) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      seen_.insert(seen_.end(), indices.begin(), indices.end());
+    }
+    return data_->gather(split, indices);
+  }
+  // Each training sample's count, then the record is cleared.
+  std::vector<int> take_counts() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int> counts(data_->size(Split::train), 0);
+    for (const auto i : seen_) ++counts.at(i);
+    seen_.clear();
+    return counts;
+  }
+
+ private:
+  std::shared_ptr<const Dataset> data_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::size_t> seen_;
+};
 
 class TrainerRuns : public ::testing::Test {
  protected:
@@ -49,22 +85,44 @@ class TrainerRuns : public ::testing::Test {
     return o;
   }
 
-  // Rank 0's result of a two-rank run.
-  TrainResult run(const TrainerOptions& o, bool resume) {
+  // Rank 0's result of a run (two ranks unless said otherwise).
+  TrainResult run(const TrainerOptions& o, bool resume, int ranks = 2,
+                  std::shared_ptr<const Dataset> data = nullptr) {
     TrainResult result;
-    testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
       TrainerComponents parts{
           world,
           model_,
           std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 1e-4F, true}),
-          data_,
+          data ? data : data_,
           std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{}),
-          "ddp"};
+          "ddp",
+          {"ddp", "zero1", "zero2", "zero3"}};
       Trainer trainer(o, parts);
       auto r = trainer.run(resume);
       if (world->rank() == 0) result = std::move(r);
     });
     return result;
+  }
+
+  struct Resumed {
+    std::vector<int> counts;  // uses of each training sample over both runs
+    std::int64_t steps = 0;
+  };
+  // One epoch: 5 steps at two ranks (160 samples), then the rest resumed at `ranks`; `edit`
+  // may rewrite the checkpoint in between.
+  Resumed resume_at(int ranks, const std::function<void(const fs::path&)>& edit = {}) {
+    const auto recording = std::make_shared<RecordingDataset>(data_);
+    auto o = options();
+    o.epochs = 1;
+    o.checkpoint_dir = root_;
+    o.max_steps = 5;
+    EXPECT_EQ(run(o, false, 2, recording).steps, 5);
+    if (edit) edit(root_ / "step-000000000005");
+    o.max_steps = 0;
+    const auto resumed = run(o, true, ranks, recording);
+    EXPECT_EQ(resumed.resumed_from_step, 5);
+    return {recording->take_counts(), resumed.steps};
   }
 
   fs::path root_;
@@ -117,6 +175,109 @@ TEST_F(TrainerRuns, ACorruptedLatestCheckpointIsRefusedAndTheEarlierOneStillResu
   }
   const FileCheckpointReader earlier(root_ / "step-000000000004");
   EXPECT_EQ(earlier.manifest().step, 4);
+}
+
+TEST_F(TrainerRuns, AResumeWithoutLatestContinuesFromTheNewestCheckpoint) {
+  // Before: no `latest`, so a silent start at step 0 that overwrote and pruned the checkpoints.
+  const auto whole = run(options(), false);
+  auto first = options();
+  first.checkpoint_dir = root_;
+  first.checkpoint_every = 5;
+  first.max_steps = 13;
+  run(first, false);
+  fs::remove(root_ / "latest");
+  auto second = options();
+  second.checkpoint_dir = root_;
+  const auto resumed = run(second, true);
+  EXPECT_EQ(resumed.resumed_from_step, 13);
+  EXPECT_EQ(resumed.losses, std::vector<double>(whole.losses.begin() + 13, whole.losses.end()));
+}
+
+TEST_F(TrainerRuns, AResumedRunPrunesOnlyTheCheckpointsItWrote) {
+  auto first = options();
+  first.checkpoint_dir = root_;
+  first.checkpoint_every = 4;
+  first.max_steps = 8;  // writes steps 4 and 8
+  run(first, false);
+  auto second = options();
+  second.checkpoint_dir = root_;
+  second.checkpoint_every = 4;
+  second.checkpoint_keep = 1;  // writes 12 ... 32, keeps the newest of its own
+  run(second, true);
+  std::vector<std::string> left;
+  for (const auto& folder : list_checkpoints(root_)) left.push_back(folder.filename().string());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-000000000004", "step-000000000008",
+                                            "step-000000000032"}));
+}
+
+TEST_F(TrainerRuns, ARunWithoutResumeRefusesAFolderThatHoldsCheckpoints) {
+  auto first = options();
+  first.checkpoint_dir = root_;
+  first.max_steps = 3;
+  run(first, false);
+  const auto before = testing::read_text(root_ / "step-000000000003" / "manifest");
+  try {
+    run(first, false);
+    FAIL() << "a fresh run overwrote the checkpoints of an earlier one";
+  } catch (const CheckpointError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--resume"), std::string::npos) << message;
+    EXPECT_NE(message.find("step-000000000003"), std::string::npos) << message;
+  }
+  EXPECT_EQ(testing::read_text(root_ / "step-000000000003" / "manifest"), before);
+}
+
+TEST_F(TrainerRuns, AResumeAtAnotherWorldSizeTrainsOnEverySampleOfTheEpochOnce) {
+  // Before: the position was a batch index, so 2 -> 3 skipped samples and 2 -> 1 repeated them.
+  for (const int ranks : {3, 1}) {
+    const auto result = resume_at(ranks);
+    EXPECT_EQ(result.counts, std::vector<int>(500, 1)) << "resumed at " << ranks << " ranks";
+    // 5 steps of 32, then 340 samples at 16 per rank: 8 steps at 3 ranks, 22 at 1.
+    EXPECT_EQ(result.steps, ranks == 3 ? 13 : 27);
+    fs::remove_all(root_);
+  }
+}
+
+TEST_F(TrainerRuns, ACheckpointThatKeptABatchIndexResumesAtItsWritersWorldSize) {
+  // Checkpoints written before epoch_samples_done: "batch 5" at two ranks of 16 is sample 160.
+  const auto result = resume_at(3, [](const fs::path& folder) {
+    forge_manifest(folder, [](std::string m) {
+      return replaced(m, "meta epoch_samples_done 160\n", "meta batch 5\n");
+    });
+  });
+  EXPECT_EQ(result.counts, std::vector<int>(500, 1));
+}
+
+TEST_F(TrainerRuns, APositionThatDoesNotAddUpIsRefusedBeforeLoading) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"meta epoch_samples_done 160", "meta epoch_samples_done 500", "training split has 500"},
+      {"meta epoch_samples_done 160", "meta epoch_samples_done -3", "not a whole number"},
+      {"meta epoch_samples_done 160", "meta batch 16", "training split has 500"},
+      {"meta epoch 0", "meta epoch 9", "epoch 10 after only 5 steps"},
+      {"meta epoch 0", "meta epoch x", "'epoch' is 'x'"},
+      {"meta strategy ddp", "meta strategy bogus", "strategy 'bogus'"},
+      {"meta seed 11", "meta seed 12", "seed 12"},
+  };
+  auto first = options();
+  first.checkpoint_dir = root_;
+  first.epochs = 1;
+  first.max_steps = 5;
+  run(first, false);
+  const auto folder = root_ / "step-000000000005";
+  const auto original = testing::read_text(folder / "manifest");
+  for (const auto& [from, to, expected] : cases) {
+    std::ofstream(folder / "manifest", std::ios::binary | std::ios::trunc) << original;
+    forge_manifest(folder, [&](std::string m) { return replaced(m, from + "\n", to + "\n"); });
+    auto second = first;
+    second.max_steps = 0;
+    try {
+      run(second, true);
+      ADD_FAILURE() << "resumed from a checkpoint with '" << to << "'";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << "'" << to << "': " << e.what();
+    }
+  }
 }
 
 TEST_F(TrainerRuns, SummaryReportsEveryRanksMemory) {

@@ -68,7 +68,7 @@ class ZeroCheckpoint : public ::testing::Test {
       strategy.setup({world, testing::zero_test_mlp(), testing::zero_test_adam(), 3, 0.0, 1});
       train_steps(strategy, *world, 5);
       write_checkpoint(
-          root_, 5, {}, *world, [&](CheckpointWriter& w) { strategy.save(w); }, 2,
+          root_, 5, {}, *world, [&](CheckpointWriter& w) { strategy.save(w); }, {},
           testing::kTestTimeout);
       auto c = consolidate(strategy);
       if (world->rank() == 0) saved = std::move(c);

@@ -71,7 +71,7 @@ int consolidate(const std::filesystem::path& source, const std::filesystem::path
         save_flat_shard(writer, layout, std::span<const FlatShard>(&whole, 1), 0, params, state,
                         slots, true);
       },
-      std::numeric_limits<std::size_t>::max(), group->timeout());
+      CheckpointRetention{}, group->timeout());
   std::cout << "consolidated " << reader.folder().string() << " (world size "
             << reader.saved_world_size() << ", " << layout.total << " parameters, " << slots
             << " optimizer slots each) into " << written.string() << "\n";

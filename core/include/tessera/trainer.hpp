@@ -52,6 +52,9 @@ struct TrainerComponents {
   std::shared_ptr<const Dataset> dataset;
   std::shared_ptr<Strategy> strategy;
   std::string strategy_name;  // recorded in checkpoints
+  // Strategy names a checkpoint may have been written by (build_trainer_components: every
+  // loaded strategy plugin); --resume refuses a checkpoint naming another. Empty: not checked.
+  std::vector<std::string> known_strategies;
 };
 
 // Creates the [train] section's model, optimizer, dataset and strategy through `registry`.
@@ -85,9 +88,12 @@ class Trainer {
   Trainer(TrainerOptions options, TrainerComponents components);
 
   // Sets up the strategy, resumes from the newest checkpoint in checkpoint_dir when `resume`
-  // is true (a fresh start if there is none), trains, evaluates and writes the final
-  // checkpoint. Throws CheckpointError for a checkpoint that cannot be resumed from
-  // (corrupted, truncated, another model or seed), before training anything.
+  // is true (a fresh start if the folder holds none), trains, evaluates and writes the final
+  // checkpoint; of the checkpoints it writes it keeps the newest checkpoint_keep, and it
+  // never removes one it did not write. Throws CheckpointError, before training anything,
+  // for a newest checkpoint that cannot be resumed from (corrupted, truncated, inconsistent,
+  // another model, seed or data set), and without `resume` for a checkpoint_dir that already
+  // holds checkpoints (docs/training.md, "Resuming").
   TrainResult run(bool resume);
 
   // Accuracy and mean loss over the whole test split; each rank evaluates its share.
@@ -102,6 +108,7 @@ class Trainer {
 
   TrainerOptions options_;
   TrainerComponents parts_;
+  std::vector<std::filesystem::path> written_checkpoints_;  // by this run, oldest first
 };
 
 // Writes `result` as the --summary JSON (docs/training.md).

@@ -95,16 +95,38 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
                           " is truncated (no manifest-crc32 line)");
   }
   const std::string body = text.substr(0, crc_at);
-  std::string stored = text.substr(crc_at + kCrcKey.size());
-  if (!stored.empty() && stored.back() == '\n') stored.pop_back();
-  if (stored != hex32(text_crc(body))) {
-    throw CheckpointError("checkpoint manifest " + where + " fails its CRC-32 (stored " + stored +
-                          ", computed " + hex32(text_crc(body)) + "): the file is corrupted");
+  // The last line is exactly eight hex digits and a newline; anything else (bytes appended,
+  // a cut line) is reported as what it is rather than as a checksum that seems to match.
+  const std::string_view stored_line = std::string_view(text).substr(crc_at + kCrcKey.size());
+  const std::string_view stored_digits = stored_line.substr(0, 8);
+  std::uint32_t stored = 0;
+  const auto [end, ec] = std::from_chars(stored_digits.data(),
+                                         stored_digits.data() + stored_digits.size(), stored, 16);
+  if (stored_digits.size() != 8 || ec != std::errc() ||
+      end != stored_digits.data() + stored_digits.size()) {
+    throw CheckpointError("checkpoint manifest " + where +
+                          " has a malformed manifest-crc32 line (expected 8 hex digits): the "
+                          "file is truncated or corrupted");
+  }
+  if (stored_line.size() != 8 && stored_line.substr(8) != "\n") {
+    const std::size_t extra = stored_line.size() - 8 - (stored_line[8] == '\n' ? 1 : 0);
+    throw CheckpointError("checkpoint manifest " + where + " has " + std::to_string(extra) +
+                          " unexpected bytes after its manifest-crc32 line: the file is corrupted");
+  }
+  const std::uint32_t computed = text_crc(body);
+  if (stored != computed) {
+    throw CheckpointError("checkpoint manifest " + where + " fails its CRC-32 (stored " +
+                          hex32(stored) + ", computed over its first " +
+                          std::to_string(body.size()) + " bytes " + hex32(computed) +
+                          "): the file is corrupted");
   }
   CheckpointManifest manifest;
   std::istringstream in(body);
   std::string line;
   std::set<std::string> names;
+  std::set<std::string> files;
+  std::size_t step_line = 0;
+  std::size_t world_line = 0;
   for (std::size_t n = 1; std::getline(in, line); ++n) {
     const auto space = line.find(' ');
     const std::string key = line.substr(0, space);
@@ -114,19 +136,50 @@ CheckpointManifest parse_manifest(const std::string& text, const std::string& wh
       if (number<int>(rest, 10, where, n) != kFormatVersion)
         bad(where, n, "unsupported format version " + rest);
     } else if (key == "step") {
+      if (step_line != 0) bad(where, n, "a second step line");
+      step_line = n;
       manifest.step = number<std::int64_t>(rest, 10, where, n);
+      if (manifest.step < 0) bad(where, n, "negative step " + rest);
     } else if (key == "world_size") {
+      if (world_line != 0) bad(where, n, "a second world_size line");
+      world_line = n;
       manifest.world_size = number<int>(rest, 10, where, n);
+      if (manifest.world_size < 1) bad(where, n, "world_size " + rest + " is not a world");
     } else if (key == "meta") {
       const auto sep = rest.find(' ');
-      manifest.metadata[rest.substr(0, sep)] = sep == std::string::npos ? "" : rest.substr(sep + 1);
+      const std::string meta_key = rest.substr(0, sep);
+      if (meta_key.empty()) bad(where, n, "a meta line without a key");
+      if (!manifest.metadata.emplace(meta_key, sep == std::string::npos ? "" : rest.substr(sep + 1))
+               .second)
+        bad(where, n, "meta '" + meta_key + "' appears twice");
     } else if (key == "blob") {
       auto blob = parse_blob(rest, where, n);
+      if (world_line == 0) bad(where, n, "a blob line before the world_size line");
+      if (blob.rank < 0 || blob.rank >= manifest.world_size) {
+        bad(where, n,
+            "blob '" + blob.name + "' was written by rank " + std::to_string(blob.rank) +
+                ", outside the manifest's world of " + std::to_string(manifest.world_size));
+      }
+      // The writer names each rank's files r<rank>-<k>.bin, so a file of another rank is an
+      // edit, and two blobs sharing a file cannot both verify.
+      const std::string prefix = "r" + std::to_string(blob.rank) + "-";
+      if (blob.file.rfind(prefix, 0) != 0 || blob.file.size() <= prefix.size() + 4 ||
+          blob.file.substr(blob.file.size() - 4) != ".bin" ||
+          blob.file.find_first_not_of("0123456789", prefix.size()) != blob.file.size() - 4) {
+        bad(where, n,
+            "blob '" + blob.name + "' of rank " + std::to_string(blob.rank) + " is in file " +
+                blob.file + ", not one of that rank's files (" + prefix + "<k>.bin)");
+      }
       if (!names.insert(blob.name).second) bad(where, n, "blob '" + blob.name + "' appears twice");
+      if (!files.insert(blob.file).second) bad(where, n, "file " + blob.file + " appears twice");
       manifest.blobs.push_back(std::move(blob));
     } else {
       bad(where, n, "unknown line '" + line + "'");
     }
+  }
+  if (step_line == 0 || world_line == 0) {
+    throw CheckpointError("checkpoint manifest " + where + " has no " +
+                          (step_line == 0 ? "step" : "world_size") + " line");
   }
   return manifest;
 }

@@ -61,7 +61,7 @@ std::string attempt(Action&& action) {
 }
 
 void commit(const fs::path& root, const fs::path& temporary, const fs::path& final_folder,
-            const CheckpointManifest& manifest, std::size_t keep) {
+            const CheckpointManifest& manifest, const CheckpointRetention& retention) {
   checkpoint::write_file_synced(temporary / checkpoint::kManifestFile,
                                 checkpoint::format_manifest(manifest));
   checkpoint::sync_directory(temporary);
@@ -75,20 +75,26 @@ void commit(const fs::path& root, const fs::path& temporary, const fs::path& fin
   checkpoint::sync_directory(root);
   checkpoint::replace_file_atomically(root / "latest", final_folder.filename().string() + "\n");
   fs::remove_all(displaced);
-  auto committed = list_checkpoints(root);
-  const std::size_t keep_at_least = std::max<std::size_t>(keep, 1);
-  for (std::size_t i = 0; i + keep_at_least < committed.size(); ++i) {
-    if (committed[i] != final_folder) fs::remove_all(committed[i]);
+  // Only what this writer committed may go, whatever else the folder holds.
+  std::vector<fs::path> owned;
+  for (const auto& folder : retention.owned) {
+    if (folder != final_folder && folder.parent_path() == final_folder.parent_path() &&
+        fs::is_directory(folder))
+      owned.push_back(folder);
   }
-  checkpoint::sync_directory(root);
+  const std::size_t keep_others = std::max<std::size_t>(retention.keep, 1) - 1;
+  if (owned.size() > keep_others) {
+    for (std::size_t i = 0; i + keep_others < owned.size(); ++i) fs::remove_all(owned[i]);
+    checkpoint::sync_directory(root);
+  }
 }
 
 }  // namespace
 
 fs::path write_checkpoint(const fs::path& root, std::int64_t step,
                           const std::map<std::string, std::string>& metadata, Communicator& group,
-                          const std::function<void(CheckpointWriter&)>& save, std::size_t keep,
-                          Duration timeout) {
+                          const std::function<void(CheckpointWriter&)>& save,
+                          const CheckpointRetention& retention, Duration timeout) {
   const int rank = group.rank();
   const fs::path final_folder = root / step_folder_name(step);
   const fs::path temporary = root / (".tmp-" + final_folder.filename().string());
@@ -125,7 +131,7 @@ fs::path write_checkpoint(const fs::path& root, std::int64_t step,
               manifest.blobs.push_back(std::move(blob));
             }
           }
-          commit(root, temporary, final_folder, manifest, keep);
+          commit(root, temporary, final_folder, manifest, retention);
         }),
         "committing " + final_folder.string(), timeout);
   return final_folder;
@@ -150,7 +156,9 @@ std::vector<fs::path> list_checkpoints(const fs::path& root) {
   if (!fs::is_directory(root)) return folders;
   for (const auto& entry : fs::directory_iterator(root)) {
     const auto name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step-", 0) == 0) folders.push_back(entry.path());
+    const bool step_name = name.size() > 5 && name.rfind("step-", 0) == 0 &&
+                           name.find_first_not_of("0123456789", 5) == std::string::npos;
+    if (step_name && entry.is_directory()) folders.push_back(entry.path());
   }
   std::sort(folders.begin(), folders.end());  // zero-padded step numbers sort as text
   return folders;

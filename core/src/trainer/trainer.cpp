@@ -1,23 +1,31 @@
 #include "tessera/trainer.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 
 #include "tessera/checkpoint.hpp"
 #include "tessera/data_order.hpp"
 #include "tessera/error.hpp"
+#include "tessera/sharded_checkpoint.hpp"
 #include "trainer/progress_reporter.hpp"
 
 namespace tessera {
 
-// Where training goes on: the next batch to run. A checkpoint records it, so a resumed run
-// sees exactly the batches the uninterrupted run would have.
+// Where training goes on. A checkpoint records it, so a resumed run sees exactly the rest of
+// the epoch, at whatever world size it resumes.
 struct Trainer::Position {
-  std::int64_t step = 0;   // optimizer steps done
-  std::int64_t epoch = 0;  // 0-based
-  std::size_t batch = 0;   // next batch index within the epoch
+  std::int64_t step = 0;    // optimizer steps done
+  std::int64_t epoch = 0;   // 0-based
+  std::size_t samples = 0;  // samples of this epoch's order trained on, over all ranks
 };
 
 namespace {
+
+// Checkpoint metadata keys of the position (docs/training.md).
+constexpr const char* kEpochKey = "epoch";
+constexpr const char* kSamplesKey = "epoch_samples_done";
+constexpr const char* kLegacyBatchKey = "batch";  // before epoch_samples_done: a batch index
 
 std::string metadata_or_throw(const std::map<std::string, std::string>& meta,
                               const std::string& key, const std::filesystem::path& folder) {
@@ -28,10 +36,69 @@ std::string metadata_or_throw(const std::map<std::string, std::string>& meta,
   return it->second;
 }
 
+template <class T>
+T metadata_number(const std::map<std::string, std::string>& meta, const std::string& key,
+                  const std::filesystem::path& folder) {
+  const auto text = metadata_or_throw(meta, key, folder);
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < T{}) {
+    throw CheckpointError("checkpoint " + folder.string() + ": metadata '" + key + "' is '" + text +
+                          "', not a whole number >= 0");
+  }
+  return value;
+}
+
+std::string checkpoint_text(const std::vector<std::byte>& bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// Without --resume a run starts at step 0 and would replace and prune what is there.
+void refuse_to_overwrite(const std::filesystem::path& dir) {
+  const auto existing = list_checkpoints(dir);
+  if (existing.empty()) return;
+  throw CheckpointError("checkpoint_dir " + dir.string() + " already holds " +
+                        std::to_string(existing.size()) + " checkpoint(s), the newest " +
+                        existing.back().filename().string() +
+                        ": pass --resume to continue from it, or set [train] checkpoint_dir "
+                        "(--train.checkpoint_dir) to another folder; nothing was changed");
+}
+
+// The strategy a checkpoint names must exist and agree with its sharded manifest; which
+// strategy loads it is free (every data-parallel strategy reads every other's checkpoints).
+void check_strategy_name(const FileCheckpointReader& reader, const TrainerComponents& parts) {
+  const auto where = "checkpoint " + reader.folder().string() + ": ";
+  const auto name = metadata_or_throw(reader.manifest().metadata, "strategy", reader.folder());
+  const auto& known = parts.known_strategies;
+  // "unknown" is what a host that names no strategy records (TrainerComponents).
+  if (name != "unknown" && name != parts.strategy_name && !known.empty() &&
+      std::find(known.begin(), known.end(), name) == known.end()) {
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw CheckpointError(where + "was written by strategy '" + name +
+                          "', which no loaded plugin provides (known: " + list + ")");
+  }
+  if (reader.contains("sharded/manifest")) {
+    const auto sharded = ShardedManifest::parse(checkpoint_text(reader.get("sharded/manifest")));
+    if (name != "unknown" && sharded.strategy != name) {
+      throw CheckpointError(where + "its metadata names strategy '" + name +
+                            "', its sharded manifest '" + sharded.strategy +
+                            "': the manifest was edited or belongs to another checkpoint");
+    }
+  }
+}
+
 EpochShard train_shard(const TrainerOptions& o, const Dataset& data, const Communicator& world,
-                       std::int64_t epoch) {
-  return EpochShard({data.size(Split::train), static_cast<std::uint64_t>(epoch), o.seed,
-                     world.rank(), world.size(), o.batch_size, true});
+                       std::int64_t epoch, std::size_t consumed) {
+  EpochShardSpec spec{data.size(Split::train),
+                      static_cast<std::uint64_t>(epoch),
+                      o.seed,
+                      world.rank(),
+                      world.size(),
+                      o.batch_size,
+                      true};
+  spec.consumed = consumed;
+  return EpochShard(spec);
 }
 
 }  // namespace
@@ -57,47 +124,69 @@ Trainer::Position Trainer::restore(TrainResult& result) {
   if (options_.checkpoint_dir.empty()) {
     throw ConfigError("--resume needs [train] checkpoint_dir");
   }
-  const auto folder = latest_checkpoint(options_.checkpoint_dir);
-  if (!folder) return start;  // nothing written yet: a fresh start
-  std::unique_ptr<FileCheckpointReader> reader;
-  try {
-    reader = std::make_unique<FileCheckpointReader>(*folder);
-  } catch (const CheckpointError& e) {
-    std::string earlier;
-    for (const auto& other : list_checkpoints(options_.checkpoint_dir)) {
-      if (other != *folder) earlier += " " + other.filename().string();
-    }
-    throw CheckpointError(
-        std::string(e.what()) + "; refusing to resume from it" +
-        (earlier.empty() ? std::string() : "; earlier checkpoints kept:" + earlier));
-  }
-  const auto& meta = reader->manifest().metadata;
-  const auto seed = metadata_or_throw(meta, "seed", *folder);
+  const auto reader = open_newest_checkpoint(options_.checkpoint_dir);
+  if (!reader) return start;  // nothing written yet: a fresh start
+  const auto& folder = reader->folder();
+  const auto& manifest = reader->manifest();
+  const auto& meta = manifest.metadata;
+  const auto where = "checkpoint " + folder.string() + ": ";
+  // Every field is checked before the strategy loads anything.
+  const auto seed = metadata_or_throw(meta, "seed", folder);
   if (seed != std::to_string(options_.seed)) {
-    throw CheckpointError("checkpoint " + folder->string() + " was written with seed " + seed +
-                          ", this run has seed " + std::to_string(options_.seed) +
-                          ": the data order would differ");
+    throw CheckpointError(where + "was written with seed " + seed + ", this run has seed " +
+                          std::to_string(options_.seed) + ": the data order would differ");
+  }
+  check_strategy_name(*reader, parts_);
+  start.step = manifest.step;
+  start.epoch = metadata_number<std::int64_t>(meta, kEpochKey, folder);
+  if (start.epoch > start.step) {
+    throw CheckpointError(where + "says epoch " + std::to_string(start.epoch + 1) + " after only " +
+                          std::to_string(start.step) + " steps: every epoch takes a step at least");
+  }
+  const std::size_t n = parts_.dataset->size(Split::train);
+  if (meta.count(kSamplesKey) != 0) {
+    start.samples = metadata_number<std::size_t>(meta, kSamplesKey, folder);
+  } else {
+    // Written before positions were kept in samples: batch index at the writer's world size.
+    const auto batch = metadata_number<std::size_t>(meta, kLegacyBatchKey, folder);
+    const auto batch_size = metadata_number<std::size_t>(meta, "batch_size", folder);
+    const auto writers = static_cast<std::size_t>(reader->saved_world_size());
+    if (__builtin_mul_overflow(batch, batch_size, &start.samples) ||
+        __builtin_mul_overflow(start.samples, writers, &start.samples)) {
+      start.samples = std::numeric_limits<std::size_t>::max();
+    }
+  }
+  // A saved position always points at a sample still to come: an epoch's end rolls over.
+  if (start.samples >= n) {
+    throw CheckpointError(
+        where + "resumes epoch " + std::to_string(start.epoch + 1) + " after sample " +
+        std::to_string(start.samples) + ", but the training split has " + std::to_string(n) +
+        " samples: it was written for another data set, or its manifest was edited");
+  }
+  if (start.samples > 0 && start.step <= start.epoch) {
+    throw CheckpointError(where + "is inside epoch " + std::to_string(start.epoch + 1) +
+                          " after only " + std::to_string(start.step) + " steps");
   }
   parts_.strategy->load(*reader);
-  start.step = reader->manifest().step;
-  start.epoch = std::stoll(metadata_or_throw(meta, "epoch", *folder));
-  start.batch = std::stoull(metadata_or_throw(meta, "batch", *folder));
   result.resumed_from_step = start.step;
   return start;
 }
 
 void Trainer::save_checkpoint(const Position& next, TrainResult& result) {
   const std::map<std::string, std::string> meta = {
-      {"epoch", std::to_string(next.epoch)},
-      {"batch", std::to_string(next.batch)},
+      {kEpochKey, std::to_string(next.epoch)},
+      {kSamplesKey, std::to_string(next.samples)},
       {"seed", std::to_string(options_.seed)},
       {"batch_size", std::to_string(options_.batch_size)},
       {"strategy", parts_.strategy_name.empty() ? "unknown" : parts_.strategy_name},
   };
-  result.last_checkpoint = write_checkpoint(
+  const auto written = write_checkpoint(
       options_.checkpoint_dir, next.step, meta, *parts_.world,
-      [&](CheckpointWriter& writer) { parts_.strategy->save(writer); }, options_.checkpoint_keep,
-      parts_.world->timeout());
+      [&](CheckpointWriter& writer) { parts_.strategy->save(writer); },
+      {written_checkpoints_, options_.checkpoint_keep}, parts_.world->timeout());
+  std::erase(written_checkpoints_, written);
+  written_checkpoints_.push_back(written);
+  result.last_checkpoint = written;
 }
 
 std::pair<double, double> Trainer::evaluate() {
@@ -154,10 +243,19 @@ TrainResult Trainer::run(bool resume) {
   parts_.strategy->setup(setup);
 
   TrainResult result;
+  if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
+  written_checkpoints_.clear();
   Position at = resume ? restore(result) : Position{};
 
-  const std::size_t steps_per_epoch = train_shard(options_, data, world, 0).steps();
-  std::int64_t total_steps = options_.epochs * static_cast<std::int64_t>(steps_per_epoch);
+  // The run ends after the rest of this epoch at this world size, then whole epochs; at the
+  // world size that wrote the checkpoint this is epochs * steps_per_epoch, as uninterrupted.
+  const std::size_t steps_per_epoch = train_shard(options_, data, world, 0, 0).steps();
+  std::int64_t total_steps = at.step;
+  if (at.epoch < options_.epochs) {
+    total_steps += static_cast<std::int64_t>(
+                       train_shard(options_, data, world, at.epoch, at.samples).steps()) +
+                   (options_.epochs - at.epoch - 1) * static_cast<std::int64_t>(steps_per_epoch);
+  }
   if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
   LrSchedule schedule = options_.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = total_steps;
@@ -176,35 +274,39 @@ TrainResult Trainer::run(bool resume) {
     reporter.evaluation(at.step, epoch, accuracy, loss);
   };
 
+  const std::size_t epoch_samples = data.size(Split::train);
   while (at.epoch < options_.epochs && at.step < total_steps) {
-    const EpochShard shard = train_shard(options_, data, world, at.epoch);
-    while (at.batch < shard.steps() && at.step < total_steps) {
-      const Batch batch = data.gather(Split::train, shard.batch(at.batch));
+    const EpochShard shard = train_shard(options_, data, world, at.epoch, at.samples);
+    // For the progress line: batches of this world size already behind in the epoch.
+    const std::size_t global_batch = options_.batch_size * static_cast<std::size_t>(world.size());
+    const std::size_t batches_before = at.samples / global_batch;
+    for (std::size_t b = 0; b < shard.steps() && at.step < total_steps; ++b) {
+      const Batch batch = data.gather(Split::train, shard.batch(b));
       const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
-                          shard.global_batch_size(at.batch)};
+                          shard.global_batch_size(b)};
       const StepStats stats = parts_.strategy->train_step(batch, info);
       ++at.step;
-      ++at.batch;
+      at.samples += shard.global_batch_size(b);
       result.losses.push_back(stats.loss);
-      reporter.step({at.step, at.epoch, at.batch, shard.steps(), info.global_batch_size,
-                     info.learning_rate, stats});
-      // The position saved is the next batch, rolled into the next epoch at an epoch's end.
+      reporter.step({at.step, at.epoch, batches_before + b + 1, batches_before + shard.steps(),
+                     info.global_batch_size, info.learning_rate, stats});
+      // The position saved is the next sample, rolled into the next epoch at an epoch's end.
       if (checkpoints && options_.checkpoint_every > 0 &&
           at.step % options_.checkpoint_every == 0) {
-        const Position next = at.batch == shard.steps() ? Position{at.step, at.epoch + 1, 0} : at;
+        const Position next = at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
         save_checkpoint(next, result);
         last_saved = at.step;
         reporter.checkpoint(at.step, *result.last_checkpoint);
       }
       if (options_.eval_every > 0 && at.step % options_.eval_every == 0) run_evaluation(at.epoch);
     }
-    if (at.batch < shard.steps()) break;  // max_steps reached inside the epoch
+    if (at.samples < epoch_samples) break;  // max_steps reached inside the epoch
     if (options_.eval_every == 0) run_evaluation(at.epoch);
     ++at.epoch;
-    at.batch = 0;
+    at.samples = 0;
   }
   if (last_evaluated != at.step)
-    run_evaluation(at.batch == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
+    run_evaluation(at.samples == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
   if (checkpoints && last_saved != at.step) {
     save_checkpoint(at, result);
     reporter.checkpoint(at.step, *result.last_checkpoint);

@@ -58,6 +58,9 @@ TrainerComponents build_trainer_components(const Config& config, const PluginReg
   parts.strategy = config.create<Strategy>(registry, "train", "strategy");
   parts.strategy_name =
       registry.find(PluginKind::strategy, config.section("train").get_string("strategy")).name;
+  for (const auto* info : registry.plugins(PluginKind::strategy)) {
+    parts.known_strategies.push_back(info->name);
+  }
   return parts;
 }
 
