@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
@@ -195,6 +196,41 @@ TEST(ZeroCheckpointManifest, ShardBlobOfTheWrongSizeIsRefused) {
         c.put("flat/params/3", bytes);
       },
       "flat/params/3");
+}
+
+// flat/layout with field `field` (0: "param", 1: layer, 2: offset, 3: count, 4: shape) of the
+// first parameter line replaced by `value`.
+void edit_first_layout_param(testing::MemoryCheckpoint& c, std::size_t field,
+                             const std::string& value) {
+  const std::string text = c.text("flat/layout");
+  const auto begin = text.find('\n') + 1;
+  const auto end = text.find('\n', begin);
+  std::istringstream in(text.substr(begin, end - begin));
+  std::vector<std::string> fields(5);
+  for (auto& f : fields) in >> f;
+  std::string name;
+  std::getline(in, name);
+  fields.at(field) = value;
+  std::string line;
+  for (const auto& f : fields) line += f + " ";
+  line.pop_back();
+  c.set_text("flat/layout", text.substr(0, begin) + line + name + text.substr(end));
+}
+
+TEST(ZeroCheckpointManifest, ALayoutWithAMalformedShapeIsRefused) {
+  // Before: std::invalid_argument from std::stoul, not a CheckpointError.
+  expect_refused([](testing::MemoryCheckpoint& c) { edit_first_layout_param(c, 4, "16xq"); },
+                 "bad shape '16xq'");
+}
+
+TEST(ZeroCheckpointManifest, ALayoutWhoseCountDisagreesWithItsShapeIsRefused) {
+  expect_refused([](testing::MemoryCheckpoint& c) { edit_first_layout_param(c, 3, "5"); },
+                 "another count");
+}
+
+TEST(ZeroCheckpointManifest, ALayoutWithAGapBetweenParametersIsRefused) {
+  expect_refused([](testing::MemoryCheckpoint& c) { edit_first_layout_param(c, 2, "4"); },
+                 "gap or overlap before a parameter");
 }
 
 }  // namespace

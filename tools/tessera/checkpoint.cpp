@@ -57,6 +57,22 @@ int consolidate(const std::filesystem::path& source, const std::filesystem::path
   const FileCheckpointReader reader(latest.value_or(source));
   const auto layout = FlatLayout::parse(text_of(reader.get("flat/layout")));
   const std::size_t slots = state_slots(reader);
+  // Both sizes come from the checkpoint: before allocating by them, the blobs on disk (sizes
+  // verified by the reader) must hold that much, so a forged layout cannot ask for terabytes.
+  std::uint64_t param_bytes = 0;
+  std::uint64_t state_bytes = 0;
+  for (const auto& blob : reader.manifest().blobs) {
+    if (blob.name.rfind("flat/params/", 0) == 0) param_bytes += blob.bytes;
+    if (blob.name.rfind("flat/optimizer_state/", 0) == 0) state_bytes += blob.bytes;
+  }
+  if (layout.total > param_bytes / sizeof(float) ||
+      (slots > 0 && layout.total > state_bytes / sizeof(float) / slots)) {
+    throw CheckpointError("checkpoint " + reader.folder().string() + ": its layout has " +
+                          std::to_string(layout.total) + " parameters with " +
+                          std::to_string(slots) + " optimizer slots each, but its blobs hold " +
+                          std::to_string(param_bytes) + " and " + std::to_string(state_bytes) +
+                          " bytes");
+  }
   std::vector<float> params(layout.total);
   std::vector<float> state(layout.total * slots);
   load_flat_range(reader, layout, 0, layout.total, params, state, slots);

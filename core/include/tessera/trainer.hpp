@@ -54,7 +54,7 @@ struct TrainerComponents {
   std::string strategy_name;  // recorded in checkpoints
   // Strategy names a checkpoint may have been written by (build_trainer_components: every
   // loaded strategy plugin); --resume refuses a checkpoint naming another. Empty: not checked.
-  std::vector<std::string> known_strategies;
+  std::vector<std::string> known_strategies = {};
 };
 
 // Creates the [train] section's model, optimizer, dataset and strategy through `registry`.

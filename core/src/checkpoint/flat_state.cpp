@@ -1,6 +1,7 @@
 #include "tessera/flat_state.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <sstream>
 
@@ -68,23 +69,45 @@ FlatLayout FlatLayout::parse(const std::string& text) {
   std::istringstream head(line);
   std::string magic, version, word;
   if (!(head >> magic >> version >> word >> layout.total) || magic != "flat_layout" ||
-      version != "1") {
+      version != "1" || word != "total") {
     throw CheckpointError("checkpoint blob 'flat/layout' is malformed: '" + line + "'");
   }
+  // Parameters follow each other without gaps, each as large as its shape says, and add up
+  // to the total: a layout that does not is refused here, before anything is sized by it.
+  std::size_t next = 0;
   while (std::getline(in, line)) {
+    const auto bad = [&](const std::string& what) {
+      throw CheckpointError("checkpoint blob 'flat/layout' " + what + ": '" + line + "'");
+    };
     std::istringstream row(line);
     FlatParam p;
     std::string shape;
     if (!(row >> word >> p.layer >> p.offset >> p.count >> shape) || word != "param") {
-      throw CheckpointError("checkpoint blob 'flat/layout' has a bad line: '" + line + "'");
+      bad("has a bad line");
     }
     std::getline(row >> std::ws, p.name);
+    std::size_t elements = 1;
     if (shape != "scalar") {
       std::istringstream dims(shape);
       std::string dim;
-      while (std::getline(dims, dim, 'x')) p.shape.push_back(std::stoul(dim));
+      while (std::getline(dims, dim, 'x')) {
+        std::size_t value = 0;
+        const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), value);
+        if (dim.empty() || ec != std::errc() || end != dim.data() + dim.size() ||
+            __builtin_mul_overflow(elements, value, &elements)) {
+          bad("has a bad shape '" + shape + "'");
+        }
+        p.shape.push_back(value);
+      }
     }
+    if (elements != p.count) bad("gives a parameter of shape " + shape + " another count");
+    if (p.offset != next) bad("leaves a gap or overlap before a parameter");
+    if (__builtin_add_overflow(next, p.count, &next)) bad("overflows");
     layout.params.push_back(std::move(p));
+  }
+  if (next != layout.total) {
+    throw CheckpointError("checkpoint blob 'flat/layout' lists " + std::to_string(next) +
+                          " elements, its total says " + std::to_string(layout.total));
   }
   return layout;
 }
