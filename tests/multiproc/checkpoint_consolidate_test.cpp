@@ -155,4 +155,17 @@ TEST_F(CheckpointConsolidate, ATruncatedBlobFailsNamingItsFileAndCreatesNoDestin
   EXPECT_FALSE(fs::exists(whole));
 }
 
+TEST_F(CheckpointConsolidate, ASecondConsolidationIntoTheSameRootIsRefusedAndChangesNothing) {
+  const auto sharded = sharded_root();
+  ASSERT_FALSE(HasFailure());
+  fs::remove(sharded / "latest");  // the newest checkpoint is found without it
+  const auto whole = dir_ / "whole";
+  ASSERT_EQ(cli("checkpoint consolidate " + sharded.string() + " " + whole.string()), 0)
+      << output();
+  const auto manifest = text_of(whole / "step-000000000005" / "manifest");
+  EXPECT_NE(cli("checkpoint consolidate " + sharded.string() + " " + whole.string()), 0);
+  EXPECT_NE(output().find("already holds step-000000000005"), std::string::npos) << output();
+  EXPECT_EQ(text_of(whole / "step-000000000005" / "manifest"), manifest);
+}
+
 }  // namespace

@@ -1,5 +1,6 @@
 #include "checkpoint.hpp"
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -52,9 +53,18 @@ int consolidate(const std::filesystem::path& source, const std::filesystem::path
   if (!std::filesystem::is_directory(source)) {
     throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
   }
-  const auto latest =
-      std::filesystem::exists(source / "latest") ? latest_checkpoint(source) : std::nullopt;
-  const FileCheckpointReader reader(latest.value_or(source));
+  // A root: its newest checkpoint, as --resume takes it (`latest` is not needed).
+  const auto in_root = list_checkpoints(source);
+  const FileCheckpointReader reader(in_root.empty() ? source : in_root.back());
+  // The destination's checkpoints are never replaced: consolidating twice into one root is
+  // a mistake worth hearing about, not a silent overwrite.
+  char step_name[32];
+  std::snprintf(step_name, sizeof step_name, "step-%012lld",
+                static_cast<long long>(reader.manifest().step));
+  if (std::filesystem::exists(destination / step_name)) {
+    throw CheckpointError("checkpoint " + destination.string() + " already holds " + step_name +
+                          ": choose another destination or remove it; nothing was changed");
+  }
   const auto layout = FlatLayout::parse(text_of(reader.get("flat/layout")));
   const std::size_t slots = state_slots(reader);
   // Both sizes come from the checkpoint: before allocating by them, the blobs on disk (sizes

@@ -60,8 +60,9 @@ void refuse_to_overwrite(const std::filesystem::path& dir) {
   throw CheckpointError("checkpoint_dir " + dir.string() + " already holds " +
                         std::to_string(existing.size()) + " checkpoint(s), the newest " +
                         existing.back().filename().string() +
-                        ": pass --resume to continue from it, or set [train] checkpoint_dir "
-                        "(--train.checkpoint_dir) to another folder; nothing was changed");
+                        ": pass --resume to continue from it, set [train] checkpoint_dir "
+                        "(--train.checkpoint_dir) to another folder, or remove this one to start "
+                        "afresh; nothing was changed");
 }
 
 // The strategy a checkpoint names must exist and agree with its sharded manifest; which
