@@ -96,7 +96,9 @@ TEST(ShmStallTest, StoppedRankIsNamedWithTheOperationWithinStallTimeout) {
     if (rank == kVictim) continue;
     const std::string line = kill_test::read_line(workers.report_fd(rank), 30s);
     const auto after = Clock::now() - stopped_at;
-    EXPECT_LT(after, kStallTimeout + 3s) << "rank " << rank << ": " << line;
+    // A few seconds of slack: on a loaded 2-core machine the survivors themselves may wait
+    // for a core (2.1-2.3 s on an idle one).
+    EXPECT_LT(after, kStallTimeout + 6s) << "rank " << rank << ": " << line;
     EXPECT_GE(after, kStallTimeout - 100ms) << "rank " << rank << ": " << line;
     // The peer rank, the stopped rank named in the text, the operation and its number.
     EXPECT_TRUE(std::regex_search(

@@ -76,9 +76,15 @@ class Group {
       const std::int64_t polls = waiting_callers_.load(std::memory_order_relaxed) > 0
                                      ? settings_.spin_count
                                      : settings_.spin_count / kBackgroundSpinDivisor;
+      // Spinning yields under load, and a yield may take a while to come back: bound the spin
+      // by poll_interval too, so that health checks (dead, stalled peers) keep their pace.
+      const auto spin_start = std::chrono::steady_clock::now();
       for (std::int64_t i = 0; i < polls; ++i) {
         if (pending() < 0) return;
         relax(i);
+        if ((i & 255) == 255 &&
+            std::chrono::steady_clock::now() - spin_start >= settings_.poll_interval)
+          break;
       }
       const int waiting_for = pending();
       if (waiting_for < 0) return;
