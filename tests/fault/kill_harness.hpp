@@ -132,6 +132,11 @@ class Workers {
     }
   }
 
+  // The read end of rank's report pipe.
+  [[nodiscard]] int report_fd(int rank) const {
+    return children_[static_cast<std::size_t>(rank)].report_fd;
+  }
+
   [[nodiscard]] std::vector<int> pids() const {
     std::vector<int> out;
     for (const auto& child : children_) out.push_back(child.pid);

@@ -128,6 +128,48 @@ TEST_F(IdxFiles, RejectsAMissingFile) {
   EXPECT_NE(error.find("t10k-labels-idx1-ubyte.gz: file not found"), std::string::npos) << error;
 }
 
+TEST_F(IdxFiles, RejectsAFileWithNoImagesNamingIt) {
+  // Used to load, and failed later in the trainer with a C++ source path and no file name.
+  write_set(0, 2);
+  const std::string error = load_error();
+  EXPECT_NE(error.find("train-images-idx3-ubyte.gz: holds no images"), std::string::npos) << error;
+  write_set(3, 0);
+  EXPECT_NE(load_error().find("t10k-images-idx3-ubyte.gz: holds no images"), std::string::npos);
+}
+
+TEST_F(IdxFiles, SaysAFolderIsAFolderNotAMissingFile) {
+  write_set(3, 2);
+  fs::remove(dir_ / "train-labels-idx1-ubyte.gz");
+  fs::create_directory(dir_ / "train-labels-idx1-ubyte.gz");
+  const std::string error = load_error();
+  EXPECT_NE(error.find("train-labels-idx1-ubyte.gz: is a folder"), std::string::npos) << error;
+}
+
+TEST_F(IdxFiles, SaysASymlinkLoopIsALoop) {
+  write_set(3, 2);
+  const fs::path file = dir_ / "t10k-images-idx3-ubyte.gz";
+  fs::remove(file);
+  fs::create_symlink(dir_ / "loop-b", dir_ / "loop-a");
+  fs::create_symlink(dir_ / "loop-a", dir_ / "loop-b");
+  fs::create_symlink(dir_ / "loop-a", file);
+  const std::string error = load_error();
+  EXPECT_NE(error.find("t10k-images-idx3-ubyte.gz: cannot be read: a symbolic link loop"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(IdxFiles, SaysWhereADanglingSymlinkPoints) {
+  write_set(3, 2);
+  const fs::path file = dir_ / "t10k-images-idx3-ubyte.gz";
+  fs::remove(file);
+  fs::create_symlink(dir_ / "gone.gz", file);
+  const std::string error = load_error();
+  EXPECT_NE(error.find("t10k-images-idx3-ubyte.gz: a symbolic link to " +
+                       (dir_ / "gone.gz").string() + ", which does not exist"),
+            std::string::npos)
+      << error;
+}
+
 TEST_F(IdxFiles, RejectsALabelOutsideTheTenClasses) {
   write_set(3, 2);
   write_gz(dir_ / "t10k-labels-idx1-ubyte.gz", idx_bytes(0x801, {2}, 2, 10));

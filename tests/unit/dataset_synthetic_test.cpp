@@ -48,5 +48,18 @@ TEST(SyntheticDataset, RejectsAnIndexPastTheEnd) {
   EXPECT_THROW((void)data.gather(Split::train, bad), InvalidArgument);
 }
 
+TEST(SyntheticDataset, RefusesAnEmptyTrainingSplitNamingTheOptionNotASourceFile) {
+  try {
+    const SyntheticDataset data(SyntheticConfig{0, 10, 4, 2, 0});
+    FAIL() << "a synthetic data set with no training sample";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("[dataset.synthetic] samples = 0:", 0), 0U) << what;
+    EXPECT_EQ(what.find(".cpp"), std::string::npos) << what;
+  }
+  EXPECT_THROW(SyntheticDataset(SyntheticConfig{10, 10, 0, 2, 0}), ConfigError);
+  EXPECT_THROW(SyntheticDataset(SyntheticConfig{10, 10, 4, 1, 0}), ConfigError);
+}
+
 }  // namespace
 }  // namespace tessera::synthetic

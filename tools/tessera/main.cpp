@@ -1,9 +1,13 @@
 // The tessera CLI: a table of subcommands, each in its own file, and one place that turns
 // errors into "tessera: error: ..." and an exit code (2: usage or config, 1: anything else).
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench.hpp"
@@ -96,6 +100,20 @@ int dispatch(const std::vector<std::string>& args) {
   throw tessera::cli::UsageError(message + " (tessera --help lists them)");
 }
 
+// The error line goes out in one write(2): written piecewise (std::cerr's unbuffered inserts),
+// a launched worker stopped between the pieces by the launcher's SIGTERM leaves a line cut to
+// "tessera: error: " with no text.
+void print_error(const char* what) {
+  const std::string line = std::string("tessera: error: ") + what + "\n";
+  std::string_view rest = line;
+  while (!rest.empty()) {
+    const ssize_t n = ::write(STDERR_FILENO, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    rest.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,13 +124,13 @@ int main(int argc, char** argv) {
   try {
     return dispatch(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const tessera::cli::UsageError& e) {
-    std::cerr << "tessera: error: " << e.what() << "\n";
+    print_error(e.what());
     return 2;
   } catch (const tessera::ConfigError& e) {
-    std::cerr << "tessera: error: " << e.what() << "\n";
+    print_error(e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "tessera: error: " << e.what() << "\n";
+    print_error(e.what());
     return 1;
   }
 }

@@ -2,6 +2,7 @@
 // Strategy: how parameters, gradients and optimizer state are laid out over ranks and how one
 // training step runs (ddp, zero1/2, zero3, hybrid, elastic).
 
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -25,13 +26,27 @@ struct StrategySetup {
   // Gradient accumulation: train_step splits its batch into this many micro-batches, runs
   // forward and backward on each and communicates only after the last.
   std::size_t micro_batches = 1;
+  // A step whose loss or gradient norm is not finite (the trainer's [train] on_nonfinite):
+  // false, the update runs as usual and the trainer stops the run after it; true, the strategy
+  // skips that step's parameter and optimizer-state update and sets StepStats::skipped. The
+  // loss and the norm are the same on every rank, so every rank takes the same decision.
+  bool skip_nonfinite_steps = false;
 };
 
 struct StepStats {
-  double loss = 0.0;        // mean over the global batch
+  double loss = 0.0;        // mean over the global batch; the same on every rank
   std::size_t correct = 0;  // over this rank's samples
-  double grad_norm = 0.0;   // global L2 norm before clipping
+  double grad_norm = 0.0;   // global L2 norm before clipping; the same on every rank
+  bool skipped = false;     // no update was made (StrategySetup::skip_nonfinite_steps)
 };
+
+// For strategies, once the step's loss and gradient norm are known and before the update:
+// true, with stats.skipped set, when the setup asks to skip non-finite steps and this is one.
+[[nodiscard]] inline bool skip_nonfinite_update(const StrategySetup& setup, StepStats& stats) {
+  stats.skipped =
+      setup.skip_nonfinite_steps && !(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm));
+  return stats.skipped;
+}
 
 struct MemoryReport {
   std::size_t parameter_bytes = 0;  // held by this rank between steps

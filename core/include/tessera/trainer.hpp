@@ -13,12 +13,22 @@
 #include "tessera/communicator.hpp"
 #include "tessera/config.hpp"
 #include "tessera/dataset.hpp"
+#include "tessera/error.hpp"
 #include "tessera/model.hpp"
 #include "tessera/optimizer.hpp"
 #include "tessera/schedule.hpp"
 #include "tessera/strategy.hpp"
 
 namespace tessera {
+
+// Training went wrong: a step's loss or gradient norm is not finite, or its metrics cannot be
+// written. The message names the step or the file. (Declared with the trainer, which alone
+// throws it; docs/errors.md lists it with the others.)
+class TESSERA_ERROR_API TrainingError : public Error {
+ public:
+  using Error::Error;
+  ~TrainingError() override;
+};
 
 enum class ProgressMode : std::uint8_t { automatic, bar, lines, off };
 
@@ -38,6 +48,9 @@ struct TrainerOptions {
   std::size_t checkpoint_keep = 2;
   std::filesystem::path metrics_file;
   ProgressMode progress = ProgressMode::automatic;
+  // on_nonfinite = skip: a step with a non-finite loss or gradient norm makes no update and is
+  // counted; false (error): it stops the run with a TrainingError.
+  bool skip_nonfinite_steps = false;
 
   // Reads the [train] section. Throws ConfigError for out-of-range values.
   [[nodiscard]] static TrainerOptions from(const Options& train);
@@ -76,6 +89,7 @@ struct TrainResult {
   double test_loss = 0.0;
   double samples_per_s = 0.0;  // global training samples per second of this run
   double seconds = 0.0;
+  std::int64_t skipped_steps = 0;  // steps of this run with no update (on_nonfinite = skip)
   std::vector<double> losses;      // this run's per-step loss, in order
   std::vector<RankSummary> ranks;  // every rank's, on every rank
   std::optional<std::filesystem::path> last_checkpoint;
@@ -93,7 +107,8 @@ class Trainer {
   // never removes one it did not write. Throws CheckpointError, before training anything,
   // for a newest checkpoint that cannot be resumed from (corrupted, truncated, inconsistent,
   // another model, seed or data set), and without `resume` for a checkpoint_dir that already
-  // holds checkpoints (docs/training.md, "Resuming").
+  // holds checkpoints (docs/training.md, "Resuming"); TrainingError for a step whose loss or
+  // gradient norm is not finite (unless skipped) or for metrics that cannot be written.
   TrainResult run(bool resume);
 
   // Accuracy and mean loss over the whole test split; each rank evaluates its share.
@@ -104,6 +119,8 @@ class Trainer {
 
   Position restore(TrainResult& result);
   void save_checkpoint(const Position& next, TrainResult& result);
+  // A step whose loss or norm is not finite: throws TrainingError unless it was skipped.
+  void check_nonfinite_step(const StepStats& stats, const StepInfo& info) const;
   [[nodiscard]] std::vector<RankSummary> gather_rank_summaries();
 
   TrainerOptions options_;

@@ -109,6 +109,12 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
             "write a checkpoint every this many steps (0: only at the end)",
             {}},
            {"checkpoint_keep", OptionType::integer, "2", "newest checkpoints kept on disk", {}},
+           {"on_nonfinite",
+            OptionType::string,
+            "error",
+            "a step whose loss or gradient norm is NaN or infinite: error stops the run naming "
+            "the step; skip makes no update for it and counts it",
+            {"error", "skip"}},
            {"metrics_file",
             OptionType::string,
             "",

@@ -1,6 +1,7 @@
 #include "line_relay.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,12 +11,17 @@ namespace tessera::launch {
 
 namespace {
 
-constexpr std::size_t kMaxLine = 64 * 1024;
-
 void write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A non-blocking target that is full (a slow reader of the launcher's output): wait for
+      // room rather than drop the rest of the line.
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
     if (n <= 0) return;  // a closed or broken target: the output is lost, the job goes on
     data.remove_prefix(static_cast<std::size_t>(n));
   }
@@ -34,18 +40,23 @@ LineRelay::LineRelay(LineRelay&& other) noexcept
     : prefix_(std::move(other.prefix_)),
       source_(std::exchange(other.source_, -1)),
       target_(other.target_),
-      pending_(std::move(other.pending_)) {}
+      pending_(std::move(other.pending_)),
+      line_open_(other.line_open_) {}
 
 LineRelay::~LineRelay() {
   close();
 }
 
-void LineRelay::emit(std::string_view line) {
-  if (target_ < 0) return;
-  std::string out;
-  out.reserve(prefix_.size() + line.size() + 1);
-  out.append(prefix_).append(line).push_back('\n');
-  write_all(target_, out);
+void LineRelay::emit(std::string_view text, bool end_line) {
+  if (target_ >= 0) {
+    std::string out;
+    out.reserve(prefix_.size() + text.size() + 1);
+    if (!line_open_) out.append(prefix_);
+    out.append(text);
+    if (end_line) out.push_back('\n');
+    write_all(target_, out);
+  }
+  line_open_ = !end_line;
 }
 
 void LineRelay::pump() {
@@ -61,13 +72,14 @@ void LineRelay::pump() {
     pending_.append(buffer, static_cast<std::size_t>(n));
     std::size_t start = 0;
     for (auto nl = pending_.find('\n'); nl != std::string::npos; nl = pending_.find('\n', start)) {
-      emit(std::string_view(pending_).substr(start, nl - start));
+      emit(std::string_view(pending_).substr(start, nl - start), true);
       start = nl + 1;
     }
     pending_.erase(0, start);
-    // A worker that never writes a newline must not grow the buffer without bound.
-    if (pending_.size() > kMaxLine) {
-      emit(pending_);
+    // A worker that never writes a newline must not grow the buffer without bound: what is
+    // held goes out as the start of the line, which stays open.
+    if (pending_.size() > kMaxBufferedLine) {
+      emit(pending_, false);
       pending_.clear();
     }
   }
@@ -75,7 +87,7 @@ void LineRelay::pump() {
 
 void LineRelay::close() {
   if (source_ < 0) return;
-  if (!pending_.empty()) emit(pending_);
+  if (!pending_.empty() || line_open_) emit(pending_, true);
   pending_.clear();
   ::close(source_);
   source_ = -1;

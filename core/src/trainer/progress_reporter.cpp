@@ -1,9 +1,14 @@
 #include "trainer/progress_reporter.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <string_view>
+#include <utility>
 
 #include "tessera/error.hpp"
 #include "tessera/json_text.hpp"
@@ -36,13 +41,50 @@ ProgressReporter::ProgressReporter(ProgressMode mode, const std::filesystem::pat
     std::error_code ignored;  // a missing folder is reported by the open below
     if (metrics_file.has_parent_path())
       std::filesystem::create_directories(metrics_file.parent_path(), ignored);
-    metrics_.open(metrics_file, std::ios::app);
-    if (!metrics_) throw ConfigError("cannot open metrics_file " + metrics_file.string());
+    metrics_fd_ = ::open(metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (metrics_fd_ < 0) {
+      throw ConfigError("[train] metrics_file " + metrics_file.string() +
+                        ": cannot open it: " + std::strerror(errno));
+    }
+    metrics_path_ = metrics_file;
   }
 }
 
 ProgressReporter::~ProgressReporter() {
-  finish();
+  // Reached without finish() only while an error is already on its way out.
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
+  if (active_ && bar_open_) std::cerr << "\n";
+}
+
+void ProgressReporter::write_metrics(const std::string& record, const std::string& what) {
+  std::string_view rest = record;
+  while (!rest.empty()) {
+    const ssize_t n = ::write(metrics_fd_, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string reason = n < 0 ? std::strerror(errno) : "nothing written";
+      throw TrainingError("[train] metrics_file " + metrics_path_.string() +
+                          ": cannot write the record of " + what + ": " + reason +
+                          "; training stopped so that no metrics are lost (free space, or point "
+                          "metrics_file elsewhere)");
+    }
+    rest.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+void ProgressReporter::close_metrics() {
+  if (metrics_fd_ < 0) return;
+  const int fd = std::exchange(metrics_fd_, -1);
+  const bool synced = ::fsync(fd) == 0 || errno == EINVAL;  // EINVAL: a pipe or /dev/null
+  const int sync_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    throw TrainingError("[train] metrics_file " + metrics_path_.string() + ": cannot " +
+                        (synced ? "close" : "sync") +
+                        " it: " + std::strerror(synced ? errno : sync_errno) +
+                        "; its last records may be lost (free space, or point metrics_file "
+                        "elsewhere)");
+  }
 }
 
 double ProgressReporter::seconds() const noexcept {
@@ -71,14 +113,15 @@ void ProgressReporter::step(const StepReport& r) {
   ++steps_;
   samples_ += r.samples;
   if (!active_) return;
-  if (metrics_.is_open()) {
-    metrics_ << "{\"step\":" << r.step << ",\"epoch\":" << r.epoch + 1
-             << ",\"loss\":" << json_number(r.stats.loss)
-             << ",\"lr\":" << json_number(r.learning_rate)
-             << ",\"grad_norm\":" << json_number(r.stats.grad_norm) << ",\"samples\":" << r.samples
-             << ",\"samples_per_s\":" << json_number(samples_per_s())
-             << ",\"time_s\":" << json_number(seconds()) << "}\n";
-    metrics_.flush();
+  if (metrics_fd_ >= 0) {
+    write_metrics(
+        "{\"step\":" + std::to_string(r.step) + ",\"epoch\":" + std::to_string(r.epoch + 1) +
+            ",\"loss\":" + json_number(r.stats.loss) + ",\"lr\":" + json_number(r.learning_rate) +
+            ",\"grad_norm\":" + json_number(r.stats.grad_norm) +
+            (r.stats.skipped ? ",\"skipped\":true" : "") + ",\"samples\":" +
+            std::to_string(r.samples) + ",\"samples_per_s\":" + json_number(samples_per_s()) +
+            ",\"time_s\":" + json_number(seconds()) + "}\n",
+        "step " + std::to_string(r.step));
   }
   // A terminal gets ~10 updates a second; a log file a line every 5 s and at each epoch's end.
   const auto now = Clock::now();
@@ -101,11 +144,11 @@ void ProgressReporter::step(const StepReport& r) {
 void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double accuracy,
                                   double loss) {
   if (!active_) return;
-  if (metrics_.is_open()) {
-    metrics_ << "{\"step\":" << step << ",\"epoch\":" << epoch + 1
-             << ",\"test_accuracy\":" << json_number(accuracy)
-             << ",\"test_loss\":" << json_number(loss) << "}\n";
-    metrics_.flush();
+  if (metrics_fd_ >= 0) {
+    write_metrics("{\"step\":" + std::to_string(step) + ",\"epoch\":" + std::to_string(epoch + 1) +
+                      ",\"test_accuracy\":" + json_number(accuracy) +
+                      ",\"test_loss\":" + json_number(loss) + "}\n",
+                  "the evaluation at step " + std::to_string(step));
   }
   char text[160];
   std::snprintf(text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
@@ -120,10 +163,12 @@ void ProgressReporter::checkpoint(std::int64_t step, const std::filesystem::path
 }
 
 void ProgressReporter::finish() {
-  if (!active_ || !bar_open_) return;
-  std::cerr << "\n";
-  std::cerr.flush();
-  bar_open_ = false;
+  if (active_ && bar_open_) {
+    std::cerr << "\n";
+    std::cerr.flush();
+    bar_open_ = false;
+  }
+  close_metrics();
 }
 
 }  // namespace tessera::trainer

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "tessera/strategy.hpp"
@@ -35,7 +34,8 @@ class ProgressReporter {
   void step(const StepReport& report);
   void evaluation(std::int64_t step, std::int64_t epoch, double accuracy, double loss);
   void checkpoint(std::int64_t step, const std::filesystem::path& folder);
-  // Ends the in-place bar with a newline.
+  // Ends the in-place bar with a newline; syncs and closes the metrics file (throwing
+  // TrainingError if that fails).
   void finish();
 
   [[nodiscard]] double samples_per_s() const noexcept;
@@ -43,6 +43,11 @@ class ProgressReporter {
 
  private:
   void print_line(const std::string& text, bool transient);
+  // Appends one JSON line to the metrics file; throws TrainingError naming the file and the
+  // system's reason when it cannot, since metrics lost must not look like a clean run.
+  void write_metrics(const std::string& record, const std::string& what);
+  // Syncs and closes the metrics file, checking both (a full disk may show only there).
+  void close_metrics();
 
   using Clock = std::chrono::steady_clock;
   bool active_;
@@ -55,7 +60,8 @@ class ProgressReporter {
   std::size_t samples_ = 0;
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_print_{};
-  std::ofstream metrics_;
+  std::filesystem::path metrics_path_;
+  int metrics_fd_ = -1;
 };
 
 }  // namespace tessera::trainer

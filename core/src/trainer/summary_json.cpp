@@ -15,6 +15,7 @@ void write_summary_json(const std::filesystem::path& file, const TrainResult& re
   text += "  \"samples_per_s\": " + json_number(result.samples_per_s) + ",\n";
   text += "  \"steps\": " + std::to_string(result.steps) + ",\n";
   text += "  \"steps_this_run\": " + std::to_string(result.steps_this_run) + ",\n";
+  text += "  \"skipped_steps\": " + std::to_string(result.skipped_steps) + ",\n";
   text += "  \"resumed_from_step\": " + std::to_string(result.resumed_from_step) + ",\n";
   text += "  \"seconds\": " + json_number(result.seconds) + ",\n";
   text += "  \"final_loss\": " + json_number(result.losses.empty() ? 0.0 : result.losses.back()) +
@@ -36,9 +37,11 @@ void write_summary_json(const std::filesystem::path& file, const TrainResult& re
   }
   text += "\n  ]\n}\n";
   try {
-    checkpoint::replace_file_atomically(file, text);
+    checkpoint::replace_file_atomically(file, text, "--summary file");
   } catch (const CheckpointError& e) {
-    throw Error(std::string("cannot write the summary: ") + e.what());
+    // Not a checkpoint: the same durable write, reported as what it is.
+    throw Error(std::string(e.what()) +
+                " (an existing summary file is left as it was; the training itself finished)");
   }
 }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "tessera/checkpoint.hpp"
 #include "tessera/data_order.hpp"
@@ -11,6 +13,8 @@
 #include "trainer/progress_reporter.hpp"
 
 namespace tessera {
+
+TrainingError::~TrainingError() = default;
 
 // Where training goes on. A checkpoint records it, so a resumed run sees exactly the rest of
 // the epoch, at whatever world size it resumes.
@@ -102,7 +106,31 @@ EpochShard train_shard(const TrainerOptions& o, const Dataset& data, const Commu
   return EpochShard(spec);
 }
 
+std::string format_number(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
 }  // namespace
+
+void Trainer::check_nonfinite_step(const StepStats& stats, const StepInfo& info) const {
+  const std::string figures = "loss " + format_number(stats.loss) + ", gradient norm " +
+                              format_number(stats.grad_norm) + ", learning rate " +
+                              format_number(info.learning_rate);
+  if (!options_.skip_nonfinite_steps) {
+    throw TrainingError("step " + std::to_string(info.step) + " is not finite (" + figures +
+                        "): training stopped, no checkpoint written after it; lower [train] lr "
+                        "or set [train] max_grad_norm, or skip such steps with [train] "
+                        "on_nonfinite = skip");
+  }
+  if (!stats.skipped) {
+    throw TrainingError("step " + std::to_string(info.step) + " is not finite (" + figures +
+                        ") and strategy '" + parts_.strategy_name +
+                        "' updated the parameters anyway: it does not support [train] "
+                        "on_nonfinite = skip");
+  }
+}
 
 Trainer::Trainer(TrainerOptions options, TrainerComponents components)
     : options_(std::move(options)), parts_(std::move(components)) {
@@ -237,10 +265,18 @@ std::vector<RankSummary> Trainer::gather_rank_summaries() {
 TrainResult Trainer::run(bool resume) {
   const auto& data = *parts_.dataset;
   auto& world = *parts_.world;
-  TESSERA_CHECK(data.size(Split::train) > 0, "the training split is empty");
+  if (data.size(Split::train) == 0) {
+    // Dataset plugins refuse empty files themselves, naming them; this catches any other.
+    throw DataError("dataset: the training split has no samples; nothing to train on");
+  }
 
-  StrategySetup setup{parts_.world,  parts_.model,           parts_.optimizer,
-                      options_.seed, options_.max_grad_norm, options_.micro_batches};
+  StrategySetup setup{parts_.world,
+                      parts_.model,
+                      parts_.optimizer,
+                      options_.seed,
+                      options_.max_grad_norm,
+                      options_.micro_batches,
+                      options_.skip_nonfinite_steps};
   parts_.strategy->setup(setup);
 
   TrainResult result;
@@ -291,6 +327,12 @@ TrainResult Trainer::run(bool resume) {
       result.losses.push_back(stats.loss);
       reporter.step({at.step, at.epoch, batches_before + b + 1, batches_before + shard.steps(),
                      info.global_batch_size, info.learning_rate, stats});
+      // The metrics keep the step's record; then the run stops, or the skipped step is counted.
+      // Loss and norm are reduced over the ranks, so every rank decides the same here.
+      if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+        check_nonfinite_step(stats, info);
+        ++result.skipped_steps;
+      }
       // The position saved is the next sample, rolled into the next epoch at an epoch's end.
       if (checkpoints && options_.checkpoint_every > 0 &&
           at.step % options_.checkpoint_every == 0) {

@@ -45,6 +45,7 @@ TrainerOptions TrainerOptions::from(const Options& train) {
   o.checkpoint_keep = static_cast<std::size_t>(at_least(train, "checkpoint_keep", 1));
   o.metrics_file = train.get_string("metrics_file");
   o.progress = parse_progress(train.get_string("progress"));
+  o.skip_nonfinite_steps = train.get_string("on_nonfinite") == "skip";
   return o;
 }
 

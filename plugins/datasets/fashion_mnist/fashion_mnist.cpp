@@ -23,6 +23,9 @@ FashionMnist::Part FashionMnist::load(const std::filesystem::path& images,
   IdxArray label_array = read_idx_ubyte(labels, 1);
   const std::size_t pixels = std::size_t{image_array.dims[1]} * image_array.dims[2];
   if (pixels == 0) throw DataError(images.string() + ": images have no pixels");
+  if (image_array.dims[0] == 0) {
+    throw DataError(images.string() + ": holds no images (its IDX header counts 0)");
+  }
   if (pixels_ != 0 && pixels != pixels_) {
     throw DataError(images.string() + ": images of " + std::to_string(pixels) +
                     " pixels, the training images have " + std::to_string(pixels_));

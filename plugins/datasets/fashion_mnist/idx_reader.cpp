@@ -2,9 +2,12 @@
 
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include "tessera/error.hpp"
 
@@ -44,15 +47,46 @@ std::size_t read_some(gzFile_s* f, const std::filesystem::path& file, std::uint8
   return done;
 }
 
+// Says what is in the way when `file` is not a readable regular file: missing, a folder, a
+// symlink loop or dangling link, a device, or a path through something that is not a folder.
+void check_regular_file(const std::filesystem::path& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(file, ec);  // follows symlinks
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    const std::string why = ec == std::errc::too_many_symbolic_link_levels
+                                ? "a symbolic link loop (" + ec.message() + ")"
+                                : ec.message();
+    throw DataError(file.string() + ": cannot be read: " + why);
+  }
+  switch (status.type()) {
+    case fs::file_type::regular: return;
+    case fs::file_type::not_found: {
+      std::error_code link_ec;
+      if (fs::is_symlink(fs::symlink_status(file, link_ec))) {
+        throw DataError(file.string() + ": a symbolic link to " +
+                        fs::read_symlink(file, link_ec).string() + ", which does not exist");
+      }
+      throw DataError(file.string() + ": file not found");
+    }
+    case fs::file_type::directory:
+      throw DataError(file.string() + ": is a folder, not a gzip'ed IDX file");
+    default:
+      throw DataError(file.string() +
+                      ": is not a regular file (a device, FIFO or socket), not a gzip'ed IDX file");
+  }
+}
+
 }  // namespace
 
 IdxArray read_idx_ubyte(const std::filesystem::path& file, std::size_t expected_rank) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) {
-    throw DataError(file.string() + ": file not found");
-  }
+  check_regular_file(file);
+  errno = 0;
   GzFile f(gzopen(file.c_str(), "rb"));
-  if (!f) throw DataError(file.string() + ": cannot open");
+  if (!f) {
+    throw DataError(file.string() +
+                    ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
+  }
 
   std::uint8_t header[4];
   if (read_some(f.get(), file, header, 4) != 4) {

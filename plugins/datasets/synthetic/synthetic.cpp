@@ -26,9 +26,15 @@ float normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
 
 SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
     : features_(config.features), classes_(config.classes), seed_(config.seed) {
-  TESSERA_CHECK(features_ > 0, "synthetic: features must be positive");
-  TESSERA_CHECK(classes_ >= 2, "synthetic: needs at least two classes");
-  TESSERA_CHECK(config.samples > 0, "synthetic: needs at least one training sample");
+  // Config errors, not checks: the values come from the user's [dataset.synthetic] section.
+  if (features_ == 0) throw ConfigError("[dataset.synthetic] features = 0: must be at least 1");
+  if (classes_ < 2) {
+    throw ConfigError("[dataset.synthetic] classes = " + std::to_string(classes_) +
+                      ": must be at least 2");
+  }
+  if (config.samples == 0) {
+    throw ConfigError("[dataset.synthetic] samples = 0: the training split needs at least one");
+  }
   std::vector<float> weights(classes_ * features_);
   for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = normal(seed_, kWeightStream, i);
   train_ = generate(kTrainStream, config.samples, weights);
@@ -39,7 +45,10 @@ namespace {
 
 std::size_t positive(const Options& options, const char* key) {
   const std::int64_t value = options.get_int(key);
-  if (value < 0) throw ConfigError(std::string("synthetic.") + key + " must not be negative");
+  if (value < 0) {
+    throw ConfigError(std::string("[dataset.synthetic] ") + key + " = " + std::to_string(value) +
+                      ": must not be negative");
+  }
   return static_cast<std::size_t>(value);
 }
 

@@ -128,8 +128,10 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
   stats.loss = loss_sum / static_cast<double>(global);
-  if (setup_.max_grad_norm > 0.0) {
+  if (setup_.max_grad_norm > 0.0 || setup_.skip_nonfinite_steps) {
+    // The norm is needed before the update: to clip, or to decide whether to skip it.
     stats.grad_norm = sync_->clip_grad_norm(setup_.max_grad_norm);
+    if (skip_nonfinite_update(setup_, stats)) return stats;
     sync_->step(*setup_.optimizer, info);
   } else {
     // Norm, update and the next step's zeroing in one pass over the gradients.

@@ -274,6 +274,7 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   scale_gradients(grads_,
                   clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm)));
   stats.grad_norm = global_norm(sum_of_squares);
+  if (skip_nonfinite_update(setup_, stats)) return stats;
   setup_.optimizer->step(params_, grads_, state_, info);
   return stats;
 }

@@ -337,6 +337,7 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   if (home_ == GradientHome::accumulate) std::vector<float>().swap(accumulate_);
   stats.loss = loss_sum / static_cast<double>(global);
   stats.grad_norm = clip_shard_gradients();
+  if (skip_nonfinite_update(setup_, stats)) return stats;  // parameters unchanged everywhere
   for (const auto& piece : my_pieces_) {
     setup_.optimizer->step({params_.data() + piece.begin, piece.size()}, piece_gradient(piece),
                            piece_state(piece), info);

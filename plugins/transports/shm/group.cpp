@@ -30,7 +30,66 @@ Group::Group(Segment segment, int rank, int size, Settings settings, PeerWatch w
                       std::max(1u, std::thread::hardware_concurrency())),
       // Where ranks sleep often, a fence per sleep costs more than a locked store per publish.
       release_publish_(!oversubscribed_ && asymmetric_fence_ready()),
-      seen_progress_(static_cast<std::size_t>(size), 0) {}
+      seen_progress_(static_cast<std::size_t>(size), 0),
+      peer_beats_(static_cast<std::size_t>(size)) {
+  if (settings_.stall_timeout.count() > 0) heartbeat_ = std::thread([this] { beat(); });
+}
+
+Group::~Group() {
+  {
+    std::lock_guard lock(heartbeat_mutex_);
+    stopping_ = true;
+  }
+  heartbeat_stop_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void Group::beat() {
+  // A separate thread, not the operation path: a rank busy computing for minutes between two
+  // collectives still beats, so only a process that does not run at all is called stalled.
+  const auto period = std::clamp<Duration>(settings_.stall_timeout / 10, Duration(1),
+                                           std::chrono::milliseconds(1000));
+  auto& heartbeat = segment_.rank_slot(rank_).heartbeat;
+  std::unique_lock lock(heartbeat_mutex_);
+  while (!stopping_) {
+    heartbeat.fetch_add(1, std::memory_order_relaxed);
+    heartbeat_stop_.wait_for(lock, period);
+  }
+}
+
+void Group::check_stalled(std::string_view op, int peer,
+                          std::chrono::steady_clock::time_point now) {
+  if (settings_.stall_timeout.count() <= 0 || peer == rank_) return;
+  auto& seen = peer_beats_[static_cast<std::size_t>(peer)];
+  const auto value = segment_.rank_slot(peer).heartbeat.load(std::memory_order_relaxed);
+  if (value == 0) return;  // a peer running without the watchdog never beats
+  if (!seen.seen || value != seen.value) {
+    seen = {value, now, true};
+    return;
+  }
+  if (now - seen.since < settings_.stall_timeout) return;
+  const auto silent = std::chrono::duration_cast<Duration>(now - seen.since);
+  fail(FailureKind::aborted, peer,
+       "rank " + std::to_string(peer) + " (pid " + std::to_string(watch_.pid(peer)) +
+           ") made no progress for " + format_ms(silent) + " (stall_timeout " +
+           format_ms(settings_.stall_timeout) + "): its process is stopped or frozen; rank " +
+           std::to_string(rank_) + " was waiting for it in " + std::string(op) + " #" +
+           std::to_string(operations_.load(std::memory_order_relaxed)),
+       true);
+  throw_failure(op);
+}
+
+std::string Group::ranks_not_arrived(int waiting_for) const {
+  if (!await_all_target_) return "rank " + std::to_string(waiting_for);
+  std::vector<int> late;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && segment_.rank_slot(r).progress.load() < *await_all_target_) late.push_back(r);
+  }
+  if (late.empty()) late.push_back(waiting_for);
+  std::string text = late.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < late.size(); ++i) text += (i ? ", " : "") + std::to_string(late[i]);
+  return text;
+}
 
 void Group::relax(std::int64_t poll) const noexcept {
   // The first polls pause: a peer on another core answers within a few microseconds. After
@@ -78,6 +137,11 @@ void Group::await_rank(int peer, std::uint64_t target, std::string_view op, Dead
 
 void Group::await_all(std::uint64_t target, std::string_view op, Deadline deadline) {
   int next = 0;  // ranks below `next` are known to have arrived; progress only grows
+  await_all_target_ = target;
+  struct Reset {
+    std::optional<std::uint64_t>& target;
+    ~Reset() { target.reset(); }
+  } reset{await_all_target_};
   await(
       [&] {
         for (; next < size_; ++next) {
@@ -108,17 +172,25 @@ void Group::check_health(std::string_view op, int waiting_for, Deadline deadline
       throw_failure(op);
     }
   }
+  check_stalled(op, waiting_for, now);
+  const auto where =
+      " in " + std::string(op) + " #" + std::to_string(operations_.load(std::memory_order_relaxed));
+  {
+    std::lock_guard lock(failure_mutex_);
+    waiting_for_ = ranks_not_arrived(waiting_for) + where;
+    waiting_operation_ = operations_.load(std::memory_order_relaxed);
+  }
   if (now >= caller_deadline_) {
     fail(FailureKind::aborted, rank_,
-         "rank " + std::to_string(rank_) + ": Work::wait timed out while waiting for rank " +
-             std::to_string(waiting_for),
+         "rank " + std::to_string(rank_) + ": Work::wait timed out while waiting for " +
+             ranks_not_arrived(waiting_for) + where,
          true);
     throw_failure(op);
   }
   if (now >= deadline) {
     fail(FailureKind::aborted, waiting_for,
-         "timed out after " + format_ms(settings_.timeout) + " waiting for rank " +
-             std::to_string(waiting_for),
+         "timed out after " + format_ms(settings_.timeout) + " waiting for " +
+             ranks_not_arrived(waiting_for) + where + " (not arrived)",
          true);
     throw_failure(op);
   }
@@ -159,6 +231,13 @@ void Group::throw_if_failed(std::string_view op) {
     fail(kind, header.failed_rank, header.failure_reason, false);
     throw_failure(op);
   }
+}
+
+std::string Group::waiting_for() const {
+  std::lock_guard lock(failure_mutex_);
+  // Only about the operation running now: an earlier wait says nothing about this one.
+  return waiting_operation_ == operations_.load(std::memory_order_relaxed) ? waiting_for_
+                                                                           : std::string();
 }
 
 void Group::throw_failure(std::string_view op) {

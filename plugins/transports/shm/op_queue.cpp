@@ -28,8 +28,10 @@ void ShmWork::wait(Duration timeout) {
   std::exception_ptr error;
   const bool finished = queue_->help_until(*this, deadline, error);
   if (!finished || (error && std::chrono::steady_clock::now() >= deadline)) {
+    const auto late = queue_->group().waiting_for();
     const std::string reason = operation_ + " did not finish within " +
-                               std::to_string(timeout.count()) + " ms (Work::wait)";
+                               std::to_string(timeout.count()) + " ms (Work::wait)" +
+                               (late.empty() ? std::string() : "; waiting for " + late);
     queue_->group().fail(FailureKind::aborted, queue_->group().rank(), reason, true);
     throw Timeout("shm " + reason);
   }
@@ -184,6 +186,7 @@ bool OpQueue::run_next(std::unique_lock<std::mutex>& lock, Deadline caller_deadl
   items_.pop_front();
   lock.unlock();
   group_->set_caller_deadline(caller_deadline);
+  group_->begin_operation();
   std::exception_ptr error;
   if (item.transfer) {
     std::vector<Transfer> active;
@@ -220,6 +223,7 @@ void OpQueue::run_transfers(std::vector<Transfer>& active) {
     while (!items_.empty() && items_.front().transfer) {
       active.push_back(std::move(*items_.front().transfer));
       items_.pop_front();
+      group.begin_operation();
     }
   };
   try {

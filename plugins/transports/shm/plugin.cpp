@@ -18,6 +18,10 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr},
     {"poll_interval", "duration", "100ms",
      "longest futex sleep between checks for dead peers, abort and the deadline", nullptr},
+    {"stall_timeout", "duration", "30s",
+     "a peer waited for whose process makes no progress at all (stopped, frozen) for this long "
+     "fails the job, naming it, the operation and its number (0: only timeout applies)",
+     nullptr},
 };
 constexpr const char* kAliases[] = {"shared_memory", nullptr};
 

@@ -21,7 +21,7 @@ namespace tessera::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x3130'6d68'732d'7374;  // "ts-shm01"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;                    // 2: RankSlot::heartbeat
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;

@@ -43,6 +43,10 @@ struct alignas(kCacheLine) Header {
 struct alignas(kCacheLine) RankSlot {
   std::atomic<std::uint64_t> progress;
   std::atomic<std::int32_t> pid;  // 0 until the rank has attached
+  // Bumped by the rank's heartbeat thread (see Group): a count that stops moving means the
+  // process makes no progress at all (stopped, frozen), as opposed to one busy computing.
+  // On its own line, so that the beats never disturb the polled progress line.
+  alignas(kCacheLine) std::atomic<std::uint64_t> heartbeat;
 };
 
 // One direction of a point-to-point channel (src -> dst): two slots used round robin.

@@ -15,6 +15,8 @@ struct Settings {
   std::size_t p2p_chunk_size = std::size_t{256} << 10;
   std::int64_t spin_count = 20000;
   Duration poll_interval = std::chrono::milliseconds(100);
+  // A peer waited for whose heartbeat has not moved for this long fails the group; 0: never.
+  Duration stall_timeout = std::chrono::seconds(30);
 
   [[nodiscard]] static Settings from(const Options& options);
 };

@@ -15,6 +15,7 @@ Settings Settings::from(const Options& options) {
   s.p2p_chunk_size = options.get_size("p2p_chunk_size");
   s.spin_count = options.get_int("spin_count");
   s.poll_interval = options.get_duration("poll_interval");
+  s.stall_timeout = options.get_duration("stall_timeout");
   auto require = [&](bool ok, const std::string& message) {
     if (!ok) throw ConfigError("[" + options.section() + "] " + message);
   };
@@ -26,6 +27,7 @@ Settings Settings::from(const Options& options) {
   require(s.spin_count >= 0, "spin_count must not be negative");
   require(s.poll_interval.count() > 0 && s.poll_interval <= std::chrono::seconds(1),
           "poll_interval must be between 1 ms and 1 s (it bounds dead-peer detection)");
+  require(s.stall_timeout.count() >= 0, "stall_timeout must not be negative");
   return s;
 }
 
