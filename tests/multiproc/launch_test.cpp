@@ -7,9 +7,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -155,6 +159,47 @@ TEST(Launch, ForwardsSigtermToTheWorkersAndExitsNonZero) {
   EXPECT_TRUE(contains(r.err, "killed by signal 15 (SIGTERM) after the launcher forwarded SIGTERM"))
       << r.err;
   EXPECT_LT(r.elapsed, 10s);
+}
+
+// Whether `pid` has exited and waits to be reaped by its parent.
+bool is_zombie(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
+TEST(Launch, BlamesTheRankThatFailedNotACrashBesideIt) {
+  // Both ranks end while the launcher is stopped, so it finds both exits at once and cannot
+  // tell their order: rank 1 exits with its error code, rank 0 (first in rank order) crashes,
+  // as a survivor falling over on its way out does.
+  const std::string go =
+      ::testing::TempDir() + "tessera_crash_beside_" + std::to_string(::getpid());
+  std::remove(go.c_str());
+  bool released = false;
+  const auto r = launch({"-n", "2", "--", TESSERA_TEST_WORKER, "crash_beside", "1", "3", go},
+                        [&](pid_t launcher, const std::string& out) {
+                          if (released) return;
+                          std::vector<pid_t> workers;
+                          for (const auto& line : lines_of(out)) {
+                            const auto at = line.find("] ready ");
+                            if (at != std::string::npos)
+                              workers.push_back(std::stoi(line.substr(at + 8)));
+                          }
+                          if (workers.size() < 2) return;
+                          ::kill(launcher, SIGSTOP);
+                          std::ofstream(go) << "go\n";
+                          for (int i = 0; i < 1000; ++i) {
+                            if (is_zombie(workers[0]) && is_zombie(workers[1])) break;
+                            std::this_thread::sleep_for(10ms);
+                          }
+                          ::kill(launcher, SIGCONT);
+                          released = true;
+                        });
+  std::remove(go.c_str());
+  ASSERT_TRUE(released) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(contains(r.err, "tessera launch: rank 1 exited with code 3")) << r.err;
 }
 
 TEST(Launch, AProgramThatDoesNotExistIsAClearError) {

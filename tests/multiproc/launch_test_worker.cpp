@@ -5,7 +5,11 @@
 //   sigkill RANK      rank RANK kills itself with SIGKILL; the others wait to be stopped
 //   sleep             print "ready" and wait to be stopped
 //   stubborn          ignore SIGTERM, print "ready" and wait to be stopped
+//   crash_beside RANK CODE FILE
+//                     print "ready PID", wait for FILE to exist; then rank RANK exits with
+//                     CODE and every other rank crashes with SIGSEGV
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -70,6 +74,15 @@ int main(int argc, char** argv) {
         ::raise(SIGKILL);
       }
       wait_to_be_stopped();
+    }
+    if (mode == "crash_beside" && argc > 4) {
+      const rlimit no_core{0, 0};
+      ::setrlimit(RLIMIT_CORE, &no_core);
+      std::cout << "ready " << ::getpid() << std::endl;
+      for (int i = 0; i < 3000 && ::access(argv[4], F_OK) != 0; ++i)
+        std::this_thread::sleep_for(10ms);
+      if (target()) return std::atoi(argv[3]);
+      ::raise(SIGSEGV);
     }
     if (mode == "sleep" || mode == "stubborn") {
       if (mode == "stubborn") ::signal(SIGTERM, SIG_IGN);

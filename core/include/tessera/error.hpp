@@ -6,10 +6,11 @@
 #include <stdexcept>
 #include <string>
 
-// Error types are thrown inside plugins and caught by hosts, possibly after the plugin is
-// unloaded. Out-of-line destructors anchor their vtables and type_info in libtessera (never
-// in a plugin's copy), and default visibility keeps plugins built with hidden visibility
-// referring to those rather than emitting their own.
+// Error types are thrown inside plugins and caught by hosts, possibly after the plugin's
+// registry and objects are gone (its library stays mapped, see docs/plugins.md). Out-of-line
+// destructors anchor their vtables and type_info in libtessera (never in a plugin's copy), and
+// default visibility keeps plugins built with hidden visibility referring to those rather than
+// emitting their own.
 #define TESSERA_ERROR_API __attribute__((visibility("default")))
 
 namespace tessera {

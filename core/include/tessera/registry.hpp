@@ -33,8 +33,8 @@ struct PluginLoadFailure {
   bool shadowed = false;
 };
 
-// No global state: a host may hold several registries. Loaded libraries stay mapped while the
-// registry or any object created from them is alive.
+// No global state: a host may hold several registries. A loaded library stays mapped until the
+// process exits (RTLD_NODELETE), so objects, Works and errors from a plugin may outlive it.
 // Thread-safety: loading is not thread-safe; once loaded, find/list/create may be called from
 // any thread concurrently.
 class PluginRegistry {

@@ -196,7 +196,13 @@ class Job {
     if (!interrupted_) interrupted_ = sig;
   }
 
+  struct Exit {
+    int rank;
+    int status;
+  };
+
   void reap() {
+    std::vector<Exit> failed;
     for (auto it = live_.begin(); it != live_.end();) {
       int status = 0;
       const pid_t pid = ::waitpid(it->pid, &status, WNOHANG);
@@ -207,15 +213,22 @@ class Job {
       const int rank = it->rank;
       it = live_.erase(it);
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
-      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && result_.failure.empty()) {
-        result_.failure = launch::describe_exit(rank, status);
-        result_.exit_code = launch::shell_exit_code(status);
-        if (result_.exit_code == 0) result_.exit_code = 1;
-        if (group_ != nullptr) group_->report_failure(result_.exit_code, result_.failure);
-        stop_all();
-      }
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed.push_back({rank, status});
     }
+    if (failed.empty() || !result_.failure.empty()) return;
+    // The first failure is the one to report; later ones are its consequences. Exits found in
+    // one pass, though, came within one wake-up of each other and their order is lost. Then a
+    // rank that exited with an error code, having run its own error path and printed why, is
+    // the cause; a rank killed by a signal beside it is a survivor that fell over on its way
+    // out (a crash in its error handling, or the peer it waited on gone).
+    const auto by_code = std::find_if(failed.begin(), failed.end(),
+                                      [](const Exit& e) { return WIFEXITED(e.status); });
+    const Exit& first = by_code != failed.end() ? *by_code : failed.front();
+    result_.failure = launch::describe_exit(first.rank, first.status);
+    result_.exit_code = launch::shell_exit_code(first.status);
+    if (result_.exit_code == 0) result_.exit_code = 1;
+    if (group_ != nullptr) group_->report_failure(result_.exit_code, result_.failure);
+    stop_all();
   }
 
   void check_other_nodes() {
@@ -319,8 +332,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {
-      // Rethrown from here: the store's exception may belong to its plugin's library, which
-      // is unloaded with the last store object while the exception unwinds past it.
+      // Rethrown with what the launcher was doing and where.
       throw Error("launch: node " + std::to_string(options.node_rank) +
                   " cannot join the job's store at " + address + ": " + e.what());
     }

@@ -50,8 +50,17 @@ boost::dll::shared_library open_library(const std::filesystem::path& file) {
   std::error_code ec;
   // RTLD_NOW: a plugin with an unresolved symbol is refused here, with the symbol named,
   // rather than crashing in the middle of a run.
-  boost::dll::shared_library library(
-      file, ec, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  // RTLD_NODELETE: once loaded, a plugin's code and data stay mapped until the process exits.
+  // Unloading cannot be made safe by counting the objects a plugin created, because not
+  // everything that points into its code is such an object: an exception it threw (its
+  // destructor, vtable and type_info, or std::make_exception_ptr's destructor thunk, are
+  // emitted in the plugin) may be held as an exception_ptr by any caller; so may a callback,
+  // a thread_local's destructor, or a thread of a library the plugin itself loaded (UCX).
+  // Each of those ran into unmapped memory after its library was closed.
+  constexpr auto mode = static_cast<boost::dll::load_mode::type>(
+      static_cast<unsigned>(boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local) |
+      RTLD_NODELETE);
+  boost::dll::shared_library library(file, ec, mode);
   if (!ec) return library;
   // The loader's own words ("file too short", "undefined symbol: ...") say more than the
   // error code; they start with the path, which the refusal already names.

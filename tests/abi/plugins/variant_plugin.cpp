@@ -1,7 +1,9 @@
 // One optimizer plugin source, built several times with different compile definitions, each
 // build breaking one descriptor field on purpose (see ../CMakeLists.txt).
 #include <algorithm>
+#include <exception>
 #include <span>
+#include <string>
 
 #include "tessera/error.hpp"
 #include "tessera/sdk/plugin.hpp"
@@ -24,6 +26,21 @@
 
 namespace {
 
+#if defined(TEST_FACTORY_THROWS_LOCAL) || defined(TEST_STEP_THROWS_LOCAL)
+// Defined in the plugin, so its vtable, type_info and destructor are emitted in the plugin's
+// file; thrown through std::make_exception_ptr, whose destructor thunk is instantiated here
+// too. A caller that keeps the exception keeps pointers into this library.
+class PluginLocalError final : public tessera::InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+  [[nodiscard]] const char* what() const noexcept override { return InvalidArgument::what(); }
+};
+
+[[noreturn]] void throw_plugin_local(const std::string& what) {
+  std::rethrow_exception(std::make_exception_ptr(PluginLocalError(what)));
+}
+#endif
+
 // Adds `scale` times the gradient: simple enough that a test can predict every bit.
 class ScaledAdd final : public tessera::Optimizer {
  public:
@@ -33,6 +50,9 @@ class ScaledAdd final : public tessera::Optimizer {
     throw tessera::InvalidArgument("abi_throws refuses to be built: scale " +
                                    std::to_string(scale_));
 #endif
+#ifdef TEST_FACTORY_THROWS_LOCAL
+    throw_plugin_local(TEST_NAME " refuses to be built");
+#endif
   }
 
   [[nodiscard]] std::size_t state_per_param() const noexcept override {
@@ -40,7 +60,10 @@ class ScaledAdd final : public tessera::Optimizer {
   }
 
   void step(std::span<float> params, std::span<const float> grads, std::span<float> /*state*/,
-            const tessera::StepInfo& /*info*/) const override {
+            [[maybe_unused]] const tessera::StepInfo& info) const override {
+#ifdef TEST_STEP_THROWS_LOCAL
+    throw_plugin_local(TEST_NAME " refuses step " + std::to_string(info.step));
+#endif
     for (std::size_t i = 0; i < params.size(); ++i) params[i] += scale_ * grads[i];
   }
 
