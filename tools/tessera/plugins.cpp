@@ -41,8 +41,12 @@ void print_text(const std::vector<const PluginInfo*>& plugins) {
                 << option_type_name(o.type) << ", "
                 << (o.default_value ? "default '" + *o.default_value + "'" : "required");
       if (!o.choices.empty()) std::cout << ", one of " << join(o.choices, "|");
-      if (o.minimum || o.maximum) {
-        std::cout << ", range [" << o.minimum.value_or("") << ", " << o.maximum.value_or("") << "]";
+      if (o.minimum && o.maximum) {
+        std::cout << ", range [" << *o.minimum << ", " << *o.maximum << "]";
+      } else if (o.minimum) {
+        std::cout << ", at least " << *o.minimum;
+      } else if (o.maximum) {
+        std::cout << ", at most " << *o.maximum;
       }
       std::cout << ": " << o.help << "\n";
     }

@@ -19,7 +19,7 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr, "1", "1024"},
     {"liveness_interval", "duration", "250ms",
      "how often a waiting rank checks that its peer processes on this host still run", nullptr,
-     "1ms", "60s"},
+     "1ms", nullptr},
     {"map_peers", "bool", "true",
      "where UCX can map every peer's memory (all ranks on one host, UCX_TLS with posix or sysv), "
      "run large all_reduce, reduce_scatter, all_gather and broadcast through mapped staging "
