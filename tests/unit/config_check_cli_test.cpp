@@ -329,6 +329,8 @@ TEST_F(ConfigCheckCli, TrainRefusesWhatConfigCheckRefusesBeforeStartingRanks) {
 
 // Under a launcher, the world the config describes must be the world that meets.
 TEST_F(ConfigCheckCli, AWorldThatDoesNotAddUpUnderALauncherIsAnError) {
+  // Against an older binary (CONFIG_CHECK_TEST_CLI) this would fork until fork fails.
+  if (std::getenv("CONFIG_CHECK_TEST_CLI") != nullptr) GTEST_SKIP() << "not against another build";
   const auto forks = run_cli("launch -n 100000 -- /bin/true");
   EXPECT_EQ(forks.exit_code, 2) << forks.err;
   EXPECT_NE(forks.err.find("launch: -n 100000: 100000 ranks is more than this host runs"),
