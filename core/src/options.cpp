@@ -46,7 +46,60 @@ std::optional<std::string> type_syntax_error(OptionType type, std::string_view t
   return "unknown option type";
 }
 
+// -1, 0 or 1 as a is below, equal to or above b; nullopt when either does not parse.
+template <class T>
+std::optional<int> compare_parsed(std::optional<T> a, std::optional<T> b) {
+  if (!a || !b) return std::nullopt;
+  return *a < *b ? -1 : (*b < *a ? 1 : 0);
+}
+
+std::optional<int> compare_values(OptionType type, std::string_view a, std::string_view b) {
+  switch (type) {
+    case OptionType::integer: return compare_parsed(detail::to_int(a), detail::to_int(b));
+    case OptionType::floating: return compare_parsed(detail::to_float(a), detail::to_float(b));
+    case OptionType::size: return compare_parsed(detail::to_size(a), detail::to_size(b));
+    case OptionType::duration:
+      return compare_parsed(detail::to_duration(a), detail::to_duration(b));
+    case OptionType::boolean:
+    case OptionType::string: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> range_error(const OptionSpec& spec, std::string_view text) {
+  const auto describe = [&] {
+    if (spec.minimum && spec.maximum) return "in [" + *spec.minimum + ", " + *spec.maximum + "]";
+    if (spec.minimum) return "at least " + *spec.minimum;
+    return "at most " + *spec.maximum;
+  };
+  if (spec.minimum && compare_values(spec.type, text, *spec.minimum).value_or(0) < 0) {
+    return quoted(text) + " is out of range: must be " + describe();
+  }
+  if (spec.maximum && compare_values(spec.type, text, *spec.maximum).value_or(0) > 0) {
+    return quoted(text) + " is out of range: must be " + describe();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<std::string> option_range_error(const OptionSpec& spec) {
+  const bool ranged = spec.minimum || spec.maximum;
+  if (!ranged) return std::nullopt;
+  if (spec.type == OptionType::boolean || spec.type == OptionType::string) {
+    return "a " + std::string(option_type_name(spec.type)) + " option cannot have a range";
+  }
+  for (const auto* bound : {&spec.minimum, &spec.maximum}) {
+    if (*bound) {
+      if (auto error = type_syntax_error(spec.type, **bound)) return "range bound " + *error;
+    }
+  }
+  if (spec.minimum && spec.maximum &&
+      compare_values(spec.type, *spec.minimum, *spec.maximum).value_or(0) > 0) {
+    return "minimum " + *spec.minimum + " is above maximum " + *spec.maximum;
+  }
+  return std::nullopt;
+}
 
 std::string_view option_type_name(OptionType t) noexcept {
   for (const auto& [type, name] : kTypeNames) {
@@ -68,7 +121,7 @@ std::optional<std::string> validate_option_value(const OptionSpec& spec, std::st
       std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end()) {
     return quoted(text) + " is not one of " + join_choices(spec.choices);
   }
-  return std::nullopt;
+  return range_error(spec, text);
 }
 
 Options::Options(std::string section, std::vector<OptionSpec> specs,

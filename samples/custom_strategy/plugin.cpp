@@ -8,7 +8,7 @@ namespace {
 constexpr tessera_option_desc kOptions[] = {
     {"sync_every", "int", "8",
      "average the parameters over all ranks every this many optimizer steps (1: every step)",
-     nullptr},
+     nullptr, "1", nullptr},
 };
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace {
 // choices ("a|b|c" or nullptr). They become the [optimizer.sign_sgd] section of a config.
 constexpr tessera_option_desc kOptions[] = {
     {"weight_decay", "float", "0", "decoupled weight decay, multiplied by the learning rate",
-     nullptr},
+     nullptr, "0", nullptr},
 };
 
 constexpr const char* kAliases[] = {"signsgd", nullptr};

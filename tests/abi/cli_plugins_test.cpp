@@ -47,7 +47,8 @@ TEST(CliPlugins, ListsGoodPluginsAsJsonAndWarnsAboutEachRefusedFile) {
   EXPECT_TRUE(contains(r.out, R"({"kind": "optimizer", "name": "abi_good", "aliases": [], )"
                               R"("version": "1.2.3")"));
   EXPECT_TRUE(contains(r.out, R"({"name": "mode", "type": "string", "default": "plain", )"
-                              R"("help": "how to add", "choices": ["plain", "fancy"]})"));
+                              R"("help": "how to add", "choices": ["plain", "fancy"], )"
+                              R"("minimum": null, "maximum": null})"));
   EXPECT_TRUE(
       contains(r.err, "tessera: warning: " + abi_test::plugin_file("abi_major_two").string() +
                           ": abi_major is 2, this libtessera speaks 1"));

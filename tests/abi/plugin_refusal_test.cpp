@@ -42,7 +42,36 @@ TEST(PluginRefusal, GoodPluginLoadsWithEveryDescriptorField) {
   EXPECT_EQ(info.options[0].type, OptionType::floating);
   EXPECT_EQ(info.options[0].default_value, "0.5");
   EXPECT_EQ(info.options[1].choices, (std::vector<std::string>{"plain", "fancy"}));
+  EXPECT_EQ(info.options[0].minimum, "0");
+  EXPECT_EQ(info.options[0].maximum, "4");
+  EXPECT_FALSE(info.options[1].minimum.has_value());
   EXPECT_TRUE(registry.failures().empty());
+}
+
+TEST(PluginRefusal, AnAbi10PluginLoadsWithItsShorterOptionEntries) {
+  PluginRegistry registry;
+  const PluginInfo& info = registry.load_file(plugin_file("abi_one_zero"));
+  EXPECT_EQ(info.name, "abi_one_zero");
+  ASSERT_EQ(info.options.size(), 2U);
+  EXPECT_EQ(info.options[0].name, "scale");
+  EXPECT_EQ(info.options[0].default_value, "0.5");
+  EXPECT_FALSE(info.options[0].minimum.has_value());
+  EXPECT_FALSE(info.options[0].maximum.has_value());
+  EXPECT_EQ(info.options[1].name, "mode");
+  EXPECT_EQ(info.options[1].choices, (std::vector<std::string>{"plain", "fancy"}));
+  const Options options("optimizer.abi_one_zero", info.options, {{"scale", "2"}});
+  EXPECT_NE(registry.create<Optimizer>("abi_one_zero", options), nullptr);
+}
+
+TEST(PluginRefusal, ARangeWhoseMinimumIsAboveItsMaximumIsRefused) {
+  EXPECT_TRUE(contains(refusal_of("bad_range"),
+                       prefix("bad_range") + "options[0] 'scale': minimum 2 is above maximum 1"));
+}
+
+TEST(PluginRefusal, ADefaultOutsideItsOwnRangeIsRefused) {
+  EXPECT_TRUE(contains(refusal_of("default_out_of_range"),
+                       prefix("default_out_of_range") +
+                           "options[0] 'scale': default_value is invalid: '0.5' is out of range"));
 }
 
 TEST(PluginRefusal, WrongAbiMajorSaysBothVersions) {
@@ -116,17 +145,18 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
   registry.scan_directory(TESSERA_ABI_PLUGIN_DIR);
   std::vector<std::string> names;
   for (const auto* info : registry.plugins(PluginKind::optimizer)) names.push_back(info->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"abi_factory_throws_local", "abi_good",
+  EXPECT_EQ(names, (std::vector<std::string>{"abi_factory_throws_local", "abi_good", "abi_one_zero",
                                              "abi_step_throws_local", "abi_throws"}));
   std::vector<std::string> refused;
   for (const auto& failure : registry.failures()) {
     refused.push_back(failure.file.filename().string());
     EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
   }
-  EXPECT_EQ(refused, (std::vector<std::string>{"libabi_major_two.so", "libbad_name.so",
-                                               "libbad_option_type.so", "libgood_again.so",
-                                               "libno_descriptor.so", "libnot_a_library.so",
-                                               "libwrong_build_id.so", "libwrong_kind.so"}));
+  EXPECT_EQ(refused,
+            (std::vector<std::string>{
+                "libabi_major_two.so", "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
+                "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
+                "libnot_a_library.so", "libwrong_build_id.so", "libwrong_kind.so"}));
 }
 
 TEST(PluginRefusal, MissingFolderIsSkippedSilently) {

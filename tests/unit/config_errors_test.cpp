@@ -19,21 +19,65 @@ class ConfigErrors : public ::testing::Test {
   std::filesystem::path file_;
 };
 
-TEST_F(ConfigErrors, UnknownSectionNamesTheLineAndSuggests) {
+TEST_F(ConfigErrors, UnknownSectionNamesTheLineOfItsHeaderAndSuggests) {
   EXPECT_TRUE(contains(file_error("[runtime]\nworld_size = 2\n\n[runtme]\ntransport = local\n"),
-                       at(5) + "unknown section [runtme]; did you mean [runtime]?"));
+                       at(4) + "unknown section [runtme]; did you mean [runtime]?"));
+}
+
+TEST_F(ConfigErrors, UnknownSectionWithoutKeysIsStillAnError) {
+  EXPECT_TRUE(contains(file_error("[runtime]\nworld_size = 2\n[runtme]\n"),
+                       at(3) + "unknown section [runtme]"));
+}
+
+TEST_F(ConfigErrors, CrOnlyAndCrLfLineEndingsEndLines) {
+  for (const char* eol : {"\r", "\r\n"}) {
+    SCOPED_TRACE(eol == std::string("\r") ? "CR" : "CRLF");
+    file_ = dir_.write("run.ini", std::string("[runtime]") + eol + "# comment" + eol +
+                                      "world_size = 3" + eol + "timeout = 2s" + eol);
+    PluginRegistry registry;
+    registry.scan({kPluginDir});
+    const Config config = Config::load(sources(file_), registry);
+    EXPECT_EQ(config.section("runtime").get_int("world_size"), 3);
+    EXPECT_EQ(config.origin("runtime", "world_size").text, file_.string() + ":3");
+    EXPECT_EQ(config.origin("runtime", "timeout").text, file_.string() + ":4");
+  }
+  EXPECT_TRUE(contains(file_error("[runtime]\rworld_size = 3\rworld_size = 4\r"),
+                       at(3) + "[runtime] world_size is already set on line 2"));
+}
+
+TEST_F(ConfigErrors, IntegersOutsideTheirRangeAreRefusedNotWrapped) {
+  for (const char* value : {"0", "-1", "2147483648", "4294967296", "4294967299"}) {
+    EXPECT_TRUE(contains(
+        file_error(std::string("[runtime]\nworld_size = ") + value + "\n"),
+        at(2) + "[runtime] world_size: '" + value + "' is out of range: must be in [1, 65536]"));
+  }
+  EXPECT_TRUE(contains(file_error("[runtime]\nworld_size = 18446744073709551615\n"),
+                       at(2) + "[runtime] world_size: '18446744073709551615' is not an int"));
+}
+
+TEST_F(ConfigErrors, APluginsDeclaredRangeIsEnforcedForEveryType) {
+  EXPECT_TRUE(contains(file_error("[optimizer.cfg_sgd]\nsteps = 0\n"),
+                       at(2) + "[optimizer.cfg_sgd] steps: '0' is out of range: must be in [1, "
+                               "1000]"));
+  EXPECT_TRUE(contains(file_error("[optimizer.cfg_sgd]\nlr = 10.5\n"),
+                       at(2) + "[optimizer.cfg_sgd] lr: '10.5' is out of range"));
+  EXPECT_TRUE(contains(file_error("[optimizer.cfg_sgd]\nbucket = 512\n"),
+                       at(2) + "[optimizer.cfg_sgd] bucket: '512' is out of range: must be in "
+                               "[1KiB, 1GiB]"));
+  EXPECT_TRUE(contains(file_error("[optimizer.cfg_sgd]\nwarmup = 2h\n"),
+                       at(2) + "[optimizer.cfg_sgd] warmup: '2h' is out of range"));
 }
 
 TEST_F(ConfigErrors, UnknownPluginSectionSuggestsTheLoadedPlugin) {
   const std::string message = file_error("[optimizer.cfg_sdg]\nlr = 0.1\n");
-  EXPECT_TRUE(contains(message, at(2) + "unknown section [optimizer.cfg_sdg]; did you mean "
+  EXPECT_TRUE(contains(message, at(1) + "unknown section [optimizer.cfg_sdg]; did you mean "
                                         "[optimizer.cfg_sgd]?"));
   EXPECT_TRUE(contains(message, "no optimizer plugin named 'cfg_sdg' is loaded"));
 }
 
 TEST_F(ConfigErrors, AliasSectionPointsToThePluginsOwnSection) {
   EXPECT_TRUE(contains(file_error("[optimizer.cfgsgd]\nlr = 0.1\n"),
-                       at(2) + "[optimizer.cfgsgd] names the alias 'cfgsgd'; options go under the "
+                       at(1) + "[optimizer.cfgsgd] names the alias 'cfgsgd'; options go under the "
                                "plugin's own name, [optimizer.cfg_sgd]"));
 }
 
@@ -63,8 +107,9 @@ TEST_F(ConfigErrors, UnknownPluginNameSuggestsTheNearest) {
 }
 
 TEST_F(ConfigErrors, WorldSizeBelowOneIsRefused) {
-  EXPECT_TRUE(contains(file_error("[runtime]\nworld_size = -2\n"),
-                       at(2) + "[runtime] world_size: must be at least 1"));
+  EXPECT_TRUE(
+      contains(file_error("[runtime]\nworld_size = -2\n"),
+               at(2) + "[runtime] world_size: '-2' is out of range: must be in [1, 65536]"));
 }
 
 TEST_F(ConfigErrors, MalformedLinesKeyBeforeSectionAndRepeatsNameTheLine) {
@@ -108,6 +153,33 @@ TEST(ConfigFlagErrors, UnknownPluginNameInAFlagSuggests) {
   EXPECT_TRUE(contains(load_error(sources({}, {}, {"--runtime.store=cfgstore"})),
                        "flag --runtime.store: [runtime] store: no store plugin named 'cfgstore'; "
                        "did you mean 'cfg_store'?"));
+}
+
+TEST(ConfigFlags, AnEmptyValueClearsAStringOption) {
+  PluginRegistry registry;
+  registry.scan({kPluginDir});
+  const Config config = Config::load(
+      sources({}, {}, {"--train.checkpoint_dir=", "--train.metrics_file", ""}), registry);
+  EXPECT_EQ(config.section("train").get_string("checkpoint_dir"), "");
+  EXPECT_EQ(config.origin("train", "checkpoint_dir").text, "flag --train.checkpoint_dir");
+  EXPECT_EQ(config.origin("train", "metrics_file").text, "flag --train.metrics_file");
+  EXPECT_TRUE(contains(load_error(sources({}, {}, {"--runtime.world_size="})),
+                       "flag --runtime.world_size: [runtime] world_size: '' is not an int"));
+}
+
+TEST_F(ConfigErrors, RelativePathsInAFileAreRelativeToTheFileAndInFlagsToTheWorkingDirectory) {
+  file_ = dir_.write("run.ini", "[train]\ncheckpoint_dir = ckpt\nmetrics_file = /abs/m.jsonl\n");
+  PluginRegistry registry;
+  registry.scan({kPluginDir});
+  const Config from_file = Config::load(sources(file_), registry);
+  EXPECT_EQ(from_file.section("train").get_string("checkpoint_dir"),
+            (dir_.path() / "ckpt").string());
+  EXPECT_EQ(from_file.section("train").get_string("metrics_file"), "/abs/m.jsonl");
+  const Config from_flag = Config::load(
+      sources(file_, {{"TESSERA_TRAIN_METRICS_FILE", "m.jsonl"}}, {"--train.checkpoint_dir=ckpt"}),
+      registry);
+  EXPECT_EQ(from_flag.section("train").get_string("checkpoint_dir"), "ckpt");
+  EXPECT_EQ(from_flag.section("train").get_string("metrics_file"), "m.jsonl");
 }
 
 TEST(ConfigFlagErrors, StrayWordsAndMissingValuesAreRefused) {

@@ -23,12 +23,12 @@ class ConfigTestSgd final : public tessera::Optimizer {
 };
 
 constexpr tessera_option_desc kOptions[] = {
-    {"lr", "float", "0.1", "learning rate", nullptr},
-    {"nesterov", "bool", "false", "Nesterov momentum", nullptr},
-    {"steps", "int", "10", "number of steps", nullptr},
-    {"bucket", "size", "1MiB", "bucket size", nullptr},
-    {"warmup", "duration", "1s", "warm-up time", nullptr},
-    {"mode", "string", "fast", "how exact to be", "fast|exact"},
+    {"lr", "float", "0.1", "learning rate", nullptr, "0", "10"},
+    {"nesterov", "bool", "false", "Nesterov momentum", nullptr, nullptr, nullptr},
+    {"steps", "int", "10", "number of steps", nullptr, "1", "1000"},
+    {"bucket", "size", "1MiB", "bucket size", nullptr, "1KiB", "1GiB"},
+    {"warmup", "duration", "1s", "warm-up time", nullptr, "0", "1h"},
+    {"mode", "string", "fast", "how exact to be", "fast|exact", nullptr, nullptr},
 };
 constexpr const char* kAliases[] = {"cfgsgd", nullptr};
 

@@ -116,7 +116,8 @@ TEST(Sgd, NesterovWithWeightDecayMatchesPyTorch) {
 }
 
 TEST(Sgd, RefusesNesterovWithoutMomentum) {
-  EXPECT_THROW(sgd::SgdOptimizer(sgd::SgdConfig{0.0F, 0.0F, 0.0F, true}), InvalidArgument);
+  // Each value is in its range, the pair is not: the user's mistake, so a ConfigError.
+  EXPECT_THROW(sgd::SgdOptimizer(sgd::SgdConfig{0.0F, 0.0F, 0.0F, true}), ConfigError);
 }
 
 Reference adam_reference(double wd, bool decoupled) {

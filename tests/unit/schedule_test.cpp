@@ -54,10 +54,17 @@ TEST(LrSchedule, RejectsSchedulesThatCannotBeEvaluated) {
   LrSchedule s{ScheduleKind::cosine, 0.1F};
   s.warmup_steps = 10;
   s.total_steps = 10;
-  EXPECT_THROW(validate(s), InvalidArgument);
+  try {
+    validate(s);
+    ADD_FAILURE() << "a warm-up as long as the run was accepted";
+  } catch (const ConfigError& e) {
+    // The user's values with the run's figure, and no source path.
+    EXPECT_STREQ(e.what(),
+                 "[train] warmup_steps = 10 leaves no steps to decay: the run has 10 steps");
+  }
   LrSchedule step{ScheduleKind::step, 0.1F};
   step.step_size = 0;
-  EXPECT_THROW(validate(step), InvalidArgument);
+  EXPECT_THROW(validate(step), ConfigError);
   EXPECT_THROW((void)learning_rate_at(LrSchedule{}, 0), InvalidArgument);
 }
 

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "tessera/config.hpp"
+#include "tessera/run_check.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
@@ -13,10 +14,14 @@ namespace {
 constexpr const char* kUsage = R"(usage: tessera config check FILE [--all] [--section.key=value ...]
 
 Reads FILE, then the TESSERA_* environment variables, then the flags (later sources win),
-validates every value against the core's and the plugins' schemas, and prints each resolved
-value with its origin: FILE:LINE, environment VARIABLE, flag --section.key or default.
+validates every value against the core's and the plugins' schemas (types, choices, ranges),
+creates the run's plugins once to let them check their options, checks the values against
+each other and the host (the schedule against the run's steps, the data set against the
+model, the model and the ranks against the host), and prints each resolved value with its
+origin: FILE:LINE, environment VARIABLE, flag --section.key or default, then the run's figures.
 Core sections are always shown; a plugin section when any of its values is set (--all: every
-section). Exits 2 with the first error, naming where the bad value came from.
+section). Exits 2 with the first error, naming where the bad value came from. A config that
+passes here is refused by `tessera train` only for what happens while it runs.
 )";
 
 bool is_set_anywhere(const Config& config, const std::string& section) {
@@ -52,6 +57,7 @@ int check(const std::vector<std::string>& args) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
               << "\n";
   }
+  const RunFigures figures = check_run(config, registry);
 
   const auto& core = Config::core_schema();
   for (const auto& section : config.section_names()) {
@@ -70,6 +76,9 @@ int check(const std::vector<std::string>& args) {
     }
     std::cout << "\n";
   }
+  std::cout << "# the run: " << figures.world_size << " rank(s), " << figures.train_samples
+            << " training samples, " << figures.steps_per_epoch << " steps per epoch, "
+            << figures.total_steps << " steps\n";
   return 0;
 }
 

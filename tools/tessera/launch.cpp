@@ -7,6 +7,7 @@
 #include "tessera/launcher.hpp"
 #include "tessera/options.hpp"
 #include "tessera/registry.hpp"
+#include "tessera/run_check.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
@@ -135,6 +136,8 @@ int run_launch(const std::vector<std::string>& args) {
     std::cout << kUsage;
     return 0;
   }
+  // Refused before the store starts or a worker forks: fork would otherwise fail part-way.
+  check_host_can_run(options.processes, true, "launch: -n " + std::to_string(options.processes));
   PluginRegistry registry;
   registry.scan(PluginRegistry::default_search_path());
   return launch_workers(options, registry).exit_code;

@@ -129,6 +129,12 @@ int main(int argc, char** argv) {
   } catch (const tessera::ConfigError& e) {
     print_error(e.what());
     return 2;
+  } catch (const tessera::InvalidArgument& e) {
+    // Every mistake in a config is a ConfigError found before this; what remains is tessera's.
+    std::cerr << "tessera: internal error: " << e.what()
+              << "\n(this is a bug in tessera or a plugin, not in your input; please report it "
+                 "with the command line)\n";
+    return 1;
   } catch (const std::exception& e) {
     print_error(e.what());
     return 1;

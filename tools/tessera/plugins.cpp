@@ -41,6 +41,13 @@ void print_text(const std::vector<const PluginInfo*>& plugins) {
                 << option_type_name(o.type) << ", "
                 << (o.default_value ? "default '" + *o.default_value + "'" : "required");
       if (!o.choices.empty()) std::cout << ", one of " << join(o.choices, "|");
+      if (o.minimum && o.maximum) {
+        std::cout << ", range [" << *o.minimum << ", " << *o.maximum << "]";
+      } else if (o.minimum) {
+        std::cout << ", at least " << *o.minimum;
+      } else if (o.maximum) {
+        std::cout << ", at most " << *o.maximum;
+      }
       std::cout << ": " << o.help << "\n";
     }
     std::cout << "\n";
@@ -67,7 +74,9 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
                 << ", \"type\": " << json_string(option_type_name(o.type))
                 << ", \"default\": " << (o.default_value ? json_string(*o.default_value) : "null")
                 << ", \"help\": " << json_string(o.help) << ", \"choices\": ["
-                << join(choices, ", ") << "]}";
+                << join(choices, ", ")
+                << "], \"minimum\": " << (o.minimum ? json_string(*o.minimum) : "null")
+                << ", \"maximum\": " << (o.maximum ? json_string(*o.maximum) : "null") << "}";
     }
     std::cout << "]}";
   }

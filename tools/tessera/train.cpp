@@ -4,6 +4,7 @@
 
 #include "train.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "tessera/launch_env.hpp"
 #include "tessera/launcher.hpp"
 #include "tessera/registry.hpp"
+#include "tessera/run_check.hpp"
 #include "tessera/trainer.hpp"
 #include "tessera/transport.hpp"
 #include "tessera/world.hpp"
@@ -36,11 +38,12 @@ constexpr const char* kUsage =
 int run_train(const std::vector<std::string>& args) {
   std::string config_file;
   std::string summary_file;
-  int processes = 0;
+  std::string processes_text;
   bool resume = false;
   po::options_description flags("train");
   flags.add_options()("help,h", "this help")("config", po::value(&config_file), "INI file")(
-      "n,n", po::value(&processes), "ranks (threads for in-process transports, else processes)")(
+      "n,n", po::value(&processes_text),
+      "ranks (threads for in-process transports, else processes)")(
       "resume", po::bool_switch(&resume), "continue from the newest checkpoint in checkpoint_dir")(
       "summary", po::value(&summary_file), "write a JSON summary of the run here (rank 0)");
   po::variables_map vm;
@@ -56,18 +59,29 @@ int run_train(const std::vector<std::string>& args) {
     std::cout << kUsage << flags;
     return 0;
   }
-  if (processes < 0) throw UsageError("train: -n must be at least 1");
 
   ConfigSources sources;
   if (!config_file.empty()) sources.file = config_file;
   sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
   const LaunchInfo launch = launch_info_from_environment();
-  if (processes > 0 && launch.source == "none") {
-    sources.flags.push_back("--runtime.world_size=" + std::to_string(processes));
+  if (vm.count("n") != 0U) {
+    // -n is runtime.world_size under another name: the same strict parse and range, and it
+    // wins over the file and the environment in the launched workers too, so that the world
+    // they join is the one the launcher started.
+    const auto& runtime = Config::core_schema().at("runtime");
+    const auto spec = std::find_if(runtime.begin(), runtime.end(),
+                                   [](const OptionSpec& o) { return o.name == "world_size"; });
+    if (auto error = validate_option_value(*spec, processes_text)) {
+      throw UsageError("train: -n " + processes_text + ": " + *error);
+    }
+    sources.flags.push_back("--runtime.world_size=" + processes_text);
   }
   PluginRegistry registry;
   registry.scan(PluginRegistry::default_search_path());
   const Config config = Config::load(sources, registry);
+  // Every mistake a config can hold is found here, before a worker or a rank thread starts;
+  // launched workers skip it, their launcher's process did it.
+  if (launch.source == "none") (void)check_run(config, registry);
 
   auto probe = config.create<Transport>(registry, "runtime", "transport");
   const bool multi_process = probe->capabilities().multi_process;

@@ -90,9 +90,11 @@ namespace detail {
 
 }  // namespace tessera
 
-// TESSERA_CHECK(cond, message): throws tessera::InvalidArgument("file:line: message (cond)")
-// when cond is false. The message is an expression yielding something convertible to
-// std::string and is evaluated only on failure.
+// TESSERA_CHECK(cond, message): throws tessera::InvalidArgument("message (internal check 'cond'
+// failed)") when cond is false; for invariants and API misuse, never for what a user wrote
+// (that is a ConfigError naming where the value came from). No source path is in the message. The
+// message is an expression yielding something convertible to std::string and is evaluated only on
+// failure.
 #define TESSERA_CHECK(cond, message)                                                \
   do {                                                                              \
     if (!(cond)) [[unlikely]]                                                       \

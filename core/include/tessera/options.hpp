@@ -24,13 +24,24 @@ struct OptionSpec {
   std::optional<std::string> default_value;  // nullopt: the option is required
   std::string help;
   std::vector<std::string> choices;  // non-empty: the value must be one of these
+  // Inclusive bounds in the type's syntax, for int, float, size and duration options; nullopt:
+  // unbounded on that side. Enforced wherever a value is validated, so a plugin never sees a
+  // value outside them.
+  std::optional<std::string> minimum{};
+  std::optional<std::string> maximum{};
 };
 
-// Checks `text` against `spec` (type syntax, choices). Returns an error message or nullopt.
+// Checks `text` against `spec` (type syntax, choices, range). Returns an error message or
+// nullopt.
 // Syntax: bool true/false/yes/no/on/off/1/0; size an integer with optional K/M/G/KiB/MiB/GiB
 // (powers of 1024) or B; duration an integer or decimal with ms/s/m/h (bare numbers: seconds).
+// int is a signed 64-bit whole number: out-of-range text is an error, never wrapped.
 [[nodiscard]] std::optional<std::string> validate_option_value(const OptionSpec& spec,
                                                                std::string_view text);
+
+// Checks the range of a spec itself: bounds only on ordered types, each in the type's syntax,
+// minimum not above maximum. Returns an error message or nullopt.
+[[nodiscard]] std::optional<std::string> option_range_error(const OptionSpec& spec);
 
 // The resolved options of one section, every value already validated against its spec.
 // Immutable and cheap to copy; thread-safe to read.

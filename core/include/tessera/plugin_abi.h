@@ -10,6 +10,10 @@
  * incompatibly; the host refuses any other major. abi_minor grows when fields are appended;
  * a host accepts a plugin whose minor is not newer than its own. struct_size lets a newer
  * host read an older, shorter descriptor.
+ *
+ * 1.1 appended `minimum` and `maximum` to tessera_option_desc and `option_desc_size` to the
+ * descriptor: the host walks `options` with that stride, and with the 1.0 size (five pointers,
+ * no ranges) for a descriptor that predates the field.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -21,7 +25,7 @@ extern "C" {
 #endif
 
 #define TESSERA_PLUGIN_ABI_MAJOR 1
-#define TESSERA_PLUGIN_ABI_MINOR 0
+#define TESSERA_PLUGIN_ABI_MINOR 1
 #define TESSERA_PLUGIN_DESCRIPTOR_SYMBOL "tessera_plugin_descriptor_v1"
 
 /* One option of a plugin's schema. All strings are static, owned by the plugin. */
@@ -31,6 +35,11 @@ typedef struct tessera_option_desc {
   const char* default_value; /* text in the type's syntax; NULL means required */
   const char* help;          /* one line */
   const char* choices;       /* "a|b|c" for a string from a fixed set, else NULL */
+  /* Since 1.1. Inclusive bounds in the type's syntax ("1", "0.999", "4KiB", "10ms") for int,
+   * float, size and duration options; NULL: unbounded on that side. The host refuses a value
+   * outside them before the plugin is created, naming where the value came from. */
+  const char* minimum;
+  const char* maximum;
 } tessera_option_desc;
 
 /* Arguments of the factory. `options` points to a const tessera::Options; `error` receives a
@@ -57,6 +66,8 @@ typedef struct tessera_plugin_descriptor {
   /* Creates the plugin object: returns a pointer to the kind's interface (tessera::Transport*
    * for "transport", ...) that the host owns, or NULL with *error set. */
   void* (*create)(const tessera_factory_args* args);
+  /* Since 1.1: sizeof(tessera_option_desc) as the plugin saw it, the stride of `options`. */
+  uint32_t option_desc_size;
 } tessera_plugin_descriptor;
 
 #ifdef __cplusplus

@@ -27,8 +27,8 @@ struct LrSchedule {
 [[nodiscard]] ScheduleKind parse_schedule_kind(std::string_view name);
 [[nodiscard]] std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
 
-// Throws InvalidArgument for a schedule that cannot be evaluated (step_size < 1, cosine with
-// total_steps <= warmup_steps, negative rates).
+// Throws ConfigError, with the values, for a schedule that cannot be evaluated (step_size < 1,
+// cosine with total_steps <= warmup_steps, negative rates, min_lr above lr).
 void validate(const LrSchedule& schedule);
 
 // The rate for update number `step` (1 for the first update, as StepInfo::step). Pure: a

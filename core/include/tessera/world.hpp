@@ -27,7 +27,9 @@ using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 // Blocks until every body has returned. If one throws, the other ranks' communicators are
 // aborted and the first failure (lowest rank) is rethrown after all threads have joined.
 // Throws ConfigError when the layout is impossible (a multi-process transport with the
-// in-process `memory` store and more than one rank, a world size below 1).
+// in-process `memory` store and more than one rank, a world size below 1) or does not add up:
+// an in-process transport in a process a launcher started as one of several, or a
+// runtime.world_size that some source set to other than the launcher's world size.
 void run_world(const Config& config, const PluginRegistry& registry, const LaunchInfo& launch,
                const RankBody& body);
 

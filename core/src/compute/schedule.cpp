@@ -25,20 +25,37 @@ std::string_view schedule_kind_name(ScheduleKind kind) noexcept {
   return "unknown";
 }
 
+// These are the user's values ([train] lr, step_size, ...), so a refusal is a ConfigError with
+// the figures; check_run finds the same mistakes earlier, with where each value was written.
 void validate(const LrSchedule& schedule) {
-  TESSERA_CHECK(schedule.base_lr >= 0.0F, "learning rate must not be negative");
+  const auto refuse = [](const std::string& what) { throw ConfigError("[train] " + what); };
+  if (!(schedule.base_lr >= 0.0F))
+    refuse("lr = " + std::to_string(schedule.base_lr) + " is negative");
   switch (schedule.kind) {
     case ScheduleKind::constant: return;
     case ScheduleKind::step:
-      TESSERA_CHECK(schedule.step_size >= 1, "step schedule needs step_size >= 1");
-      TESSERA_CHECK(schedule.gamma >= 0.0F, "step schedule needs gamma >= 0");
+      if (schedule.step_size < 1) {
+        refuse("step_size = " + std::to_string(schedule.step_size) +
+               ": the step schedule needs "
+               "at least 1");
+      }
+      if (!(schedule.gamma >= 0.0F)) {
+        refuse("gamma = " + std::to_string(schedule.gamma) + " is negative");
+      }
       return;
     case ScheduleKind::cosine:
-      TESSERA_CHECK(schedule.warmup_steps >= 0, "cosine schedule needs warmup_steps >= 0");
-      TESSERA_CHECK(schedule.total_steps > schedule.warmup_steps,
-                    "cosine schedule needs total_steps > warmup_steps");
-      TESSERA_CHECK(schedule.min_lr >= 0.0F && schedule.min_lr <= schedule.base_lr,
-                    "cosine schedule needs 0 <= min_lr <= lr");
+      if (schedule.warmup_steps < 0) {
+        refuse("warmup_steps = " + std::to_string(schedule.warmup_steps) + " is negative");
+      }
+      if (schedule.total_steps <= schedule.warmup_steps) {
+        refuse("warmup_steps = " + std::to_string(schedule.warmup_steps) +
+               " leaves no steps to decay: the run has " + std::to_string(schedule.total_steps) +
+               " steps");
+      }
+      if (!(schedule.min_lr >= 0.0F && schedule.min_lr <= schedule.base_lr)) {
+        refuse("min_lr = " + std::to_string(schedule.min_lr) +
+               " is not in [0, lr = " + std::to_string(schedule.base_lr) + "]");
+      }
       return;
   }
 }

@@ -1,7 +1,6 @@
 #include "tessera/config.hpp"
 
 #include <algorithm>
-#include <set>
 
 #include "config/core_schema.hpp"
 #include "config/sources.hpp"
@@ -75,6 +74,7 @@ void check_setting(const Setting& s, const Schemas& schemas) {
   if (section == schemas.sections.end()) {
     throw ConfigError(where + unknown_section_message(s.section, schemas));
   }
+  if (s.key.empty()) return;  // a file's [section] header: the section exists
   const auto& specs = section->second;
   const auto spec = std::find_if(specs.begin(), specs.end(),
                                  [&](const OptionSpec& o) { return o.name == s.key; });
@@ -88,9 +88,6 @@ void check_setting(const Setting& s, const Schemas& schemas) {
     } catch (const ConfigError& e) {
       throw ConfigError(where + "[" + s.section + "] " + s.key + ": " + e.what());
     }
-  }
-  if (s.section == "runtime" && s.key == "world_size" && s.value.starts_with('-')) {
-    throw ConfigError(where + "[runtime] world_size: must be at least 1, got " + s.value);
   }
 }
 
@@ -152,19 +149,15 @@ Config Config::load(const ConfigSources& sources, PluginRegistry& registry) {
   }
 
   const Schemas schemas(registry);
-  std::set<std::string> known_flags;
-  for (const auto& [section, specs] : schemas.sections) {
-    for (const auto& spec : specs) known_flags.insert(section + "." + spec.name);
-  }
   std::vector<Setting> settings = std::move(from_file);
   for (auto& s : environment_settings(env, schemas)) settings.push_back(std::move(s));
-  for (auto& s : detail::flag_settings(sources.flags, known_flags))
-    settings.push_back(std::move(s));
+  for (auto& s : detail::flag_settings(sources.flags)) settings.push_back(std::move(s));
 
   Config config;
   std::map<std::string, std::map<std::string, std::string>> values;
   for (const auto& s : settings) {
     check_setting(s, schemas);
+    if (s.key.empty()) continue;
     values[s.section][s.key] = s.value;  // file, then environment, then flags: later wins
     config.origins_[s.section][s.key] = ValueOrigin{s.origin};
   }

@@ -26,7 +26,8 @@ struct KeyLine {
 
 // The same line grammar program_options uses ('#' starts a comment anywhere, "[name]" opens a
 // section, "key = value"), read only to learn where each key sits.
-std::vector<KeyLine> index_lines(const std::filesystem::path& file, const std::string& text) {
+std::vector<KeyLine> index_lines(const std::filesystem::path& file, const std::string& text,
+                                 std::vector<IniSection>& sections) {
   std::vector<KeyLine> keys;
   std::istringstream in(text);
   std::string raw;
@@ -37,6 +38,7 @@ std::vector<KeyLine> index_lines(const std::filesystem::path& file, const std::s
     const std::string where = file.string() + ":" + std::to_string(line) + ": ";
     if (s.front() == '[' && s.back() == ']') {
       prefix = s.substr(1, s.size() - 2);
+      sections.push_back({trim(prefix), line});
       if (prefix.empty() || prefix.back() != '.') prefix += '.';
     } else if (const auto eq = s.find('='); eq != std::string::npos) {
       const std::string key = trim(std::string_view(s).substr(0, eq));
@@ -54,13 +56,26 @@ std::vector<KeyLine> index_lines(const std::filesystem::path& file, const std::s
 
 }  // namespace
 
-std::vector<IniEntry> read_ini_file(const std::filesystem::path& file) {
+IniFile read_ini_file(const std::filesystem::path& file) {
   std::ifstream stream(file, std::ios::binary);
   if (!stream) throw ConfigError(file.string() + ": cannot open the config file");
   std::ostringstream buffer;
   buffer << stream.rdbuf();
-  const std::string text = buffer.str();
-  const std::vector<KeyLine> lines = index_lines(file, text);
+  // Lines may end in LF, CRLF or a lone CR (classic Mac OS, some editors' exports); both
+  // readers below split on LF only, and would see a CR-only file as one long comment-less line
+  // or, worse, as nothing at all. So every line ending becomes LF first.
+  std::string text;
+  const std::string raw = buffer.str();
+  text.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '\r') {
+      text += raw[i];
+    } else if (i + 1 >= raw.size() || raw[i + 1] != '\n') {
+      text += '\n';
+    }
+  }
+  IniFile result;
+  const std::vector<KeyLine> lines = index_lines(file, text, result.sections);
 
   std::istringstream in(text);
   boost::program_options::parsed_options parsed(nullptr);
@@ -79,7 +94,7 @@ std::vector<IniEntry> read_ini_file(const std::filesystem::path& file) {
                       "; the file uses a syntax tessera does not know");
   }
 
-  std::vector<IniEntry> entries;
+  std::vector<IniEntry>& entries = result.entries;
   std::map<std::string, int> first_line;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto& option = parsed.options[i];
@@ -99,7 +114,7 @@ std::vector<IniEntry> read_ini_file(const std::filesystem::path& file) {
     }
     entries.push_back(std::move(entry));
   }
-  return entries;
+  return result;
 }
 
 }  // namespace tessera::detail

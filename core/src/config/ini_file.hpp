@@ -15,8 +15,21 @@ struct IniEntry {
   int line = 0;
 };
 
-// Entries in file order. Throws ConfigError "FILE:LINE: ..." for a line that is neither a
-// [section] nor key = value, for a key outside any section, and for a key set twice.
-[[nodiscard]] std::vector<IniEntry> read_ini_file(const std::filesystem::path& file);
+// A "[name]" header and its own line, so that an unknown section is reported where it is
+// written, even when no key follows it.
+struct IniSection {
+  std::string name;
+  int line = 0;
+};
+
+struct IniFile {
+  std::vector<IniEntry> entries;     // file order
+  std::vector<IniSection> sections;  // file order
+};
+
+// Reads FILE; LF, CRLF and CR line endings all end a line. Throws ConfigError "FILE:LINE: ..."
+// for a line that is neither a [section] nor key = value, for a key outside any section, and
+// for a key set twice.
+[[nodiscard]] IniFile read_ini_file(const std::filesystem::path& file);
 
 }  // namespace tessera::detail

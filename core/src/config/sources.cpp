@@ -1,9 +1,6 @@
 #include "config/sources.hpp"
 
 #include <algorithm>
-#include <boost/program_options/options_description.hpp>
-#include <boost/program_options/parsers.hpp>
-#include <boost/program_options/value_semantic.hpp>
 
 #include "config/ini_file.hpp"
 #include "tessera/error.hpp"
@@ -36,6 +33,14 @@ std::string relative_to(const std::filesystem::path& base, const std::string& co
   return out;
 }
 
+}  // namespace
+
+bool is_path_option(std::string_view key) noexcept {
+  return key == "path" || key.ends_with("_dir") || key.ends_with("_file") || key.ends_with("_path");
+}
+
+namespace {
+
 // Brings "--k v" to "--k=v" and refuses anything that is not a flag, before program_options
 // sees it: its own messages for a stray word do not say which word.
 std::vector<std::string> normalized_flags(const std::vector<std::string>& flags) {
@@ -60,9 +65,17 @@ std::vector<std::string> normalized_flags(const std::vector<std::string>& flags)
 
 std::vector<Setting> file_settings(const std::filesystem::path& file) {
   std::vector<Setting> settings;
-  for (auto& entry : read_ini_file(file)) {
+  auto ini = read_ini_file(file);
+  for (auto& header : ini.sections) {
+    settings.push_back(
+        {std::move(header.name), {}, {}, file.string() + ":" + std::to_string(header.line)});
+  }
+  for (auto& entry : ini.entries) {
     if (entry.section == "plugins" && entry.key == "path") {
       entry.value = relative_to(file.parent_path(), entry.value);
+    } else if (is_path_option(entry.key) && !entry.value.empty()) {
+      const std::filesystem::path path(entry.value);
+      if (path.is_relative()) entry.value = (file.parent_path() / path).lexically_normal().string();
     }
     settings.push_back({std::move(entry.section), std::move(entry.key), std::move(entry.value),
                         file.string() + ":" + std::to_string(entry.line)});
@@ -97,35 +110,19 @@ std::map<std::string, std::string> environment_snapshot(
   return env;
 }
 
-std::vector<Setting> flag_settings(const std::vector<std::string>& flags,
-                                   const std::set<std::string>& known) {
-  namespace po = boost::program_options;
-  po::options_description description;
-  for (const auto& name : known) {
-    description.add_options()(name.c_str(), po::value<std::string>());
-  }
-  po::parsed_options parsed(nullptr);
-  try {
-    // No guessing of abbreviated names: --runtime.trans must not silently mean transport.
-    parsed =
-        po::command_line_parser(normalized_flags(flags))
-            .options(description)
-            .style(po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent)
-            .allow_unregistered()
-            .run();
-  } catch (const po::error& e) {
-    throw ConfigError(std::string("command line: ") + e.what());
-  }
+std::vector<Setting> flag_settings(const std::vector<std::string>& flags) {
+  // normalized_flags leaves only "--section.key=value"; the value is everything after the first
+  // '=', and may be empty ("--train.checkpoint_dir=" clears a string option).
   std::vector<Setting> settings;
-  for (const auto& option : parsed.options) {
-    const std::string& full = option.string_key;
+  for (const auto& text : normalized_flags(flags)) {
+    const auto eq = text.find('=');
+    const std::string full = text.substr(2, eq - 2);
     const std::string flag = "flag --" + full;
     const auto dot = full.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == full.size()) {
       throw ConfigError(flag + ": expected --section.key=value");
     }
-    settings.push_back({full.substr(0, dot), full.substr(dot + 1),
-                        option.value.empty() ? std::string() : option.value.front(), flag});
+    settings.push_back({full.substr(0, dot), full.substr(dot + 1), text.substr(eq + 1), flag});
   }
   return settings;
 }

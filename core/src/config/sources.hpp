@@ -6,19 +6,26 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera::detail {
 
-// One value from one source, not yet validated.
+// One value from one source, not yet validated. A file's "[section]" header is a Setting with
+// an empty key, so that the section is checked at the header's own line.
 struct Setting {
   std::string section;
-  std::string key;
+  std::string key;  // empty: a section header
   std::string value;
   std::string origin;  // "FILE:LINE", "environment TESSERA_X_Y", "flag --x.y"
 };
 
-// Entries of an INI file; relative folders in plugins.path become relative to the file.
+// Whether option `key` names a file or folder: `path`, or a name ending in _dir, _file or _path.
+// A relative one written in a config file is relative to that file's folder (docs/config.md).
+[[nodiscard]] bool is_path_option(std::string_view key) noexcept;
+
+// Entries of an INI file, and its [section] headers (empty key). Relative paths in path options
+// (plugins.path's folders included) become relative to the file's folder.
 [[nodiscard]] std::vector<Setting> file_settings(const std::filesystem::path& file);
 
 // The variable that sets option section.key: TESSERA_ + upper case, '.' and '-' → '_'.
@@ -31,11 +38,10 @@ struct Setting {
 [[nodiscard]] std::map<std::string, std::string> environment_snapshot(
     const std::optional<std::map<std::string, std::string>>& override);
 
-// Parses "--section.key=value" / "--section.key value" with Boost.Program_options. `known`
-// holds every "section.key" the schemas declare; a flag outside it comes back as a Setting all
-// the same, so that the caller reports it with the same suggestions as a file's unknown key.
-[[nodiscard]] std::vector<Setting> flag_settings(const std::vector<std::string>& flags,
-                                                 const std::set<std::string>& known);
+// Parses "--section.key=value" / "--section.key value" (the value may be empty). Every flag
+// comes back as a Setting, known or not, so that the caller reports an unknown one with the
+// same suggestions as a file's unknown key.
+[[nodiscard]] std::vector<Setting> flag_settings(const std::vector<std::string>& flags);
 
 // The value of plugins.path in `flags` (either form), if present, without full parsing: it is
 // needed before the plugins, and so the set of known flags, are known.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <string>
 
 #include "tessera/error.hpp"
@@ -17,6 +18,11 @@ constexpr std::uint32_t kMaxOptions = 1024;
 
 constexpr std::size_t kV1Size =
     offsetof(tessera_plugin_descriptor, create) + sizeof(tessera_plugin_descriptor::create);
+// The 1.1 descriptor ends with option_desc_size; the 1.0 option entry ends with choices.
+constexpr std::size_t kV1_1Size = offsetof(tessera_plugin_descriptor, option_desc_size) +
+                                  sizeof(tessera_plugin_descriptor::option_desc_size);
+constexpr std::size_t kV1_0OptionSize =
+    offsetof(tessera_option_desc, choices) + sizeof(tessera_option_desc::choices);
 
 std::string quoted(const char* text) {
   return "'" + std::string(text) + "'";
@@ -128,9 +134,24 @@ class DescriptorCheck {
     if (d_.option_count > 0 && d_.options == nullptr) {
       refuse("options is NULL but option_count is " + std::to_string(d_.option_count));
     }
+    // A 1.0 plugin's entries are shorter: walk its table with its own stride and read the
+    // fields appended since only where its entries have them.
+    std::size_t stride = kV1_0OptionSize;
+    if (d_.abi_minor >= 1 && d_.struct_size >= kV1_1Size) {
+      stride = d_.option_desc_size;
+      if (stride < kV1_0OptionSize || stride % alignof(tessera_option_desc) != 0) {
+        refuse("option_desc_size is " + std::to_string(stride) + ", not the size of an option " +
+               "entry (" + std::to_string(sizeof(tessera_option_desc)) + " in ABI " +
+               std::to_string(TESSERA_PLUGIN_ABI_MAJOR) + "." +
+               std::to_string(TESSERA_PLUGIN_ABI_MINOR) + ")");
+      }
+    }
+    const auto* table = reinterpret_cast<const unsigned char*>(d_.options);
     std::vector<OptionSpec> specs;
     for (std::uint32_t i = 0; i < d_.option_count; ++i) {
-      specs.push_back(check_option(d_.options[i], "options[" + std::to_string(i) + "]"));
+      tessera_option_desc entry{};
+      std::memcpy(&entry, table + i * stride, std::min(stride, sizeof(entry)));
+      specs.push_back(check_option(entry, "options[" + std::to_string(i) + "]"));
       const auto& name = specs.back().name;
       if (std::count_if(specs.begin(), specs.end(),
                         [&](const OptionSpec& s) { return s.name == name; }) > 1) {
@@ -176,6 +197,9 @@ class DescriptorCheck {
         rest.remove_prefix(bar + 1);
       }
     }
+    if (o.minimum != nullptr) spec.minimum = o.minimum;
+    if (o.maximum != nullptr) spec.maximum = o.maximum;
+    if (auto error = option_range_error(spec)) refuse(where + ": " + *error);
     if (o.default_value != nullptr) {
       if (auto error = validate_option_value(spec, o.default_value)) {
         refuse(where + ": default_value is invalid: " + *error);

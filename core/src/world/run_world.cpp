@@ -62,6 +62,34 @@ void run_threads(std::shared_ptr<Transport> transport, int size, Duration timeou
   }
 }
 
+// A world must add up: the ranks the config asks for are the ranks that meet. Two ways it
+// would not, each running independent copies of the job that all "succeed".
+void check_world_adds_up(const Config& config, const LaunchInfo& launch, bool multi_process) {
+  const auto& runtime = config.section("runtime");
+  const auto origin = [&](const std::string& key) { return config.origin("runtime", key).text; };
+  const std::string launched =
+      launch.source == "none"
+          ? std::string("no launcher started this process (it is a world of 1)")
+          : "this process is rank " + std::to_string(launch.rank) + " of " +
+                std::to_string(launch.world_size) + " started by " +
+                (launch.source == "tessera" ? std::string("tessera launch") : launch.source);
+  if (!multi_process && launch.source != "none" && launch.world_size > 1) {
+    const std::string where = origin("transport") == "default" ? "" : origin("transport") + ": ";
+    throw ConfigError(where + "[runtime] transport = " + runtime.get_string("transport") + " (" +
+                      origin("transport") + ") runs every rank as a thread of one process, but " +
+                      launched +
+                      ", so each process would train alone; use a multi-process transport "
+                      "(shm, ucx) or start one process");
+  }
+  const auto size = runtime.get_int("world_size");
+  if (multi_process && origin("world_size") != "default" && size != launch.world_size) {
+    throw ConfigError(origin("world_size") + ": [runtime] world_size = " + std::to_string(size) +
+                      " but " + launched + "; start " + std::to_string(size) +
+                      " processes (tessera launch -n " + std::to_string(size) +
+                      ") or remove world_size");
+  }
+}
+
 }  // namespace
 
 int world_size_of(const Config& config, const PluginRegistry& registry, const LaunchInfo& launch) {
@@ -75,7 +103,9 @@ void run_world(const Config& config, const PluginRegistry& registry, const Launc
   const auto& runtime = config.section("runtime");
   const Duration timeout = runtime.get_duration("timeout");
   std::shared_ptr<Transport> transport;
-  if (!is_multi_process(config, registry, transport)) {
+  const bool multi_process = is_multi_process(config, registry, transport);
+  check_world_adds_up(config, launch, multi_process);
+  if (!multi_process) {
     const auto size = runtime.get_int("world_size");
     if (size < 1) {
       throw ConfigError("runtime.world_size must be at least 1 (" +

@@ -7,9 +7,10 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"path", "string", "/usr/share/datasets/fashion-mnist",
-     "folder holding the four *-ubyte.gz IDX files", nullptr},
+     "folder holding the four *-ubyte.gz IDX files", nullptr, nullptr, nullptr},
     {"normalize", "bool", "true",
-     "subtract mean 0.2860 and divide by std 0.3530 after scaling to [0,1]", nullptr},
+     "subtract mean 0.2860 and divide by std 0.3530 after scaling to [0,1]", nullptr, nullptr,
+     nullptr},
 };
 
 constexpr const char* kAliases[] = {"fashion_mnist", nullptr};

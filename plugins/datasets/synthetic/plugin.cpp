@@ -6,12 +6,13 @@
 namespace {
 
 constexpr tessera_option_desc kOptions[] = {
-    {"samples", "int", "10000", "training samples", nullptr},
-    {"test_samples", "int", "2000", "test samples", nullptr},
-    {"features", "int", "784", "elements per sample (standard normal)", nullptr},
+    {"samples", "int", "10000", "training samples", nullptr, "1", "1000000000"},
+    {"test_samples", "int", "2000", "test samples", nullptr, "0", "1000000000"},
+    {"features", "int", "784", "elements per sample (standard normal)", nullptr, "1", "100000000"},
     {"classes", "int", "10",
-     "classes; a sample's label is the arg-max of a fixed random linear map", nullptr},
-    {"seed", "int", "0", "seed of the inputs and of the labelling map", nullptr},
+     "classes; a sample's label is the arg-max of a fixed random linear map", nullptr, "2",
+     "1000000"},
+    {"seed", "int", "0", "seed of the inputs and of the labelling map", nullptr, "0", nullptr},
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "synthetic/synthetic.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -25,7 +27,11 @@ float normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
 }  // namespace
 
 SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
-    : features_(config.features), classes_(config.classes), seed_(config.seed) {
+    : features_(config.features),
+      classes_(config.classes),
+      seed_(config.seed),
+      samples_(config.samples),
+      test_samples_(config.test_samples) {
   // Config errors, not checks: the values come from the user's [dataset.synthetic] section.
   if (features_ == 0) throw ConfigError("[dataset.synthetic] features = 0: must be at least 1");
   if (classes_ < 2) {
@@ -35,10 +41,29 @@ SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
   if (config.samples == 0) {
     throw ConfigError("[dataset.synthetic] samples = 0: the training split needs at least one");
   }
-  std::vector<float> weights(classes_ * features_);
-  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = normal(seed_, kWeightStream, i);
-  train_ = generate(kTrainStream, config.samples, weights);
-  test_ = generate(kTestStream, config.test_samples, weights);
+  // Checked before anything is generated: a data set larger than the host's memory would
+  // otherwise end in std::bad_alloc, with nothing saying which option made it so large.
+  const double bytes = (static_cast<double>(samples_) + static_cast<double>(test_samples_)) *
+                       static_cast<double>(features_) * sizeof(float);
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory) {
+    throw ConfigError("[dataset.synthetic] (samples + test_samples) x features = " +
+                      std::to_string(samples_ + test_samples_) + " x " + std::to_string(features_) +
+                      " floats is " + std::to_string(static_cast<long long>(bytes / (1 << 20))) +
+                      " MiB, more than this host's " +
+                      std::to_string(static_cast<long long>(memory / (1 << 20))) +
+                      " MiB of memory");
+  }
+}
+
+void SyntheticDataset::materialize() const {
+  std::call_once(materialized_, [this] {
+    std::vector<float> weights(classes_ * features_);
+    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = normal(seed_, kWeightStream, i);
+    train_ = generate(kTrainStream, samples_, weights);
+    test_ = generate(kTestStream, test_samples_, weights);
+  });
 }
 
 namespace {
@@ -83,10 +108,11 @@ SyntheticDataset::Part SyntheticDataset::generate(std::uint64_t stream, std::siz
 }
 
 std::size_t SyntheticDataset::size(Split split) const noexcept {
-  return (split == Split::train ? train_ : test_).labels.size();
+  return split == Split::train ? samples_ : test_samples_;
 }
 
 Batch SyntheticDataset::gather(Split split, std::span<const std::size_t> indices) const {
+  materialize();
   const Part& part = split == Split::train ? train_ : test_;
   const std::size_t n = indices.size();
   Batch batch{Tensor({n, features_}, DType::f32), Tensor({n}, DType::i64)};

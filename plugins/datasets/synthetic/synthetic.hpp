@@ -4,6 +4,7 @@
 // down. Useful for tests and throughput benchmarks without files.
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "tessera/dataset.hpp"
@@ -20,7 +21,9 @@ struct SyntheticConfig {
 };
 
 // Every value is a pure function of (seed, split, index), so the data are the same on every
-// rank and platform. Materialised in the constructor: gather() is a copy.
+// rank and platform. Materialised by the first gather() (once, thread-safe), so that creating
+// the data set to check its shape and classes against a model costs nothing; gather() is then
+// a copy.
 class SyntheticDataset final : public Dataset {
  public:
   // Throws InvalidArgument for zero features, fewer than two classes or no training samples.
@@ -40,11 +43,16 @@ class SyntheticDataset final : public Dataset {
   [[nodiscard]] Part generate(std::uint64_t stream, std::size_t samples,
                               const std::vector<float>& weights) const;
 
+  void materialize() const;
+
   std::size_t features_;
   std::size_t classes_;
   std::uint64_t seed_;
-  Part train_;
-  Part test_;
+  std::size_t samples_;
+  std::size_t test_samples_;
+  mutable std::once_flag materialized_;
+  mutable Part train_;
+  mutable Part test_;
 };
 
 }  // namespace tessera::synthetic

@@ -7,11 +7,12 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"layers", "string", "784,256,256,10", "comma-separated layer sizes: input, hidden..., classes",
+     nullptr, nullptr, nullptr},
+    {"activation", "string", "relu", "activation between Linear layers", "relu|gelu", nullptr,
      nullptr},
-    {"activation", "string", "relu", "activation between Linear layers", "relu|gelu"},
     {"threads", "int", "1",
      "compute threads of this rank (oneTBB arena and OpenBLAS pool, which is process-wide)",
-     nullptr},
+     nullptr, "1", "1024"},
 };
 
 }  // namespace

@@ -11,10 +11,10 @@ class AdamPlugin final : public tessera::adam::AdamOptimizer {
 };
 
 constexpr tessera_option_desc kOptions[] = {
-    {"beta1", "float", "0.9", "decay of the first-moment average", nullptr},
-    {"beta2", "float", "0.999", "decay of the second-moment average", nullptr},
-    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr},
-    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr},
+    {"beta1", "float", "0.9", "decay of the first-moment average", nullptr, "0", "0.999999"},
+    {"beta2", "float", "0.999", "decay of the second-moment average", nullptr, "0", "0.999999"},
+    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr, "1e-30", "1"},
+    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr, "0", nullptr},
 };
 
 }  // namespace

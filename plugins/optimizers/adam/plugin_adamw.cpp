@@ -11,11 +11,11 @@ class AdamWPlugin final : public tessera::adam::AdamOptimizer {
 };
 
 constexpr tessera_option_desc kOptions[] = {
-    {"beta1", "float", "0.9", "decay of the first-moment average", nullptr},
-    {"beta2", "float", "0.999", "decay of the second-moment average", nullptr},
-    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr},
+    {"beta1", "float", "0.9", "decay of the first-moment average", nullptr, "0", "0.999999"},
+    {"beta2", "float", "0.999", "decay of the second-moment average", nullptr, "0", "0.999999"},
+    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr, "1e-30", "1"},
     {"weight_decay", "float", "0.01", "decoupled decay: p *= 1 - lr * weight_decay each step",
-     nullptr},
+     nullptr, "0", nullptr},
 };
 
 }  // namespace

@@ -26,11 +26,12 @@ RmspropOptimizer::RmspropOptimizer(const Options& options)
 namespace {
 
 constexpr tessera_option_desc kOptions[] = {
-    {"alpha", "float", "0.99", "decay of the squared-gradient average", nullptr},
-    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr},
-    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr},
-    {"momentum", "float", "0", "momentum factor (0: no momentum buffer)", nullptr},
-    {"centered", "bool", "false", "normalise by the gradient's estimated variance", nullptr},
+    {"alpha", "float", "0.99", "decay of the squared-gradient average", nullptr, "0", "1"},
+    {"eps", "float", "1e-8", "added to the denominator for stability", nullptr, "1e-30", "1"},
+    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr, "0", nullptr},
+    {"momentum", "float", "0", "momentum factor (0: no momentum buffer)", nullptr, "0", nullptr},
+    {"centered", "bool", "false", "normalise by the gradient's estimated variance", nullptr,
+     nullptr, nullptr},
 };
 
 }  // namespace

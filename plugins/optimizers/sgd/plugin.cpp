@@ -24,10 +24,12 @@ SgdOptimizer::SgdOptimizer(const Options& options) : SgdOptimizer(config_from(op
 namespace {
 
 constexpr tessera_option_desc kOptions[] = {
-    {"momentum", "float", "0", "momentum factor (0: plain SGD, no state)", nullptr},
-    {"dampening", "float", "0", "dampening of the gradient added to the momentum buffer", nullptr},
-    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr},
-    {"nesterov", "bool", "false", "Nesterov momentum (needs momentum > 0, dampening 0)", nullptr},
+    {"momentum", "float", "0", "momentum factor (0: plain SGD, no state)", nullptr, "0", nullptr},
+    {"dampening", "float", "0", "dampening of the gradient added to the momentum buffer", nullptr,
+     "0", "1"},
+    {"weight_decay", "float", "0", "L2 penalty added to the gradient", nullptr, "0", nullptr},
+    {"nesterov", "bool", "false", "Nesterov momentum (needs momentum > 0, dampening 0)", nullptr,
+     nullptr, nullptr},
 };
 
 }  // namespace

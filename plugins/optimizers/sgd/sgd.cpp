@@ -1,14 +1,21 @@
 #include "sgd/sgd.hpp"
 
+#include <string>
+
 #include "step_checks.hpp"
+#include "tessera/error.hpp"
 
 namespace tessera::sgd {
 
 SgdOptimizer::SgdOptimizer(const SgdConfig& config) : config_(config) {
   TESSERA_CHECK(config.momentum >= 0.0F, "sgd: momentum must not be negative");
   TESSERA_CHECK(config.weight_decay >= 0.0F, "sgd: weight_decay must not be negative");
-  TESSERA_CHECK(!config.nesterov || (config.momentum > 0.0F && config.dampening == 0.0F),
-                "sgd: nesterov needs momentum > 0 and dampening 0");
+  // Two options that are each in range but not together: the user's mistake, not ours.
+  if (config.nesterov && !(config.momentum > 0.0F && config.dampening == 0.0F)) {
+    throw ConfigError("nesterov = true needs momentum > 0 and dampening = 0 (momentum " +
+                      std::to_string(config.momentum) + ", dampening " +
+                      std::to_string(config.dampening) + ")");
+  }
 }
 
 void SgdOptimizer::step(std::span<float> params, std::span<const float> grads,

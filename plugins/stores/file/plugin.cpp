@@ -6,8 +6,10 @@
 namespace {
 
 constexpr tessera_option_desc kOptions[] = {
-    {"path", "string", nullptr, "folder every rank can see (created if missing)", nullptr},
-    {"timeout", "duration", "300s", "how long a write waits for the folder's lock", nullptr},
+    {"path", "string", nullptr, "folder every rank can see (created if missing)", nullptr, nullptr,
+     nullptr},
+    {"timeout", "duration", "300s", "how long a write waits for the folder's lock", nullptr, "1ms",
+     nullptr},
 };
 
 }  // namespace

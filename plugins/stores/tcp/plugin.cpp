@@ -9,13 +9,15 @@ constexpr tessera_option_desc kOptions[] = {
     {"host", "string", "",
      "serve: address to bind (empty: 127.0.0.1); client: server to reach (empty: "
      "TESSERA_STORE_ADDR)",
-     nullptr},
-    {"port", "int", "0", "serve: port to bind (0: a free one); client: server's port", nullptr},
-    {"token", "string", "", "job token every client presents (empty: TESSERA_STORE_TOKEN)",
-     nullptr},
+     nullptr, nullptr, nullptr},
+    {"port", "int", "0", "serve: port to bind (0: a free one); client: server's port", nullptr, "0",
+     "65535"},
+    {"token", "string", "", "job token every client presents (empty: TESSERA_STORE_TOKEN)", nullptr,
+     nullptr, nullptr},
     {"timeout", "duration", "300s", "how long a request keeps reconnecting before it fails",
-     nullptr},
-    {"serve", "bool", "false", "run the server in this process (the launcher, or rank 0)", nullptr},
+     nullptr, "1ms", nullptr},
+    {"serve", "bool", "false", "run the server in this process (the launcher, or rank 0)", nullptr,
+     nullptr, nullptr},
 };
 
 }  // namespace

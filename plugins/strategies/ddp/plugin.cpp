@@ -7,11 +7,13 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"bucket_cap", "size", "25MiB", "gradient bucket size cap (all buckets after the first)",
-     nullptr},
+     nullptr, "1KiB", nullptr},
     {"first_bucket", "size", "1MiB",
-     "size of the first bucket, kept small so communication starts early in backward", nullptr},
+     "size of the first bucket, kept small so communication starts early in backward", nullptr,
+     "1KiB", nullptr},
     {"compression", "string", "none",
-     "gradient compression on the wire (fp32 gradients and accumulation either way)", "none|bf16"},
+     "gradient compression on the wire (fp32 gradients and accumulation either way)", "none|bf16",
+     nullptr, nullptr},
 };
 
 }  // namespace

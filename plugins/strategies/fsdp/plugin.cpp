@@ -11,13 +11,13 @@ constexpr tessera_option_desc kOptions[] = {
     {"reshard_after_forward", "bool", "true",
      "free a unit's gathered parameters after its forward and gather them again for backward "
      "(false keeps them until backward, like FSDP's SHARD_GRAD_OP)",
-     nullptr},
+     nullptr, nullptr, nullptr},
     {"prefetch", "int", "1", "units whose gather is issued ahead of the one computing (0: none)",
-     nullptr},
+     nullptr, "0", "1024"},
     {"unit_size", "int", "1", "consecutive layers with parameters gathered together as one unit",
-     nullptr},
+     nullptr, "1", "1000000"},
     {"max_inflight", "int", "2", "parameter gathers issued and not yet waited for, at most",
-     nullptr},
+     nullptr, "1", "1024"},
 };
 
 }  // namespace

@@ -6,8 +6,8 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"timeout", "duration", "300s",
-     "deadline of every operation; a rank that does not take part by then fails the group",
-     nullptr},
+     "deadline of every operation; a rank that does not take part by then fails the group", nullptr,
+     "1ms", nullptr},
 };
 constexpr const char* kAliases[] = {"threads", nullptr};
 

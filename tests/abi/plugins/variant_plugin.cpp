@@ -23,6 +23,12 @@
 #ifndef TEST_RATE_TYPE
 #define TEST_RATE_TYPE "float"
 #endif
+#ifndef TEST_SCALE_MIN
+#define TEST_SCALE_MIN "0"
+#endif
+#ifndef TEST_SCALE_MAX
+#define TEST_SCALE_MAX "4"
+#endif
 
 namespace {
 
@@ -71,14 +77,61 @@ class ScaledAdd final : public tessera::Optimizer {
   float scale_;
 };
 
+#ifndef TEST_ABI_1_0
 constexpr tessera_option_desc kOptions[] = {
+    {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr, TEST_SCALE_MIN,
+     TEST_SCALE_MAX},
+    {"mode", "string", "plain", "how to add", "plain|fancy", nullptr, nullptr},
+};
+#else
+// What a plugin built against ABI 1.0 exports: option entries of five pointers, no ranges, and
+// a descriptor that ends with `create`.
+struct OptionDesc10 {
+  const char* name;
+  const char* type;
+  const char* default_value;
+  const char* help;
+  const char* choices;
+};
+struct Descriptor10 {
+  uint32_t struct_size;
+  uint16_t abi_major;
+  uint16_t abi_minor;
+  const char* build_id;
+  const char* kind;
+  const char* name;
+  const char* const* aliases;
+  const char* version;
+  const char* description;
+  const OptionDesc10* options;
+  uint32_t option_count;
+  void* (*create)(const tessera_factory_args* args);
+};
+constexpr OptionDesc10 kOptions10[] = {
     {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr},
     {"mode", "string", "plain", "how to add", "plain|fancy"},
 };
+#endif
 
 }  // namespace
 
-#ifndef TEST_NO_DESCRIPTOR
+#ifdef TEST_ABI_1_0
+extern "C" __attribute__((visibility("default")))
+const Descriptor10 tessera_plugin_descriptor_v1 = {
+    sizeof(Descriptor10),
+    TESSERA_PLUGIN_ABI_MAJOR,
+    0,
+    TEST_BUILD_ID,
+    TEST_KIND,
+    TEST_NAME,
+    TESSERA_NO_ALIASES,
+    "1.0.0",
+    "test optimizer built against ABI 1.0",
+    kOptions10,
+    2,
+    &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
+};
+#elif !defined(TEST_NO_DESCRIPTOR)
 extern "C" __attribute__((visibility("default")))
 const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {
     sizeof(tessera_plugin_descriptor),
@@ -93,6 +146,7 @@ const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {
     kOptions,
     2,
     &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
+    sizeof(tessera_option_desc),
 };
 #else
 // Exported, so that the file is a real shared object with symbols, just not a plugin.

@@ -3,7 +3,8 @@
 //
 //   namespace {
 //   constexpr tessera_option_desc kOptions[] = {
-//       {"timeout", "duration", "300s", "deadline of every blocking call", nullptr},
+//       {"timeout", "duration", "300s", "deadline of every blocking call", nullptr, "1ms",
+//       nullptr},
 //   };
 //   constexpr const char* kAliases[] = {"threads", nullptr};
 //   }  // namespace
@@ -14,6 +15,11 @@
 // and be constructible from `const tessera::Options&`. Pass TESSERA_NO_ALIASES or
 // TESSERA_NO_OPTIONS where a plugin has none. The macro defines the exported descriptor and a
 // factory that turns exceptions into an exception_ptr for the host to rethrow.
+//
+// An option's last two fields are its inclusive minimum and maximum, in the type's syntax, or
+// nullptr for no bound: the host refuses a value outside them (with the file:line, flag or
+// variable it came from) before the plugin's constructor runs, so declare every bound the
+// constructor would otherwise have to check.
 
 #include <cstdint>
 #include <exception>
@@ -112,4 +118,5 @@ void* create(const tessera_factory_args* args) noexcept {
       ::tessera::sdk::option_table(options),                                         \
       ::tessera::sdk::option_count(options),                                         \
       &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                \
+      sizeof(tessera_option_desc),                                                   \
   };
