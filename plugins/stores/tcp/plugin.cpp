@@ -16,6 +16,10 @@ constexpr tessera_option_desc kOptions[] = {
     {"timeout", "duration", "300s", "how long a request keeps reconnecting before it fails",
      nullptr},
     {"serve", "bool", "false", "run the server in this process (the launcher, or rank 0)", nullptr},
+    {"max_pending", "int", "64",
+     "serve: connections without the token held at once; a new one closes the oldest", nullptr},
+    {"hello_timeout", "duration", "10s",
+     "serve: a connection that has not presented the token by then is closed", nullptr},
 };
 
 }  // namespace
