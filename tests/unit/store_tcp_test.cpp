@@ -297,7 +297,9 @@ TEST_F(TcpStoreTest, RunningOutOfDescriptorsNeitherSpinsTheServerNorStopsAdmitte
     return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1'000'000LL + r.ru_utime.tv_usec +
            r.ru_stime.tv_usec;
   };
-  EXPECT_LT(cpu_us(after) - cpu_us(before), 300'000) << "the store loop spins on EMFILE";
+  // Idle, the server uses next to no CPU; spinning, it takes what the scheduler gives it, which
+  // is far more than this even on a machine loaded several times over.
+  EXPECT_LT(cpu_us(after) - cpu_us(before), 50'000) << "the store loop spins on EMFILE";
   rank->set("during", "2");  // the admitted connection is still served
   EXPECT_EQ(rank->get("before", 1s), "1");
 
