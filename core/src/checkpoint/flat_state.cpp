@@ -1,6 +1,7 @@
 #include "tessera/flat_state.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <sstream>
 
@@ -82,7 +83,14 @@ FlatLayout FlatLayout::parse(const std::string& text) {
     if (shape != "scalar") {
       std::istringstream dims(shape);
       std::string dim;
-      while (std::getline(dims, dim, 'x')) p.shape.push_back(std::stoul(dim));
+      while (std::getline(dims, dim, 'x')) {
+        std::size_t extent = 0;
+        const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), extent);
+        if (ec != std::errc() || end != dim.data() + dim.size() || dim.empty())
+          throw CheckpointError("checkpoint blob 'flat/layout' has a bad shape '" + shape +
+                                "' in line '" + line + "'");
+        p.shape.push_back(extent);
+      }
     }
     layout.params.push_back(std::move(p));
   }
