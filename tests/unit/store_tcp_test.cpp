@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -191,6 +192,21 @@ TEST_F(TcpStoreTest, AServerWithoutATokenIsAConfigError) {
 TEST_F(TcpStoreTest, AServerOnAPortInUseFailsClearly) {
   auto first = serve();
   EXPECT_THROW((void)serve(port_of(*first)), Error);
+}
+
+TEST_F(TcpStoreTest, AnAddPastTheSixtyFourBitRangeIsRefusedAndLeavesTheValue) {
+  auto server = serve();
+  const auto max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(server->add("n", max), max);
+  try {
+    (void)server->add("n", 1);
+    FAIL() << "an add overflowed silently";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'n'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server->get("n", 1s), std::to_string(max));
+  EXPECT_EQ(server->add("n", -max), 0);
 }
 
 TEST_F(TcpStoreTest, ARawFirstFrameOtherThanHelloIsRefusedAndTheConnectionClosed) {

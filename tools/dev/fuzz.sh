@@ -44,7 +44,9 @@ for t in "${targets[@]}"; do
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
     -artifact_prefix="$findings/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1 || true
   found=$(find "$findings" -type f | wc -l)
-  echo "fuzz.sh: $t: $(grep -o 'exec/s: [0-9]*' "$log" | tail -1 || true), $found finding(s)"
+  # The last progress line: "#RUNS: cov: N ft: N corp: N exec/s N oom/timeout/crash: ...".
+  stats=$(grep -E '^#[0-9]+:' "$log" | tail -n 1 | sed -E 's/^#([0-9]+):.*exec\/s ([0-9]+).*/\1 runs, \2 exec\/s/' || true)
+  echo "fuzz.sh: $t: ${stats:-no progress line}, $found finding(s)"
   if [[ "$found" -gt 0 ]]; then
     status=1
     find "$findings" -type f | sed 's/^/  /'
