@@ -3,6 +3,7 @@
 option(TESSERA_BUILD_TESTS "Build the GoogleTest suites" ${PROJECT_IS_TOP_LEVEL})
 option(TESSERA_WERROR "Treat compiler warnings as errors" OFF)
 option(TESSERA_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)
+option(TESSERA_FUZZ "Build tests/fuzz as libFuzzer targets (clang; the `fuzz` preset)" OFF)
 
 set(CMAKE_CXX_STANDARD 20)
 set(CMAKE_CXX_STANDARD_REQUIRED ON)
@@ -29,5 +30,12 @@ target_compile_options(tessera_warnings INTERFACE -Wall -Wextra -Wpedantic -Wsha
 
 if(TESSERA_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# libFuzzer coverage in every object; only the fuzz targets link the fuzzer's main().
+if(TESSERA_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()

@@ -129,7 +129,7 @@ Options::Options(std::string section, std::vector<OptionSpec> specs,
     : section_(std::move(section)), specs_(std::move(specs)), values_(std::move(values)) {
   for (const auto& [key, value] : values_) {
     const auto spec = std::find_if(specs_.begin(), specs_.end(),
-                                   [&](const OptionSpec& s) { return s.name == key; });
+                                   [&name = key](const OptionSpec& s) { return s.name == name; });
     if (spec == specs_.end()) throw ConfigError("[" + section_ + "] has no option " + quoted(key));
     if (auto error = validate_option_value(*spec, value)) {
       throw ConfigError("[" + section_ + "] " + key + ": " + *error);

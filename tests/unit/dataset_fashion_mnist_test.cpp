@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -102,6 +103,36 @@ TEST_F(IdxFiles, RejectsATruncatedFile) {
   const std::string error = load_error();
   EXPECT_NE(error.find("t10k-images-idx3-ubyte.gz"), std::string::npos) << error;
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+}
+
+// Found by tests/fuzz (idx): a 28-byte file whose header promised 6 GB was given 6 GB at once.
+TEST_F(IdxFiles, AHeaderPromisingGigabytesCostsNoMoreMemoryThanTheFileHolds) {
+  const fs::path file = dir_ / "huge.idx";
+  write_gz(file, idx_bytes(0x803, {60000, 65536, 4}, 100));  // 15 GiB promised, 100 B held
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  try {
+    (void)read_idx_ubyte(file, 3);
+    FAIL() << "a truncated file was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB of peak memory";
+}
+
+// (2^22 x 2^21 x 2^21 wraps a 64-bit size to 0: the reader returned four million empty images.)
+TEST_F(IdxFiles, DimensionsWhoseProductOverflowsAreRefused) {
+  const fs::path file = dir_ / "wrapped.idx";
+  write_gz(file, idx_bytes(0x803, {1u << 22, 1u << 21, 1u << 21}, 0));
+  try {
+    (void)read_idx_ubyte(file, 3);
+    FAIL() << "dimensions whose product wraps to 0 were accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than any IDX data set"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(IdxFiles, RejectsACutGzipStream) {

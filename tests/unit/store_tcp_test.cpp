@@ -1,8 +1,19 @@
 // What only the tcp store does: tokens, reconnecting, finding the server from the environment.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "tessera/error.hpp"
 #include "tessera/registry.hpp"
@@ -12,6 +23,76 @@ namespace tessera {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The wire format of plugins/stores/tcp/protocol.hpp, written out independently so that these
+// tests speak to the server the way a hostile process on the host would.
+std::string be(std::uint64_t value, int bytes) {
+  std::string out;
+  for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  return out;
+}
+std::string frame(const std::string& payload) {
+  return be(payload.size(), 4) + payload;
+}
+std::string hello(const std::string& token) {
+  return frame(std::string(1, '\x01') + be(0x7465737365726131, 8) + be(1, 8) + be(token.size(), 4) +
+               token);
+}
+std::string set_request(const std::string& key, const std::string& value) {
+  return frame(std::string(1, '\x02') + be(key.size(), 4) + key + be(value.size(), 4) + value);
+}
+
+// A plain blocking socket to 127.0.0.1:port, or -1.
+int raw_connect(const std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// Sends what the peer takes within `wait`; returns the bytes sent (fewer when it closed).
+std::size_t send_some(int fd, const std::string& data, std::chrono::milliseconds wait = 2s) {
+  std::size_t sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (sent < data.size() && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const auto n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  return sent;
+}
+
+// Everything the server sends until it closes the connection; nullopt if it is still open
+// after `wait`.
+std::optional<std::string> read_until_closed(int fd, std::chrono::milliseconds wait) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    char buffer[4096];
+    const auto n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return got;
+    if (n > 0) got.append(buffer, static_cast<std::size_t>(n));
+  }
+  return std::nullopt;
+}
+
+// Closes the file descriptors it holds when the test ends, whatever its outcome.
+struct RawSockets {
+  std::vector<int> fds;
+  ~RawSockets() {
+    for (const int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
 
 class TcpStoreTest : public ::testing::Test {
  protected:
@@ -111,6 +192,137 @@ TEST_F(TcpStoreTest, AServerWithoutATokenIsAConfigError) {
 TEST_F(TcpStoreTest, AServerOnAPortInUseFailsClearly) {
   auto first = serve();
   EXPECT_THROW((void)serve(port_of(*first)), Error);
+}
+
+TEST_F(TcpStoreTest, AnAddPastTheSixtyFourBitRangeIsRefusedAndLeavesTheValue) {
+  auto server = serve();
+  const auto max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(server->add("n", max), max);
+  try {
+    (void)server->add("n", 1);
+    FAIL() << "an add overflowed silently";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'n'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server->get("n", 1s), std::to_string(max));
+  EXPECT_EQ(server->add("n", -max), 0);
+}
+
+TEST_F(TcpStoreTest, ARawFirstFrameOtherThanHelloIsRefusedAndTheConnectionClosed) {
+  auto server = serve();
+  RawSockets raw;
+  const int fd = raw.fds.emplace_back(raw_connect(port_of(*server)));
+  ASSERT_GE(fd, 0);
+  const auto request = set_request("k", "v");
+  ASSERT_EQ(send_some(fd, request), request.size());
+  const auto answer = read_until_closed(fd, 5s);
+  ASSERT_TRUE(answer) << "the server kept a connection that skipped the hello";
+  EXPECT_EQ(*answer, frame("\x02"));  // Status::refused
+  EXPECT_FALSE(server->check("k"));
+
+  // The same request after a hello is served: the refusal was for the missing hello.
+  const int admitted = raw.fds.emplace_back(raw_connect(port_of(*server)));
+  ASSERT_GE(admitted, 0);
+  const auto both = hello("right-token") + request;
+  ASSERT_EQ(send_some(admitted, both), both.size());
+  EXPECT_EQ(server->get("k", 2s), "v");
+}
+
+TEST_F(TcpStoreTest, AHugeFrameAnnouncedBeforeTheHelloIsDroppedUnread) {
+  auto server = serve();
+  RawSockets raw;
+  const int fd = raw.fds.emplace_back(raw_connect(port_of(*server)));
+  ASSERT_GE(fd, 0);
+  // 256 MiB announced, then a stream of its body: the server must not wait for (or hold) it.
+  const std::string body(8 << 20, '\0');
+  const auto sent = send_some(fd, be(256u << 20, 4) + body, 3s);
+  EXPECT_LT(sent, body.size()) << "the server read 8 MiB from a client without the token";
+  EXPECT_TRUE(read_until_closed(fd, 2s)) << "the server kept the connection";
+  server->set("still", "serving");
+  EXPECT_EQ(server->get("still", 1s), "serving");
+}
+
+TEST_F(TcpStoreTest, ConnectionsWithoutAHelloAreCappedAndTimedOutWhileRanksAreServed) {
+  auto server = create({{"serve", "true"},
+                        {"token", "right-token"},
+                        {"max_pending", "8"},
+                        {"hello_timeout", "1500ms"}});
+  const auto port = port_of(*server);
+  auto rank =
+      create({{"host", "127.0.0.1"}, {"port", port}, {"token", "right-token"}, {"timeout", "10s"}});
+  rank->set("before", "1");  // an admitted connection, idle in the client's pool
+  RawSockets idle;
+  for (int i = 0; i < 40; ++i) {
+    idle.fds.push_back(raw_connect(port));
+    ASSERT_GE(idle.fds.back(), 0);
+  }
+  // The oldest 32 make room for newer ones at once; the 8 newest go at the hello timeout.
+  std::size_t closed = 0;
+  for (std::size_t i = 0; i < 32; ++i) closed += read_until_closed(idle.fds[i], 1s) ? 1 : 0;
+  EXPECT_EQ(closed, 32U);
+  // Ranks keep working, over their admitted connection and over new ones.
+  rank->set("during", "2");
+  auto late =
+      create({{"host", "127.0.0.1"}, {"port", port}, {"token", "right-token"}, {"timeout", "10s"}});
+  EXPECT_EQ(late->get("during", 1s), "2");
+  for (std::size_t i = 32; i < idle.fds.size(); ++i)
+    EXPECT_TRUE(read_until_closed(idle.fds[i], 4s))
+        << "idle connection " << i << " outlived the hello timeout";
+  EXPECT_EQ(rank->get("before", 1s), "1");
+}
+
+// Out of descriptors, accept() fails while the connection stays in the backlog, so the
+// listener polls ready forever: the server must shed such connections, not spin on them.
+TEST_F(TcpStoreTest, RunningOutOfDescriptorsNeitherSpinsTheServerNorStopsAdmittedRanks) {
+  auto server = serve();
+  const auto port = port_of(*server);
+  auto rank =
+      create({{"host", "127.0.0.1"}, {"port", port}, {"token", "right-token"}, {"timeout", "10s"}});
+  rank->set("before", "1");
+  // Sockets made now, connected once no descriptor is left for the server to accept them with.
+  RawSockets flood;
+  for (int i = 0; i < 16; ++i)
+    flood.fds.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit exhausted = saved;
+  exhausted.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &exhausted), 0);
+  struct Restore {
+    rlimit limit;
+    ~Restore() { ::setrlimit(RLIMIT_NOFILE, &limit); }
+  } restore{saved};
+
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (const int fd : flood.fds)
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(1s);
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  const auto cpu_us = [](const rusage& r) {
+    return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1'000'000LL + r.ru_utime.tv_usec +
+           r.ru_stime.tv_usec;
+  };
+  // Idle, the server uses next to no CPU; spinning, it takes what the scheduler gives it, which
+  // is far more than this even on a machine loaded several times over.
+  EXPECT_LT(cpu_us(after) - cpu_us(before), 50'000) << "the store loop spins on EMFILE";
+  rank->set("during", "2");  // the admitted connection is still served
+  EXPECT_EQ(rank->get("before", 1s), "1");
+
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  auto late =
+      create({{"host", "127.0.0.1"}, {"port", port}, {"token", "right-token"}, {"timeout", "10s"}});
+  EXPECT_EQ(late->get("during", 1s), "2");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -111,15 +112,26 @@ IdxArray read_idx_ubyte(const std::filesystem::path& file, std::size_t expected_
     const std::uint32_t dim = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
                               (std::uint32_t{b[2]} << 8) | b[3];
     array.dims.push_back(dim);
-    total *= dim;
+    constexpr std::size_t kLimit = std::size_t{1} << 34;  // 16 GiB: a corrupt header, not data
+    if (__builtin_mul_overflow(total, std::size_t{dim}, &total) || total > kLimit) {
+      std::string shape;
+      for (const auto extent : array.dims)
+        shape += (shape.empty() ? "" : " x ") + std::to_string(extent);
+      throw DataError(file.string() + ": header promises " + shape +
+                      " bytes, more than any IDX data set (corrupt header)");
+    }
   }
-  constexpr std::size_t kLimit = std::size_t{1} << 34;  // 16 GiB: a corrupt header, not data
-  if (total > kLimit) {
-    throw DataError(file.string() + ": header promises " + std::to_string(total) +
-                    " bytes, more than any IDX data set");
+  // The buffer grows with the data that really arrives, so a header that promises gigabytes
+  // in a small file costs no more than the file.
+  constexpr std::size_t kGrowBytes = std::size_t{1} << 20;
+  std::size_t got = 0;
+  while (got < total) {
+    const std::size_t want = std::min(total - got, kGrowBytes);
+    array.data.resize(got + want);
+    const std::size_t arrived = read_some(f.get(), file, array.data.data() + got, want);
+    got += arrived;
+    if (arrived < want) break;
   }
-  array.data.resize(total);
-  const std::size_t got = read_some(f.get(), file, array.data.data(), total);
   if (got != total) {
     throw DataError(file.string() + ": truncated: header promises " + std::to_string(total) +
                     " data bytes, file holds " + std::to_string(got));

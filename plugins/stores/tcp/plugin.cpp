@@ -18,6 +18,12 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr, "1ms", nullptr},
     {"serve", "bool", "false", "run the server in this process (the launcher, or rank 0)", nullptr,
      nullptr, nullptr},
+    {"max_pending", "int", "64",
+     "serve: connections without the token held at once; a new one closes the oldest", nullptr, "1",
+     "65536"},
+    {"hello_timeout", "duration", "10s",
+     "serve: a connection that has not presented the token by then is closed", nullptr, "1ms",
+     nullptr},
 };
 
 }  // namespace

@@ -36,8 +36,10 @@ FrameWriter& FrameWriter::str(std::string_view value) {
 
 std::string FrameWriter::take() {
   const auto payload = bytes_.size() - kFrameHeaderBytes;
-  TESSERA_CHECK(payload <= kMaxFrameBytes, "tcp store: message of " + std::to_string(payload) +
-                                               " bytes exceeds the protocol's limit");
+  if (payload > kMaxFrameBytes)
+    throw InvalidArgument("tcp store: a message of " + std::to_string(payload) +
+                          " bytes exceeds the store's limit of " + std::to_string(kMaxFrameBytes) +
+                          " bytes (key and value together); keep bulk data out of the store");
   std::string header;
   put_be(header, payload, 4);
   bytes_.replace(0, kFrameHeaderBytes, header);

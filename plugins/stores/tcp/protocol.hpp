@@ -16,8 +16,14 @@ namespace tessera::tcp {
 
 inline constexpr std::int64_t kMagic = 0x7465737365726131;  // "tessera1"
 inline constexpr std::int64_t kProtocolVersion = 1;
-// A bound on what one frame may claim, so a stray or hostile peer cannot make us allocate GBs.
-inline constexpr std::uint32_t kMaxFrameBytes = 256u << 20;
+// A bound on what one frame may claim, so a stray or a buggy peer cannot make either side
+// allocate GBs. Rendezvous values are addresses and small records; 64 MiB is far above them.
+inline constexpr std::uint32_t kMaxFrameBytes = 64u << 20;
+// Everything a connection may send before its hello is accepted, header included: a hello
+// with a token of up to kMaxTokenBytes fits, and no unauthenticated peer can make the server
+// hold more.
+inline constexpr std::size_t kMaxTokenBytes = 1024;
+inline constexpr std::size_t kMaxHelloBytes = 4096;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
 // Longer waits are cut to this, so deadline arithmetic on steady_clock cannot overflow.
 inline constexpr std::int64_t kMaxWaitMs = 30LL * 24 * 3600 * 1000;
@@ -47,6 +53,7 @@ class FrameWriter {
   FrameWriter& u8(std::uint8_t value);
   FrameWriter& i64(std::int64_t value);
   FrameWriter& str(std::string_view value);
+  // The frame. Throws InvalidArgument when its payload exceeds kMaxFrameBytes.
   [[nodiscard]] std::string take();
 
  private:

@@ -9,14 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <list>
-#include <map>
 #include <optional>
 #include <vector>
 
 #include "protocol.hpp"
+#include "server_state.hpp"
 #include "socket.hpp"
 #include "tessera/error.hpp"
 
@@ -25,33 +24,32 @@ namespace tessera::tcp {
 namespace {
 
 constexpr std::size_t kReadChunk = 64 * 1024;
-
-// A request that cannot be answered yet: a get or a wait on keys that do not exist.
-struct Parked {
-  Command command = Command::get;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-};
+// After an accept error that a retry cannot fix at once (no descriptor, no memory), the
+// listener rests this long instead of spinning on its ready state.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 struct Connection {
   Socket socket;
-  std::string in;
-  std::string out;
-  bool admitted = false;
-  bool closing = false;  // close once `out` is flushed
-  std::optional<Parked> parked;
+  Session session;
+  Clock::time_point hello_deadline;  // while not admitted
 };
 
-std::string reply(Status status) {
-  return FrameWriter().u8(static_cast<std::uint8_t>(status)).take();
+// A descriptor held in reserve: when accept() fails for want of descriptors, the reserve is
+// closed to accept the waiting connection and close it, so that it leaves the backlog and
+// the listener stops polling ready.
+Socket open_reserve() noexcept {
+  return Socket(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
 }  // namespace
 
 class StoreServer::Loop {
  public:
-  Loop(Socket listener, std::string token)
-      : listener_(std::move(listener)), token_(std::move(token)) {
+  Loop(Socket listener, std::string token, PendingLimits limits)
+      : listener_(std::move(listener)),
+        state_(std::move(token)),
+        limits_(limits),
+        reserve_(open_reserve()) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
       throw Error(std::string("tcp store server: pipe failed: ") + std::strerror(errno));
@@ -67,11 +65,14 @@ class StoreServer::Loop {
   void run() noexcept {
     std::vector<pollfd> polled;
     for (;;) {
+      const auto now = Clock::now();
+      const bool listening = now >= listener_rests_until_;
       polled.clear();
       polled.push_back({wake_read_.fd(), POLLIN, 0});
-      polled.push_back({listener_.fd(), POLLIN, 0});
+      polled.push_back({listening ? listener_.fd() : -1, POLLIN, 0});
       for (auto& c : connections_) {
-        const short events = static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT));
+        const short events = static_cast<short>((c.session.closing ? 0 : POLLIN) |
+                                                (c.session.out.empty() ? 0 : POLLOUT));
         polled.push_back({c.socket.fd(), events, 0});
       }
       if (::poll(polled.data(), polled.size(), next_timeout_ms()) < 0 && errno != EINTR) return;
@@ -80,9 +81,10 @@ class StoreServer::Loop {
       auto it = connections_.begin();
       for (std::size_t i = 2; i < polled.size(); ++i, ++it) {
         if (polled[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(*it);
-        if (it->socket.valid() && !it->out.empty() && (polled[i].revents & POLLOUT)) flush(*it);
+        if (it->socket.valid() && !it->session.out.empty() && (polled[i].revents & POLLOUT))
+          flush(*it);
       }
-      expire_parked();
+      expire(Clock::now());
       connections_.remove_if([](const Connection& c) { return !c.socket.valid(); });
     }
   }
@@ -90,207 +92,132 @@ class StoreServer::Loop {
  private:
   int next_timeout_ms() const {
     std::optional<Clock::time_point> next;
-    for (const auto& c : connections_)
-      if (c.parked && (!next || c.parked->deadline < *next)) next = c.parked->deadline;
+    const auto earlier = [&](Clock::time_point t) {
+      if (!next || t < *next) next = t;
+    };
+    if (Clock::now() < listener_rests_until_) earlier(listener_rests_until_);
+    for (const auto& c : connections_) {
+      if (!c.session.admitted) earlier(c.hello_deadline);
+      if (c.session.parked) earlier(c.session.parked->deadline);
+    }
     return next ? poll_timeout_ms(*next) : -1;
   }
 
   void accept_all() {
     for (;;) {
       const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) return;  // EAGAIN, or a transient accept error: poll will report again
-      connections_.emplace_back().socket = Socket(fd);
+      if (fd >= 0) {
+        admit_pending(Socket(fd));
+        continue;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if ((errno == EMFILE || errno == ENFILE) && reserve_.valid()) {
+        reserve_.reset();
+        Socket shed(::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+        const bool shed_one = shed.valid();
+        const bool backlog_empty = !shed_one && (errno == EAGAIN || errno == EWOULDBLOCK);
+        shed.reset();
+        reserve_ = open_reserve();
+        if (shed_one) continue;
+        if (backlog_empty) return;
+      }
+      // Out of descriptors with no reserve, or out of memory: rest rather than spin.
+      listener_rests_until_ = Clock::now() + kAcceptBackoff;
+      return;
     }
+  }
+
+  // A new connection waits for its hello; the oldest waiting one makes room when too many do.
+  // A flood of idle connections so evicts its own kind, never an admitted rank's connection.
+  void admit_pending(Socket socket) {
+    std::size_t pending = 0;
+    auto oldest = connections_.end();
+    for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+      if (it->session.admitted || !it->socket.valid()) continue;
+      if (pending++ == 0) oldest = it;
+    }
+    if (pending >= std::max<std::size_t>(limits_.max_pending, 1)) oldest->socket.reset();
+    auto& c = connections_.emplace_back();
+    c.socket = std::move(socket);
+    c.hello_deadline = Clock::now() + limits_.hello_timeout;
+    // A rank sends its hello with its connect: reading it now admits the rank before a flood
+    // accepted in the same batch could push it out.
+    read_from(c);
   }
 
   void read_from(Connection& c) {
     char buffer[kReadChunk];
+    bool changed = false;
     for (;;) {
-      const ssize_t got = ::recv(c.socket.fd(), buffer, sizeof buffer, 0);
+      // A refused connection's further input is read and dropped, so it never piles up.
+      const std::size_t budget =
+          c.session.closing ? sizeof buffer
+                            : std::min(sizeof buffer, ServerState::receive_budget(c.session));
+      const ssize_t got = ::recv(c.socket.fd(), buffer, budget, 0);
       if (got > 0) {
-        c.in.append(buffer, static_cast<std::size_t>(got));
+        try {
+          changed = state_.receive(c.session, {buffer, static_cast<std::size_t>(got)}) || changed;
+        } catch (const ProtocolViolation&) {
+          c.socket.reset();  // drop this connection, keep serving the others
+          break;
+        }
         continue;
       }
-      if (got < 0 && (errno == EINTR)) continue;
+      if (got < 0 && errno == EINTR) continue;
       if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       c.socket.reset();  // EOF or error: the client went away
-      return;
+      break;
     }
-    try {
-      while (!c.closing && c.in.size() >= kFrameHeaderBytes) {
-        const auto length = frame_length(c.in.data());
-        if (length > kMaxFrameBytes) throw Error("oversized frame");
-        if (c.in.size() < kFrameHeaderBytes + length) break;
-        // A client sends its next request only after the reply: a request behind a parked one
-        // is a protocol violation.
-        if (c.parked) throw Error("request while another is pending");
-        const std::string payload = c.in.substr(kFrameHeaderBytes, length);
-        c.in.erase(0, kFrameHeaderBytes + length);
-        handle(c, payload);
-      }
-    } catch (const Error&) {
-      c.socket.reset();  // a malformed message: drop the connection, keep serving the others
-      return;
-    }
-    flush(c);
+    if (c.socket.valid()) flush(c);
+    if (changed) wake_parked();
   }
 
   void flush(Connection& c) {
-    while (!c.out.empty()) {
-      const ssize_t sent = ::send(c.socket.fd(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    while (!c.session.out.empty()) {
+      const ssize_t sent =
+          ::send(c.socket.fd(), c.session.out.data(), c.session.out.size(), MSG_NOSIGNAL);
       if (sent < 0 && errno == EINTR) continue;
       if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (sent < 0) {
         c.socket.reset();
         return;
       }
-      c.out.erase(0, static_cast<std::size_t>(sent));
+      c.session.out.erase(0, static_cast<std::size_t>(sent));
     }
-    if (c.closing) c.socket.reset();
-  }
-
-  void handle(Connection& c, const std::string& payload) {
-    FrameReader in(payload);
-    const auto command = static_cast<Command>(in.u8());
-    if (!c.admitted) {
-      const bool ok = command == Command::hello && in.i64() == kMagic &&
-                      in.i64() == kProtocolVersion && in.str() == token_;
-      if (!ok) {
-        c.out += reply(Status::refused);
-        c.closing = true;
-        return;
-      }
-      c.admitted = true;
-      c.out += reply(Status::ok);
-      return;
-    }
-    switch (command) {
-      case Command::set: {
-        auto key = in.str();
-        data_[key] = in.str();
-        c.out += reply(Status::ok);
-        wake_parked();
-        return;
-      }
-      case Command::get: {
-        auto key = in.str();
-        const auto timeout = std::chrono::milliseconds(in.i64());
-        park(c, Command::get, {std::move(key)}, timeout);
-        return;
-      }
-      case Command::add: {
-        const auto key = in.str();  // separate statements: argument order is unspecified
-        return add(c, key, in.i64());
-      }
-      case Command::compare_set: {
-        auto key = in.str();
-        auto expected = in.str();
-        auto desired = in.str();
-        const auto found = data_.find(key);
-        const bool matches = found == data_.end() ? expected.empty() : found->second == expected;
-        if (matches) data_[key] = std::move(desired);
-        const auto after = data_.find(key);
-        c.out += FrameWriter()
-                     .u8(static_cast<std::uint8_t>(Status::ok))
-                     .str(after == data_.end() ? std::string() : after->second)
-                     .take();
-        if (matches) wake_parked();
-        return;
-      }
-      case Command::wait: {
-        const auto timeout = std::chrono::milliseconds(in.i64());
-        const auto count = in.i64();
-        if (count < 0 || static_cast<std::uint64_t>(count) > payload.size())
-          throw Error("bad count");
-        std::vector<std::string> keys;
-        for (std::int64_t i = 0; i < count; ++i) keys.push_back(in.str());
-        park(c, Command::wait, std::move(keys), timeout);
-        return;
-      }
-      case Command::check:
-      case Command::remove: {
-        const auto key = in.str();
-        const auto found = data_.find(key);
-        const bool existed = found != data_.end();
-        if (existed && command == Command::remove) data_.erase(found);
-        c.out +=
-            FrameWriter().u8(static_cast<std::uint8_t>(Status::ok)).i64(existed ? 1 : 0).take();
-        return;
-      }
-      case Command::hello: break;
-    }
-    throw Error("unknown command");
-  }
-
-  void add(Connection& c, const std::string& key, std::int64_t delta) {
-    std::int64_t value = 0;
-    if (const auto found = data_.find(key); found != data_.end()) {
-      const auto& text = found->second;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-      if (ec != std::errc() || end != text.data() + text.size()) {
-        c.out += FrameWriter()
-                     .u8(static_cast<std::uint8_t>(Status::bad_request))
-                     .str("add: key '" + key + "' holds '" + text + "', not an integer")
-                     .take();
-        return;
-      }
-    }
-    value += delta;
-    data_[key] = std::to_string(value);
-    c.out += FrameWriter().u8(static_cast<std::uint8_t>(Status::ok)).i64(value).take();
-    wake_parked();
-  }
-
-  void park(Connection& c, Command command, std::vector<std::string> keys,
-            std::chrono::milliseconds timeout) {
-    timeout =
-        std::clamp(timeout, std::chrono::milliseconds(0), std::chrono::milliseconds(kMaxWaitMs));
-    c.parked = Parked{command, std::move(keys), Clock::now() + timeout};
-    try_answer(c);
-  }
-
-  // Answers c's parked request if every key it waits for exists now.
-  void try_answer(Connection& c) {
-    for (const auto& key : c.parked->keys)
-      if (!data_.contains(key)) return;
-    FrameWriter out;
-    out.u8(static_cast<std::uint8_t>(Status::ok));
-    if (c.parked->command == Command::get) out.str(data_.at(c.parked->keys.front()));
-    c.out += out.take();
-    c.parked.reset();
+    if (c.session.closing) c.socket.reset();
   }
 
   void wake_parked() {
     for (auto& c : connections_) {
-      if (!c.parked || !c.socket.valid()) continue;
-      try_answer(c);
-      if (!c.parked) flush(c);
+      if (!c.session.parked || !c.socket.valid()) continue;
+      state_.answer_parked(c.session);
+      if (!c.session.parked) flush(c);
     }
   }
 
-  void expire_parked() {
-    const auto now = Clock::now();
+  // Times out parked requests, and drops connections whose hello is overdue.
+  void expire(Clock::time_point now) {
     for (auto& c : connections_) {
-      if (!c.parked || !c.socket.valid() || c.parked->deadline > now) continue;
-      FrameWriter out;
-      out.u8(static_cast<std::uint8_t>(Status::timeout));
-      std::vector<std::string> missing;
-      for (const auto& key : c.parked->keys)
-        if (!data_.contains(key)) missing.push_back(key);
-      out.i64(static_cast<std::int64_t>(missing.size()));
-      for (const auto& key : missing) out.str(key);
-      c.out += out.take();
-      c.parked.reset();
-      flush(c);
+      if (!c.socket.valid()) continue;
+      if (!c.session.admitted && c.hello_deadline <= now) {
+        c.socket.reset();
+        continue;
+      }
+      if (!c.session.parked) continue;
+      state_.expire_parked(c.session, now);
+      if (!c.session.parked) flush(c);
     }
   }
 
   Socket listener_;
   Socket wake_read_;
   Socket wake_write_;
-  std::string token_;
+  ServerState state_;
+  PendingLimits limits_;
+  Socket reserve_;
+  Clock::time_point listener_rests_until_{};
   std::list<Connection> connections_;  // a list: handlers hold references across insertions
-  std::map<std::string, std::string> data_;
 };
 
 namespace {
@@ -331,10 +258,11 @@ Socket listen_on(const std::string& host, std::uint16_t port, std::uint16_t& bou
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, std::uint16_t port, std::string token)
+StoreServer::StoreServer(const std::string& host, std::uint16_t port, std::string token,
+                         PendingLimits limits)
     : host_(host) {
   auto listener = listen_on(host, port, port_);
-  loop_ = std::make_unique<Loop>(std::move(listener), std::move(token));
+  loop_ = std::make_unique<Loop>(std::move(listener), std::move(token), limits);
   thread_ = std::thread([loop = loop_.get()] { loop->run(); });
 }
 

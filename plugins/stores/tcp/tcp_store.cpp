@@ -50,6 +50,15 @@ TcpStoreSettings resolve_settings(const Options& options) {
   s.port = static_cast<std::uint16_t>(port);
   s.token = options.get_string("token");
   s.timeout = options.get_duration("timeout");
+  const auto max_pending = options.get_int("max_pending");
+  if (max_pending < 1 || max_pending > 65536)
+    throw ConfigError("store.tcp.max_pending: " + std::to_string(max_pending) +
+                      " is not a connection count in 1-65536");
+  s.pending.max_pending = static_cast<std::size_t>(max_pending);
+  s.pending.hello_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options.get_duration("hello_timeout"));
+  if (s.pending.hello_timeout <= std::chrono::milliseconds(0))
+    throw ConfigError("store.tcp.hello_timeout: must be longer than 0 ms");
 
   if (s.serve) {
     if (s.host.empty()) s.host = "127.0.0.1";
@@ -70,6 +79,10 @@ TcpStoreSettings resolve_settings(const Options& options) {
     throw ConfigError(
         "store.tcp: no token: set option token or TESSERA_STORE_TOKEN (every rank "
         "of a job presents the same random token)");
+  if (s.token.size() > kMaxTokenBytes)
+    throw ConfigError("store.tcp: the token (option token or TESSERA_STORE_TOKEN) has " +
+                      std::to_string(s.token.size()) + " bytes; the server accepts at most " +
+                      std::to_string(kMaxTokenBytes) + ": use a shorter one");
   return s;
 }
 
@@ -79,7 +92,8 @@ TcpStore::TcpStore(const TcpStoreSettings& settings) {
   std::string host = settings.host;
   std::uint16_t port = settings.port;
   if (settings.serve) {
-    server_ = std::make_unique<StoreServer>(settings.host, settings.port, settings.token);
+    server_ = std::make_unique<StoreServer>(settings.host, settings.port, settings.token,
+                                            settings.pending);
     port = server_->port();
     host = dialable(settings.host);
   }

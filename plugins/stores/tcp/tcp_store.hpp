@@ -20,6 +20,7 @@ struct TcpStoreSettings {
   std::string token;
   std::chrono::milliseconds timeout{300'000};  // reconnect budget of every request
   bool serve = false;
+  PendingLimits pending;  // serve: what connections without the token may cost
 };
 
 // Fills empty host/port/token from TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN, defaults the
