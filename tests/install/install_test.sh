@@ -211,20 +211,48 @@ plugin_of_another_abi_major_is_refused_by_name)
   ;;
 
 same_plugin_twice_on_the_path_is_a_note)
-  # The build tree's plugins and the installed ones hold the same names: the first found (the
-  # installed folder beside libtessera) wins, the others are notes, and nothing fails.
+  # The build tree's plugins and the installed ones hold the same names: the copy in the folder
+  # TESSERA_PLUGIN_PATH names wins over the one installed beside libtessera (explicit wins), the
+  # other is a note, and nothing fails.
   build_plugins="$INSTALL_TEST_BUILD_DIR/lib/tessera/plugins"
+  installed_plugins="$prefix/bin/../lib/tessera/plugins"
   TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" plugins --kind strategy >"$scratch/out" 2>"$scratch/err" ||
     fail "tessera plugins failed with duplicates on the path: $(cat "$scratch/err")"
   [[ $(grep -c "^strategy.ddp " "$scratch/out") -eq 1 ]] || fail "ddp not listed once: $(cat "$scratch/out")"
-  grep -q "file: $prefix/bin/../lib/tessera/plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
-    fail "the installed ddp did not win: $(cat "$scratch/out")"
-  grep -qF "tessera: note: $build_plugins/libtessera_strategy_ddp.so: strategy name 'ddp' is already taken by" \
-    "$scratch/err" || fail "no note about the second ddp: $(cat "$scratch/err")"
+  grep -q "file: $build_plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
+    fail "the ddp of TESSERA_PLUGIN_PATH did not win: $(cat "$scratch/out")"
+  grep -qF "tessera: note: $installed_plugins/libtessera_strategy_ddp.so: strategy name 'ddp' is already taken by $build_plugins/" \
+    "$scratch/err" || fail "no note about the installed ddp: $(cat "$scratch/err")"
   if grep -q "warning" "$scratch/err"; then fail "duplicates reported as warnings: $(cat "$scratch/err")"; fi
   TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" train --train.dataset=synthetic \
     --train.max_steps=2 --train.progress=off >"$scratch/train.log" 2>&1 ||
     fail "training with duplicates on the path: $(cat "$scratch/train.log")"
+  ;;
+
+named_plugin_folder_wins_and_must_exist)
+  # A folder the user names (--path, plugins.path) wins over the installed copy, and one that
+  # does not exist is an error (exit 2) naming where it was named.
+  build_plugins="$INSTALL_TEST_BUILD_DIR/lib/tessera/plugins"
+  run "$tessera" plugins --kind strategy --path "$build_plugins" >"$scratch/out" 2>"$scratch/err" ||
+    fail "tessera plugins --path: $(cat "$scratch/err")"
+  grep -q "file: $build_plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
+    fail "the ddp of --path did not win: $(cat "$scratch/out")"
+  grep -qF "is replaced by $build_plugins/libtessera_strategy_ddp.so from a folder named at flag --path" \
+    "$scratch/err" || fail "no note about the replaced installed ddp: $(cat "$scratch/err")"
+  cat >"$scratch/job.ini" <<'INI'
+[plugins]
+path = no_such_folder
+INI
+  status=0
+  run "$tessera" config check "$scratch/job.ini" >"$scratch/check.out" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "a missing plugins.path folder exits $status, not 2: $(cat "$scratch/check.out")"
+  grep -qF "$scratch/job.ini:2 (plugins.path): plugin folder '$scratch/no_such_folder' does not exist" \
+    "$scratch/check.out" || fail "the error does not name the folder and job.ini:2: $(cat "$scratch/check.out")"
+  status=0
+  TESSERA_PLUGIN_PATH="$scratch/no_such_folder" run "$tessera" plugins >"$scratch/env.out" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "a missing TESSERA_PLUGIN_PATH folder exits $status, not 2"
+  grep -qF "environment TESSERA_PLUGIN_PATH: plugin folder '$scratch/no_such_folder' does not exist" \
+    "$scratch/env.out" || fail "the error does not name TESSERA_PLUGIN_PATH: $(cat "$scratch/env.out")"
   ;;
 
 *)

@@ -118,7 +118,8 @@ int run_plugins(const std::vector<std::string>& args) {
   PluginRegistry registry;
   registry.scan(PluginRegistry::default_search_path());
   if (vm.count("path")) {
-    for (const auto& dir : vm["path"].as<std::vector<std::string>>()) registry.scan_directory(dir);
+    const auto& dirs = vm["path"].as<std::vector<std::string>>();
+    registry.scan_named({dirs.begin(), dirs.end()}, "flag --path");
   }
   for (const auto& failure : registry.failures()) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
