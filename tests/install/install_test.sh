@@ -26,6 +26,14 @@ build_against() {
     { cat "$build.build.log"; fail "building $src"; }
 }
 
+# A plugin's only dynamic symbol is its descriptor.
+exports_only_the_descriptor() {
+  local symbols
+  symbols=$(nm -D --defined-only "$1" | awk '{print $3}')
+  [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
+    fail "$1 exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
+}
+
 # The value of a numeric field of a --summary JSON file.
 json_number() { sed -n "s/.*\"$2\": \([-0-9.eE+]*\).*/\1/p" "$1" | head -n1; }
 # awk exits 0 when the condition on a and b holds.
@@ -41,9 +49,22 @@ installs_a_complete_prefix)
     include/tessera/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
     lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
     lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
-    lib/pkgconfig/tessera.pc share/tessera/template/CMakeLists.txt \
-    lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so; do
+    lib/pkgconfig/tessera.pc lib/pkgconfig/tessera-plugin.pc share/tessera/template/CMakeLists.txt \
+    lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so \
+    share/doc/tessera/README.md share/doc/tessera/docs/plugin-guide.md share/doc/tessera/docs/config.md \
+    share/doc/tessera/samples/configs/ddp.ini share/doc/tessera/samples/configs/zero2.ini \
+    share/doc/tessera/samples/custom_strategy/CMakeLists.txt; do
     [[ -e "$prefix/$f" ]] || fail "$f is missing from the installed prefix"
+  done
+  # Every relative link of the installed documentation, and of the template's README, reaches an
+  # installed file: a reader of the prefix has no source tree to fall back on.
+  for md in "$prefix"/share/doc/tessera/*.md "$prefix"/share/doc/tessera/docs/*.md \
+    "$prefix"/share/doc/tessera/samples/*/README.md "$prefix"/share/tessera/template/README.md; do
+    links=$(grep -oE '\]\([^)]+\)' "$md" | sed -E 's/^\]\(//; s/\)$//; s/#.*//' || true)
+    while read -r link; do
+      [[ -z $link || $link == http://* || $link == https://* || $link == mailto:* ]] && continue
+      [[ -e "$(dirname "$md")/$link" ]] || fail "$md links to $link, which is not installed"
+    done <<<"$links"
   done
   grep -q "SameMajorVersion\|PACKAGE_VERSION_COMPATIBLE" "$prefix/lib/cmake/tessera/tesseraConfigVersion.cmake" ||
     fail "tesseraConfigVersion.cmake has no compatibility rule"
@@ -74,11 +95,20 @@ moved_prefix_finds_its_library_and_plugins)
   ;;
 
 plugins_export_only_their_descriptor)
-  for so in "$prefix"/lib/tessera/plugins/*.so; do
-    symbols=$(nm -D --defined-only "$so" | awk '{print $3}')
-    [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
-      fail "$so exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
-  done
+  for so in "$prefix"/lib/tessera/plugins/*.so; do exports_only_the_descriptor "$so"; done
+  ;;
+
+pkg_config_builds_a_plugin_that_exports_only_its_descriptor)
+  # The route without CMake: the template's sources and `pkg-config tessera-plugin` alone.
+  export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+  read -r -a flags <<<"$(pkg-config --cflags --libs tessera-plugin)"
+  mkdir -p "$scratch/plugins"
+  run "$CXX" -O2 "$prefix/share/tessera/template/plugin.cpp" "$prefix/share/tessera/template/sign_sgd.cpp" \
+    -o "$scratch/plugins/libsign_sgd.so" "${flags[@]}" >"$scratch/build.log" 2>&1 ||
+    { cat "$scratch/build.log"; fail "building the template with pkg-config tessera-plugin"; }
+  exports_only_the_descriptor "$scratch/plugins/libsign_sgd.so"
+  listed=$(run "$tessera" plugins --kind optimizer --path "$scratch/plugins")
+  grep -q "^optimizer.sign_sgd 1.0.0" <<<"$listed" || fail "the pkg-config plugin is not listed: $listed"
   ;;
 
 pkg_config_builds_a_host)
@@ -107,6 +137,15 @@ CPP
 template_builds_out_of_tree_and_trains)
   cp -r "$prefix/share/tessera/template" "$scratch/src"
   build_against "$scratch/src" "$scratch/build" "$prefix"
+  # No build type given: an optimised build, and the configure step says so.
+  grep -q "no CMAKE_BUILD_TYPE given, building Release" "$scratch/build.configure.log" ||
+    fail "configuring the template without a build type says nothing: $(cat "$scratch/build.configure.log")"
+  grep -qx "CMAKE_BUILD_TYPE:STRING=Release" "$scratch/build/CMakeCache.txt" ||
+    fail "the template's build type is $(grep CMAKE_BUILD_TYPE: "$scratch/build/CMakeCache.txt"), not Release"
+  # (build.ninja for Ninja, CMakeFiles/*/flags.make for Makefiles)
+  grep -rqs -- "-O3" "$scratch/build/build.ninja" "$scratch/build/CMakeFiles" ||
+    fail "the template compiles without -O3"
+  exports_only_the_descriptor "$scratch/build/plugins/libsign_sgd.so"
   listed=$(run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins")
   grep -q "^optimizer.sign_sgd 1.0.0 (aliases: signsgd)" <<<"$listed" || fail "sign_sgd not listed: $listed"
   # signSGD on a small synthetic problem: well above the 25 % of chance after 60 steps.
