@@ -19,6 +19,9 @@ constexpr const char* kUsage = R"(usage: tessera plugins [--kind KIND] [--json] 
 Lists every plugin found beside libtessera (lib/tessera/plugins), in TESSERA_PLUGIN_PATH and in
 each --path folder: kind, name, aliases, version, description, file and every option with its
 type, default, choices and help. Files that fail to load are reported on stderr as warnings.
+Where one plugin is found twice, the copy in a --path folder wins over TESSERA_PLUGIN_PATH's,
+and that one over the installed one (a note names the other); every --path folder and
+TESSERA_PLUGIN_PATH folder must exist.
 )";
 
 std::string join(const std::vector<std::string>& items, const char* separator) {
