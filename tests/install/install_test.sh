@@ -119,6 +119,29 @@ pkg_config_builds_a_plugin_that_exports_only_its_descriptor)
   grep -q "^strategy.local_sgd 1.0.0" <<<"$listed" || fail "the pkg-config local_sgd is not listed: $listed"
   ;;
 
+pkg_config_builds_a_host)
+  cat >"$scratch/host.cpp" <<'CPP'
+#include <cstdio>
+#include <cstring>
+#include "tessera/registry.hpp"
+#include "tessera/version.hpp"
+int main() {
+  tessera::PluginRegistry registry;
+  registry.scan(tessera::PluginRegistry::default_search_path());
+  std::printf("%s %zu\n", tessera::version(), registry.plugins().size());
+  return std::strcmp(tessera::version(), TESSERA_VERSION_STRING) == 0 ? 0 : 1;
+}
+CPP
+  export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+  version=$(pkg-config --modversion tessera)
+  read -r -a flags <<<"$(pkg-config --cflags --libs tessera)"
+  run "$CXX" -std=c++20 "$scratch/host.cpp" -o "$scratch/host" "${flags[@]}" \
+    -Wl,-rpath,"$(pkg-config --variable=libdir tessera)"
+  out=$(run "$scratch/host")
+  [[ "$out" == "$version "* ]] || fail "pkg-config says $version, the host printed '$out'"
+  [[ "${out#* }" -gt 5 ]] || fail "the host found too few plugins beside libtessera: $out"
+  ;;
+
 template_builds_out_of_tree_and_trains)
   cp -r "$prefix/share/tessera/template" "$scratch/src"
   build_against "$scratch/src" "$scratch/build" "$prefix"
