@@ -119,8 +119,8 @@ TEST(PluginOptions, NoHelpIsAddressedToAnotherPluginOfTheKind) {
       for (const OptionSpec& option : plugin->options) {
         EXPECT_FALSE(option.help.starts_with(other->name + ":") ||
                      option.help.starts_with(other->name + " only"))
-            << plugin->name << "'s option `" << option.name << "` is about " << other->name
-            << ": " << option.help;
+            << plugin->name << "'s option `" << option.name << "` is about " << other->name << ": "
+            << option.help;
       }
     }
   }
