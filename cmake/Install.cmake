@@ -1,7 +1,8 @@
 # Install rules: headers (with the generated version.hpp), libtessera, the plugins (each
 # plugin's own tessera_add_plugin() installs it into lib/tessera/plugins), the CLI, a CMake
-# package exporting tessera::core and tessera::sdk with same-major compatibility, and a
-# pkg-config file. Everything is found relative to the prefix, so an installed tree can be moved.
+# package exporting tessera::core and tessera::sdk with same-major compatibility, pkg-config
+# files (tessera.pc for hosts, tessera-plugin.pc for plugins), and the documentation with the
+# sample configs and sources under share/doc/tessera. Everything is found relative to the prefix, so an installed tree can be moved.
 
 include(CMakePackageConfigHelpers)
 
@@ -37,8 +38,16 @@ file(RELATIVE_PATH tessera_pc_to_prefix
   "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" tessera_pc_to_prefix "${tessera_pc_to_prefix}")
 configure_file(cmake/tessera.pc.in "${PROJECT_BINARY_DIR}/tessera.pc" @ONLY)
-install(FILES "${PROJECT_BINARY_DIR}/tessera.pc"
+configure_file(cmake/tessera-plugin.pc.in "${PROJECT_BINARY_DIR}/tessera-plugin.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/tessera.pc" "${PROJECT_BINARY_DIR}/tessera-plugin.pc"
   DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 
 # The plugin skeleton, for authors who have the installed package but not the sources.
 install(DIRECTORY sdk/template/ DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/template")
+
+# The documentation and samples, laid out as in the sources (README.md, docs/, samples/) so
+# their relative links hold in the installed copy too.
+install(FILES README.md LICENSE DESTINATION "${CMAKE_INSTALL_DOCDIR}")
+install(DIRECTORY docs/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/docs")
+install(DIRECTORY samples/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/samples"
+  PATTERN "build" EXCLUDE)

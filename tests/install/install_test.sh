@@ -26,6 +26,14 @@ build_against() {
     { cat "$build.build.log"; fail "building $src"; }
 }
 
+# A plugin's only dynamic symbol is its descriptor.
+exports_only_the_descriptor() {
+  local symbols
+  symbols=$(nm -D --defined-only "$1" | awk '{print $3}')
+  [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
+    fail "$1 exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
+}
+
 # The value of a numeric field of a --summary JSON file.
 json_number() { sed -n "s/.*\"$2\": \([-0-9.eE+]*\).*/\1/p" "$1" | head -n1; }
 # awk exits 0 when the condition on a and b holds.
@@ -41,9 +49,22 @@ installs_a_complete_prefix)
     include/tessera/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
     lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
     lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
-    lib/pkgconfig/tessera.pc share/tessera/template/CMakeLists.txt \
-    lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so; do
+    lib/pkgconfig/tessera.pc lib/pkgconfig/tessera-plugin.pc share/tessera/template/CMakeLists.txt \
+    lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so \
+    share/doc/tessera/README.md share/doc/tessera/docs/plugin-guide.md share/doc/tessera/docs/config.md \
+    share/doc/tessera/samples/configs/ddp.ini share/doc/tessera/samples/configs/zero2.ini \
+    share/doc/tessera/samples/custom_strategy/CMakeLists.txt; do
     [[ -e "$prefix/$f" ]] || fail "$f is missing from the installed prefix"
+  done
+  # Every relative link of the installed documentation, and of the template's README, reaches an
+  # installed file: a reader of the prefix has no source tree to fall back on.
+  for md in "$prefix"/share/doc/tessera/*.md "$prefix"/share/doc/tessera/docs/*.md \
+    "$prefix"/share/doc/tessera/samples/*/README.md "$prefix"/share/tessera/template/README.md; do
+    links=$(grep -oE '\]\([^)]+\)' "$md" | sed -E 's/^\]\(//; s/\)$//; s/#.*//' || true)
+    while read -r link; do
+      [[ -z $link || $link == http://* || $link == https://* || $link == mailto:* ]] && continue
+      [[ -e "$(dirname "$md")/$link" ]] || fail "$md links to $link, which is not installed"
+    done <<<"$links"
   done
   grep -q "SameMajorVersion\|PACKAGE_VERSION_COMPATIBLE" "$prefix/lib/cmake/tessera/tesseraConfigVersion.cmake" ||
     fail "tesseraConfigVersion.cmake has no compatibility rule"
@@ -74,11 +95,28 @@ moved_prefix_finds_its_library_and_plugins)
   ;;
 
 plugins_export_only_their_descriptor)
-  for so in "$prefix"/lib/tessera/plugins/*.so; do
-    symbols=$(nm -D --defined-only "$so" | awk '{print $3}')
-    [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
-      fail "$so exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
-  done
+  for so in "$prefix"/lib/tessera/plugins/*.so; do exports_only_the_descriptor "$so"; done
+  ;;
+
+pkg_config_builds_a_plugin_that_exports_only_its_descriptor)
+  # The route without CMake: the installed sources of the template and of the local_sgd sample,
+  # and `pkg-config tessera-plugin` alone. (local_sgd uses std::to_chars, whose static data has
+  # default visibility: -fvisibility=hidden alone leaves it exported, the version script not.)
+  export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+  read -r -a flags <<<"$(pkg-config --cflags --libs tessera-plugin)"
+  mkdir -p "$scratch/plugins"
+  template="$prefix/share/tessera/template"
+  sample="$prefix/share/doc/tessera/samples/custom_strategy"
+  run "$CXX" -O2 "$template/plugin.cpp" "$template/sign_sgd.cpp" \
+    -o "$scratch/plugins/libsign_sgd.so" "${flags[@]}" >"$scratch/build.log" 2>&1 ||
+    { cat "$scratch/build.log"; fail "building the template with pkg-config tessera-plugin"; }
+  run "$CXX" -O2 "$sample/plugin.cpp" "$sample/local_sgd_strategy.cpp" \
+    -o "$scratch/plugins/libacme_local_sgd.so" "${flags[@]}" >"$scratch/build.log" 2>&1 ||
+    { cat "$scratch/build.log"; fail "building local_sgd with pkg-config tessera-plugin"; }
+  for so in "$scratch"/plugins/*.so; do exports_only_the_descriptor "$so"; done
+  listed=$(run "$tessera" plugins --path "$scratch/plugins")
+  grep -q "^optimizer.sign_sgd 1.0.0" <<<"$listed" || fail "the pkg-config sign_sgd is not listed: $listed"
+  grep -q "^strategy.local_sgd 1.0.0" <<<"$listed" || fail "the pkg-config local_sgd is not listed: $listed"
   ;;
 
 pkg_config_builds_a_host)
@@ -107,6 +145,15 @@ CPP
 template_builds_out_of_tree_and_trains)
   cp -r "$prefix/share/tessera/template" "$scratch/src"
   build_against "$scratch/src" "$scratch/build" "$prefix"
+  # No build type given: an optimised build, and the configure step says so.
+  grep -q "no CMAKE_BUILD_TYPE given, building Release" "$scratch/build.configure.log" ||
+    fail "configuring the template without a build type says nothing: $(cat "$scratch/build.configure.log")"
+  grep -qx "CMAKE_BUILD_TYPE:STRING=Release" "$scratch/build/CMakeCache.txt" ||
+    fail "the template's build type is $(grep CMAKE_BUILD_TYPE: "$scratch/build/CMakeCache.txt"), not Release"
+  # (build.ninja for Ninja, CMakeFiles/*/flags.make for Makefiles)
+  grep -rqs -- "-O3" "$scratch/build/build.ninja" "$scratch/build/CMakeFiles" ||
+    fail "the template compiles without -O3"
+  exports_only_the_descriptor "$scratch/build/plugins/libsign_sgd.so"
   listed=$(run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins")
   grep -q "^optimizer.sign_sgd 1.0.0 (aliases: signsgd)" <<<"$listed" || fail "sign_sgd not listed: $listed"
   # signSGD on a small synthetic problem: well above the 25 % of chance after 60 steps.
@@ -211,20 +258,48 @@ plugin_of_another_abi_major_is_refused_by_name)
   ;;
 
 same_plugin_twice_on_the_path_is_a_note)
-  # The build tree's plugins and the installed ones hold the same names: the first found (the
-  # installed folder beside libtessera) wins, the others are notes, and nothing fails.
+  # The build tree's plugins and the installed ones hold the same names: the copy in the folder
+  # TESSERA_PLUGIN_PATH names wins over the one installed beside libtessera (explicit wins), the
+  # other is a note, and nothing fails.
   build_plugins="$INSTALL_TEST_BUILD_DIR/lib/tessera/plugins"
+  installed_plugins="$prefix/bin/../lib/tessera/plugins"
   TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" plugins --kind strategy >"$scratch/out" 2>"$scratch/err" ||
     fail "tessera plugins failed with duplicates on the path: $(cat "$scratch/err")"
   [[ $(grep -c "^strategy.ddp " "$scratch/out") -eq 1 ]] || fail "ddp not listed once: $(cat "$scratch/out")"
-  grep -q "file: $prefix/bin/../lib/tessera/plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
-    fail "the installed ddp did not win: $(cat "$scratch/out")"
-  grep -qF "tessera: note: $build_plugins/libtessera_strategy_ddp.so: strategy name 'ddp' is already taken by" \
-    "$scratch/err" || fail "no note about the second ddp: $(cat "$scratch/err")"
+  grep -q "file: $build_plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
+    fail "the ddp of TESSERA_PLUGIN_PATH did not win: $(cat "$scratch/out")"
+  grep -qF "tessera: note: $installed_plugins/libtessera_strategy_ddp.so: strategy name 'ddp' is already taken by $build_plugins/" \
+    "$scratch/err" || fail "no note about the installed ddp: $(cat "$scratch/err")"
   if grep -q "warning" "$scratch/err"; then fail "duplicates reported as warnings: $(cat "$scratch/err")"; fi
   TESSERA_PLUGIN_PATH="$build_plugins" run "$tessera" train --train.dataset=synthetic \
     --train.max_steps=2 --train.progress=off >"$scratch/train.log" 2>&1 ||
     fail "training with duplicates on the path: $(cat "$scratch/train.log")"
+  ;;
+
+named_plugin_folder_wins_and_must_exist)
+  # A folder the user names (--path, plugins.path) wins over the installed copy, and one that
+  # does not exist is an error (exit 2) naming where it was named.
+  build_plugins="$INSTALL_TEST_BUILD_DIR/lib/tessera/plugins"
+  run "$tessera" plugins --kind strategy --path "$build_plugins" >"$scratch/out" 2>"$scratch/err" ||
+    fail "tessera plugins --path: $(cat "$scratch/err")"
+  grep -q "file: $build_plugins/libtessera_strategy_ddp.so" "$scratch/out" ||
+    fail "the ddp of --path did not win: $(cat "$scratch/out")"
+  grep -qF "is replaced by $build_plugins/libtessera_strategy_ddp.so from a folder named at flag --path" \
+    "$scratch/err" || fail "no note about the replaced installed ddp: $(cat "$scratch/err")"
+  cat >"$scratch/job.ini" <<'INI'
+[plugins]
+path = no_such_folder
+INI
+  status=0
+  run "$tessera" config check "$scratch/job.ini" >"$scratch/check.out" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "a missing plugins.path folder exits $status, not 2: $(cat "$scratch/check.out")"
+  grep -qF "$scratch/job.ini:2 (plugins.path): plugin folder '$scratch/no_such_folder' does not exist" \
+    "$scratch/check.out" || fail "the error does not name the folder and job.ini:2: $(cat "$scratch/check.out")"
+  status=0
+  TESSERA_PLUGIN_PATH="$scratch/no_such_folder" run "$tessera" plugins >"$scratch/env.out" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "a missing TESSERA_PLUGIN_PATH folder exits $status, not 2"
+  grep -qF "environment TESSERA_PLUGIN_PATH: plugin folder '$scratch/no_such_folder' does not exist" \
+    "$scratch/env.out" || fail "the error does not name TESSERA_PLUGIN_PATH: $(cat "$scratch/env.out")"
   ;;
 
 *)

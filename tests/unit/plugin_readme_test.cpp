@@ -108,5 +108,37 @@ TEST(PluginReadmes, DocumentEveryOptionWithItsTypeAndDefault) {
   }
 }
 
+// A plugin lists only the options that apply to it, and their help speaks of that plugin: no
+// help starts "zero2:" under zero1 (the two once shared one table).
+TEST(PluginOptions, NoHelpIsAddressedToAnotherPluginOfTheKind) {
+  PluginRegistry registry;
+  registry.scan_directory(TESSERA_PLUGIN_DIR);
+  for (const PluginInfo* plugin : registry.plugins()) {
+    for (const PluginInfo* other : registry.plugins(plugin->kind)) {
+      if (other == plugin) continue;
+      for (const OptionSpec& option : plugin->options) {
+        EXPECT_FALSE(option.help.starts_with(other->name + ":") ||
+                     option.help.starts_with(other->name + " only"))
+            << plugin->name << "'s option `" << option.name << "` is about " << other->name << ": "
+            << option.help;
+      }
+    }
+  }
+}
+
+TEST(PluginOptions, ZeroOneHasNoStagingWindowsAndZeroTwoHas) {
+  PluginRegistry registry;
+  registry.scan_directory(TESSERA_PLUGIN_DIR);
+  const auto names = [&](const char* plugin) {
+    std::vector<std::string> out;
+    for (const auto& option : registry.find(PluginKind::strategy, plugin).options)
+      out.push_back(option.name);
+    return out;
+  };
+  EXPECT_EQ(names("zero1"), (std::vector<std::string>{"bucket_cap", "first_bucket"}));
+  EXPECT_EQ(names("zero2"),
+            (std::vector<std::string>{"bucket_cap", "first_bucket", "staging_windows"}));
+}
+
 }  // namespace
 }  // namespace tessera

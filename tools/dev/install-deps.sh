@@ -25,3 +25,21 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# Every program the README commands (main-job.sh, test-all.sh) and the test suite run. Each comes
+# from a package above or from Debian's required set (what debootstrap --variant=minbase
+# installs); tools/dev/fresh-debian-check.sh holds this list true on such a system. A script or
+# test that starts calling another program adds it here and its package above.
+programs=(
+  bash sh env timeout sed awk grep tr head cat cp rm mkdir mktemp nproc id dpkg-query apt-get
+  cmake ctest ninja c++ g++ pkg-config git readelf nm ldd ip
+)
+absent=()
+for program in "${programs[@]}"; do
+  command -v "$program" >/dev/null 2>&1 || absent+=("$program")
+done
+if ((${#absent[@]})); then
+  echo "tessera: install-deps.sh: still missing after installing: ${absent[*]}" \
+    "(add the package that provides it to tools/dev/install-deps.sh)" >&2
+  exit 1
+fi

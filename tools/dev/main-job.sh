@@ -15,4 +15,10 @@ mkdir -p "$out"
 build/release/bin/tessera train --config samples/configs/ddp.ini \
   --train.checkpoint_dir="$out/checkpoints" --train.metrics_file="$out/metrics.jsonl" \
   --summary "$out/summary.json"
-python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print("test accuracy: %.2f %%  (%.0f samples/s)" % (100 * s["test_accuracy"], s["samples_per_s"]))' "$out/summary.json"
+# The summary's figures, read with sed and awk (both in every Debian): nothing beyond
+# install-deps.sh may be needed to run this script.
+field() { sed -n "s/.*\"$1\": \([-0-9.eE+]*\).*/\1/p" "$out/summary.json" | head -n1; }
+accuracy=$(field test_accuracy)
+samples_per_s=$(field samples_per_s)
+[[ -n $accuracy && -n $samples_per_s ]] || { echo "main-job.sh: $out/summary.json has no test_accuracy or samples_per_s" >&2; exit 1; }
+awk -v a="$accuracy" -v s="$samples_per_s" 'BEGIN { printf "test accuracy: %.2f %%  (%.0f samples/s)\n", 100 * a, s }'

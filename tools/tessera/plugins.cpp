@@ -19,6 +19,9 @@ constexpr const char* kUsage = R"(usage: tessera plugins [--kind KIND] [--json] 
 Lists every plugin found beside libtessera (lib/tessera/plugins), in TESSERA_PLUGIN_PATH and in
 each --path folder: kind, name, aliases, version, description, file and every option with its
 type, default, choices and help. Files that fail to load are reported on stderr as warnings.
+Where one plugin is found twice, the copy in a --path folder wins over TESSERA_PLUGIN_PATH's,
+and that one over the installed one (a note names the other); every --path folder and
+TESSERA_PLUGIN_PATH folder must exist.
 )";
 
 std::string join(const std::vector<std::string>& items, const char* separator) {
@@ -127,7 +130,8 @@ int run_plugins(const std::vector<std::string>& args) {
   PluginRegistry registry;
   registry.scan(PluginRegistry::default_search_path());
   if (vm.count("path")) {
-    for (const auto& dir : vm["path"].as<std::vector<std::string>>()) registry.scan_directory(dir);
+    const auto& dirs = vm["path"].as<std::vector<std::string>>();
+    registry.scan_named({dirs.begin(), dirs.end()}, "flag --path");
   }
   for (const auto& failure : registry.failures()) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason

@@ -44,15 +44,28 @@ class PluginRegistry {
   PluginRegistry(const PluginRegistry&) = delete;
   PluginRegistry& operator=(const PluginRegistry&) = delete;
 
-  // The folder of in-tree plugins beside libtessera (lib/tessera/plugins), then every folder
-  // of TESSERA_PLUGIN_PATH (colon-separated), in that order.
+  // Most explicit first, since the first plugin found under a name wins: every folder of
+  // TESSERA_PLUGIN_PATH (colon-separated, empty entries skipped), then the folder of in-tree
+  // plugins beside libtessera (lib/tessera/plugins). Throws ConfigError naming
+  // TESSERA_PLUGIN_PATH when one of its folders does not exist: a typo would otherwise quietly
+  // leave the installed copies in use.
   [[nodiscard]] static std::vector<std::filesystem::path> default_search_path();
 
   // Loads every "*.so" in `dir` (not recursive). A file that fails is recorded in failures()
   // and skipped, so one broken plugin does not hide the others. A missing folder is skipped.
+  // A plugin whose kind and name is already loaded is skipped and recorded as shadowed.
   void scan_directory(const std::filesystem::path& dir);
   // scan_directory over each folder in order.
   void scan(const std::vector<std::filesystem::path>& dirs);
+
+  // Folders a user named (a config's plugins.path, `tessera plugins --path`), scanned after the
+  // default search path and winning over it: a plugin of the same kind and name loaded by
+  // scan()/scan_directory() is replaced by the named folder's copy and recorded as shadowed;
+  // between two named folders the first wins. Every folder must exist: one that does not is a
+  // ConfigError naming the folder and `origin`, where the user named it ("FILE:LINE",
+  // "flag --plugins.path", "environment TESSERA_PLUGINS_PATH"). Call before creating objects;
+  // PluginInfo pointers of a replaced plugin stay valid for the registry's lifetime.
+  void scan_named(const std::vector<std::filesystem::path>& dirs, const std::string& origin);
 
   // Loads one plugin file. Throws PluginError naming the file and the offending field. A
   // plugin whose kind and name (or alias) is already registered is refused the same way.
@@ -87,8 +100,12 @@ class PluginRegistry {
   struct Loaded;
   std::pair<void*, std::shared_ptr<const void>> create_raw(PluginKind kind, std::string_view name,
                                                            const Options& options) const;
+  void scan_folder(const std::filesystem::path& dir, const std::string* named_origin);
+  const PluginInfo& load(const std::filesystem::path& file, const std::string* named_origin);
 
   std::vector<std::unique_ptr<Loaded>> loaded_;
+  // Plugins a named folder's copy replaced: kept (not unloaded) so nothing handed out dangles.
+  std::vector<std::unique_ptr<Loaded>> replaced_;
   std::vector<PluginLoadFailure> failures_;
   std::vector<std::filesystem::path> scanned_;
 };

@@ -1,6 +1,7 @@
 #pragma once
 // Strategy: how parameters, gradients and optimizer state are laid out over ranks and how one
-// training step runs (ddp, zero1/2, zero3, hybrid, elastic).
+// training step runs (ddp, zero1/2, zero3; samples/custom_strategy's local_sgd). The contract
+// below is what the trainer relies on; docs/plugin-guide.md#writing-a-strategy has a checklist.
 
 #include <cmath>
 #include <cstddef>
@@ -33,11 +34,16 @@ struct StrategySetup {
   bool skip_nonfinite_steps = false;
 };
 
+// train_step: loss is the mean over the global batch (sum_loss_over_ranks in
+// tessera/micro_batches.hpp), which rank 0 reports; a strategy that does not communicate every
+// step (the local_sgd sample) reports its own rank's mean and must say so. correct counts this
+// rank's samples. evaluate: loss is the mean over this rank's rows (0 for no rows) and correct
+// counts them; the trainer weights each rank's loss by its row count and sums over ranks.
 struct StepStats {
-  double loss = 0.0;        // mean over the global batch; the same on every rank
-  std::size_t correct = 0;  // over this rank's samples
-  double grad_norm = 0.0;   // global L2 norm before clipping; the same on every rank
-  bool skipped = false;     // no update was made (StrategySetup::skip_nonfinite_steps)
+  double loss = 0.0;
+  std::size_t correct = 0;
+  double grad_norm = 0.0;  // L2 norm before clipping, over the same gradients as `loss`
+  bool skipped = false;    // no update was made (StrategySetup::skip_nonfinite_steps)
 };
 
 // For strategies, once the step's loss and gradient norm are known and before the update:
@@ -71,21 +77,44 @@ class CheckpointReader {
   [[nodiscard]] virtual int saved_world_size() const = 0;
 };
 
-// Collective: every method except memory_report() must be called on all ranks in the same
-// order. Not thread-safe.
+// Collective: every method except memory_report() is called on all ranks, the same number of
+// times and in the same order, so a strategy may communicate in any of them. Every rank calls
+// even when its share of a batch is empty. Not thread-safe: one thread calls, and blocking
+// calls return only when their work (communication included) is complete or has thrown.
+// Errors: TransportError/Timeout from the communicator propagate unchanged; CheckpointError
+// from load() when the checkpoint does not fit; InvalidArgument for a call before setup().
 class Strategy : public PluginObject {
  public:
-  // Allocates this rank's share of parameters, gradients and optimizer state and initialises
-  // the parameters identically on every rank.
+  // Called once, before anything else. Allocates this rank's share of parameters, gradients
+  // and optimizer state (the strategy owns all parameter memory: Model holds none) and
+  // initialises the parameters identically on every rank from setup.seed (tessera/init.hpp),
+  // so that any strategy and world size start from the same model.
   virtual void setup(const StrategySetup& setup) = 0;
-  // One optimizer step on this rank's part of the global batch.
+  // One optimizer step on this rank's part of the global batch: forward, loss, backward,
+  // gradient exchange, clipping (setup.max_grad_norm), optimizer update. `batch` may have zero
+  // rows (uneven last batch); info.global_batch_size gives the rows over all ranks, so
+  // gradients are weighted per row, not per rank (tessera/micro_batches.hpp does it). Keep one
+  // LayerContext per layer (per micro-batch in flight) from forward to its backward: a layer
+  // object is shared and stateless. Parameters are equal on every rank (or, sharded, in the
+  // state the next step expects) when it returns.
   virtual StepStats train_step(const Batch& batch, const StepInfo& info) = 0;
-  // Forward only; loss and correct count over this rank's batch.
+  // Forward only, no parameter change. Called with an empty batch on a rank whose share of the
+  // test split is empty (the trainer calls it as often on every rank, so a strategy that
+  // gathers parameters in forward, like zero3, must still take part). Returns the mean loss
+  // over this rank's rows, not a global one.
   virtual StepStats evaluate(const Batch& batch) = 0;
+  // Writes this rank's part of the state as named blobs. Data-parallel strategies write the
+  // canonical flat layout (tessera/flat_state.hpp: save_flat_shard, or sharded_checkpoint.hpp
+  // for one piece per rank) so that any strategy at any world size can load it; replicated
+  // state is written by rank 0 alone. Blob names must not collide across ranks.
   virtual void save(CheckpointWriter& writer) = 0;
+  // Called after setup(), before the first step; reads what this rank needs whatever world
+  // size wrote it (reader.saved_world_size()), or throws CheckpointError naming what does not
+  // fit (another layout, another number of optimizer state slots).
   virtual void load(const CheckpointReader& reader) = 0;
   // Makes every rank's view of optimizer state consistent (a no-op where it already is).
   virtual void synchronize_optimizer_state() = 0;
+  // Bytes this rank holds between steps, by category; local, not collective.
   [[nodiscard]] virtual MemoryReport memory_report() const = 0;
 };
 

@@ -129,13 +129,22 @@ Config Config::load(const ConfigSources& sources, PluginRegistry& registry) {
   // plugins.path decides which plugin sections exist, so it is resolved (file, environment,
   // flag; later wins) and scanned before anything else is validated.
   std::optional<std::string> plugin_path;
+  std::string plugin_path_origin;
   for (const auto& s : from_file) {
-    if (s.section == "plugins" && s.key == "path") plugin_path = s.value;
+    if (s.section == "plugins" && s.key == "path") {
+      plugin_path = s.value;
+      plugin_path_origin = s.origin + " (plugins.path)";
+    }
   }
-  if (auto it = env.find(detail::environment_name("plugins", "path")); it != env.end()) {
+  const std::string env_name = detail::environment_name("plugins", "path");
+  if (auto it = env.find(env_name); it != env.end()) {
     plugin_path = it->second;
+    plugin_path_origin = "environment " + env_name;
   }
-  if (auto flag = detail::find_plugins_path_flag(sources.flags)) plugin_path = *flag;
+  if (auto flag = detail::find_plugins_path_flag(sources.flags)) {
+    plugin_path = *flag;
+    plugin_path_origin = "flag --plugins.path";
+  }
   if (plugin_path) {
     std::vector<std::filesystem::path> dirs;
     std::string_view rest(*plugin_path);
@@ -145,7 +154,7 @@ Config Config::load(const ConfigSources& sources, PluginRegistry& registry) {
       if (colon == std::string_view::npos) break;
       rest.remove_prefix(colon + 1);
     }
-    registry.scan(dirs);
+    registry.scan_named(dirs, plugin_path_origin);
   }
 
   const Schemas schemas(registry);

@@ -29,8 +29,9 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
            {"path",
             OptionType::string,
             "",
-            "colon-separated folders scanned for plugins after the default search path; "
-            "relative entries in a file are relative to that file",
+            "colon-separated folders of plugins, each of which must exist; their plugins win "
+            "over TESSERA_PLUGIN_PATH's and the installed ones; relative entries in a file are "
+            "relative to that file",
             {}},
        }},
       {"runtime",

@@ -25,6 +25,8 @@ struct PluginRegistry::Loaded {
   // Shared with every object created from this plugin (see PluginObject::library_anchor).
   std::shared_ptr<const boost::dll::shared_library> library;
   const tessera_plugin_descriptor* descriptor = nullptr;
+  // Found in a folder the user named (scan_named): wins over copies on the default path.
+  bool named = false;
 
   [[nodiscard]] bool answers_to(PluginKind kind, std::string_view name) const {
     if (info.kind != kind) return false;
@@ -117,6 +119,28 @@ PluginRegistry::PluginRegistry() = default;
 PluginRegistry::~PluginRegistry() = default;
 
 void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
+  scan_folder(dir, nullptr);
+}
+
+void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
+  for (const auto& dir : dirs) scan_directory(dir);
+}
+
+void PluginRegistry::scan_named(const std::vector<std::filesystem::path>& dirs,
+                                const std::string& origin) {
+  // Every folder is checked before any is loaded: a typo fails the whole path, not half of it.
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec)) continue;
+    throw ConfigError(origin + ": plugin folder '" + dir.string() + "' " +
+                      (std::filesystem::exists(dir, ec) ? "is not a folder" : "does not exist") +
+                      "; correct the path or create the folder");
+  }
+  for (const auto& dir : dirs) scan_folder(dir, &origin);
+}
+
+void PluginRegistry::scan_folder(const std::filesystem::path& dir,
+                                 const std::string* named_origin) {
   scanned_.push_back(dir);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return;
@@ -134,7 +158,7 @@ void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
   std::sort(files.begin(), files.end());
   for (const auto& file : files) {
     try {
-      (void)load_file(file);
+      (void)load(file, named_origin);
     } catch (const ShadowedPlugin& e) {
       failures_.push_back({file, e.what(), true});
     } catch (const PluginError& e) {
@@ -143,17 +167,20 @@ void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
   }
 }
 
-void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
-  for (const auto& dir : dirs) scan_directory(dir);
+const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
+  return load(file, nullptr);
 }
 
-const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
+const PluginInfo& PluginRegistry::load(const std::filesystem::path& file,
+                                       const std::string* named_origin) {
   std::error_code ec;
   auto canonical = std::filesystem::canonical(file, ec);
   if (ec) refuse(file, "cannot open: " + ec.message());
   // The same file reached through two search folders is one plugin, not a clash.
   for (const auto& loaded : loaded_) {
-    if (loaded->canonical_file == canonical) return loaded->info;
+    if (loaded->canonical_file != canonical) continue;
+    if (named_origin != nullptr) loaded->named = true;
+    return loaded->info;
   }
 
   auto library = std::make_shared<const boost::dll::shared_library>(open_library(file));
@@ -164,17 +191,34 @@ const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
 
   std::vector<std::string> names = info.aliases;
   names.insert(names.begin(), info.name);
-  for (const auto& loaded : loaded_) {
+  // The copy of this same plugin found earlier on the default search path, which a named
+  // folder's copy replaces.
+  auto superseded = loaded_.end();
+  for (auto it = loaded_.begin(); it != loaded_.end(); ++it) {
+    const auto& loaded = *it;
     for (const auto& name : names) {
       if (!loaded->answers_to(info.kind, name)) continue;
       const std::string why = std::string(plugin_kind_name(info.kind)) + " name '" + name +
                               "' is already taken by " + loaded->info.file.string();
-      if (loaded->info.name == info.name) {
-        throw ShadowedPlugin(file.string() + ": " + why +
-                             "; this copy is ignored (the first found on the search path wins)");
+      if (loaded->info.name != info.name) refuse(file, why);
+      if (named_origin != nullptr && !loaded->named) {
+        superseded = it;
+        break;
       }
-      refuse(file, why);
+      throw ShadowedPlugin(file.string() + ": " + why +
+                           "; this copy is ignored (the first found on the search path wins)");
     }
+  }
+  if (superseded != loaded_.end()) {
+    const auto& old = (*superseded)->info;
+    failures_.push_back(
+        {old.file,
+         old.file.string() + ": " + std::string(plugin_kind_name(old.kind)) + " '" + old.name +
+             "' is replaced by " + file.string() + " from a folder named at " + *named_origin +
+             "; this copy is ignored (a named folder wins over the default search path)",
+         true});
+    replaced_.push_back(std::move(*superseded));
+    loaded_.erase(superseded);
   }
 
   auto entry = std::make_unique<Loaded>();
@@ -182,6 +226,7 @@ const PluginInfo& PluginRegistry::load_file(const std::filesystem::path& file) {
   entry->canonical_file = std::move(canonical);
   entry->library = std::move(library);
   entry->descriptor = &descriptor;
+  entry->named = named_origin != nullptr;
   loaded_.push_back(std::move(entry));
   return loaded_.back()->info;
 }

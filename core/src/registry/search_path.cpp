@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "tessera/error.hpp"
 #include "tessera/registry.hpp"
 
 namespace tessera {
@@ -22,17 +23,26 @@ std::optional<std::filesystem::path> library_folder() {
 
 std::vector<std::filesystem::path> PluginRegistry::default_search_path() {
   std::vector<std::filesystem::path> dirs;
-  if (auto folder = library_folder()) dirs.push_back(*folder / "tessera" / "plugins");
   if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) {
     std::string_view rest(env);
     while (!rest.empty()) {
       const auto colon = rest.find(':');
       const auto entry = rest.substr(0, colon);
-      if (!entry.empty()) dirs.emplace_back(entry);
+      if (!entry.empty()) {
+        std::error_code ec;
+        if (!std::filesystem::is_directory(entry, ec)) {
+          throw ConfigError(
+              "environment TESSERA_PLUGIN_PATH: plugin folder '" + std::string(entry) + "' " +
+              (std::filesystem::exists(entry, ec) ? "is not a folder" : "does not exist") +
+              "; correct the path, or remove it from TESSERA_PLUGIN_PATH");
+        }
+        dirs.emplace_back(entry);
+      }
       if (colon == std::string_view::npos) break;
       rest.remove_prefix(colon + 1);
     }
   }
+  if (auto folder = library_folder()) dirs.push_back(*folder / "tessera" / "plugins");
   return dirs;
 }
 

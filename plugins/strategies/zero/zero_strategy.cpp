@@ -18,7 +18,10 @@ ZeroConfig config_from(const Options& options, ZeroStage stage) {
   config.stage = stage;
   config.bucket_cap_bytes = options.get_size("bucket_cap");
   config.first_bucket_bytes = options.get_size("first_bucket");
-  config.staging_windows = static_cast<std::size_t>(options.get_int("staging_windows"));
+  // zero1 has no staging windows (its gradients live in one full buffer), nor the option.
+  if (stage == ZeroStage::two) {
+    config.staging_windows = static_cast<std::size_t>(options.get_int("staging_windows"));
+  }
   return config;
 }
 
