@@ -69,6 +69,15 @@ TEST(GradNormOrder, BlocksSumInElementOrderAndThenInBlockOrder) {
   }
 }
 
+// Block partials add left to right: 2^53 + 1 rounds back to 2^53 every time, where any
+// regrouping (pairs first, as std::reduce may) reaches 2^53 + 2 or more.
+TEST(GradNormOrder, BlockPartialsAddStrictlyLeftToRight) {
+  const double big = std::ldexp(1.0, 53);
+  const std::vector<double> blocks = {big, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+  ASSERT_NE((big + 1.0) + 1.0, big + (1.0 + 1.0)) << "the data does not tell groupings apart";
+  EXPECT_EQ(sum_norm_blocks(blocks), big);
+}
+
 TEST(GradNormOrder, ShardsOnBlockBoundariesGiveTheWholeVectorsBits) {
   const auto g = spread_gradients(kCount);
   const std::span<const float> all(g);
