@@ -11,7 +11,8 @@
 # scratch folder, builds it once with the `ci` preset and checks that the selected tests pass
 # there. Then, for each mutant in turn, it applies the patch, rebuilds incrementally, runs the
 # mutant's tests (or, with --full, the whole suite) and reverts the patch. A mutant is
-# "killed" when a test fails, "survived" when every test passes. The table goes to stdout; the
+# "killed" when a test fails (the run stops at the first failure), "survived" when every test
+# passes. The table goes to stdout; the
 # exit status is 1 when any mutant survived or could not be checked (it did not apply, did not
 # build, or its regex selected no test), 0 when all were killed.
 #
@@ -68,14 +69,18 @@ while IFS= read -r -d '' file; do
   fi
 done < <(cd "$repo" && git ls-files -z --cached --others --exclude-standard)
 cd "$scratch/tree"
-if [[ ! -f build/ci/build.ninja ]]; then
-  cmake --preset ci >"$log_dir/configure.log" 2>&1 ||
+# A mutant in libtessera then relinks libtessera alone: executables load the new library at
+# run time instead of being relinked against it (LINK_DEPENDS_NO_SHARED), which is most of an
+# incremental build's time on a small machine.
+if ! grep -q '^CMAKE_LINK_DEPENDS_NO_SHARED:BOOL=ON' build/ci/CMakeCache.txt 2>/dev/null; then
+  cmake --preset ci -DCMAKE_LINK_DEPENDS_NO_SHARED=ON >"$log_dir/configure.log" 2>&1 ||
     { echo "mutants.sh: configure failed, see $log_dir/configure.log" >&2; exit 2; }
 fi
 
 build() { cmake --build --preset ci -- -j"$jobs" >"$1" 2>&1; }
-run_tests() {  # $1 log, $2 regex ('' = all)
+run_tests() {  # $1 log, $2 regex ('' = all), $3 "stop" to stop at the first failure
   local args=(--preset ci -j"$jobs" --timeout 300 --no-tests=error)
+  [[ "${3:-}" == stop ]] && args+=(--stop-on-failure)
   [[ -n "$2" ]] && args+=(-R "$2")
   ctest "${args[@]}" >"$1" 2>&1
 }
@@ -117,7 +122,7 @@ for patch in "${patches[@]}"; do
     if ! build "$log_dir/$name-build.log"; then
       result='no-build'
       detail="see $log_dir/$name-build.log"
-    elif run_tests "$log_dir/$name-tests.log" "$regex"; then
+    elif run_tests "$log_dir/$name-tests.log" "$regex" stop; then
       result='SURVIVED'
     elif grep -q 'No tests were found' "$log_dir/$name-tests.log"; then
       result='no-tests'
