@@ -99,19 +99,31 @@ TEST_F(FileStoreTest, AWriterTimesOutWhileAnotherHoldsTheLock) {
   auto store = open({{"timeout", "200ms"}});
   store->set("k", "v");  // creates the lock file
   const auto lock_path = folder_ / ".lock";
+  // The child says on `locked` once it holds the lock, then holds it until it is killed (it
+  // blocks reading `release`, which nobody writes).
+  int locked[2];
+  int release[2];
+  ASSERT_EQ(::pipe(locked), 0);
+  ASSERT_EQ(::pipe(release), 0);
   const pid_t holder = ::fork();
   ASSERT_GE(holder, 0);
   if (holder == 0) {
     const int fd = ::open(lock_path.c_str(), O_RDWR);
-    ::flock(fd, LOCK_EX);
-    ::sleep(3);
+    const char ok = fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? 'y' : 'n';
+    (void)!::write(locked[1], &ok, 1);
+    char never = 0;
+    (void)!::read(release[0], &never, 1);
     ::_exit(0);
   }
-  std::this_thread::sleep_for(200ms);  // let the child take the lock
+  ::close(locked[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(locked[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y') << "the child could not take the lock";
   EXPECT_THROW(store->set("k", "w"), Timeout);
   ::kill(holder, SIGKILL);
   int status = 0;
   ::waitpid(holder, &status, 0);
+  for (const int fd : {locked[0], release[0], release[1]}) ::close(fd);
   store->set("k", "w");  // the lock died with its holder
   EXPECT_EQ(store->get("k", 1s), "w");
 }
