@@ -18,9 +18,13 @@ namespace tessera::detail {
 // The source location stays out of the message: what() reaches users (the CLI prints it), and a
 // user can act on what failed, not on where in tessera's sources it was checked. A debugger's
 // `catch throw` finds the place.
+void throw_check_failure(const char* expression, const std::string& message) {
+  throw InvalidArgument(message + " (internal check '" + expression + "' failed)");
+}
+
 void throw_check_failure(const char* /*file*/, int /*line*/, const char* expression,
                          const std::string& message) {
-  throw InvalidArgument(message + " (internal check '" + expression + "' failed)");
+  throw_check_failure(expression, message);
 }
 
 }  // namespace tessera::detail

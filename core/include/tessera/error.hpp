@@ -84,6 +84,9 @@ class TESSERA_ERROR_API InvalidArgument : public Error {
 };
 
 namespace detail {
+[[noreturn]] void throw_check_failure(const char* expression, const std::string& message);
+// Plugins built before ABI 1.1 call this one; the place is not used (no source path reaches a
+// user).
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* expression,
                                       const std::string& message);
 }  // namespace detail
@@ -95,8 +98,8 @@ namespace detail {
 // (that is a ConfigError naming where the value came from). No source path is in the message. The
 // message is an expression yielding something convertible to std::string and is evaluated only on
 // failure.
-#define TESSERA_CHECK(cond, message)                                                \
-  do {                                                                              \
-    if (!(cond)) [[unlikely]]                                                       \
-      ::tessera::detail::throw_check_failure(__FILE__, __LINE__, #cond, (message)); \
+#define TESSERA_CHECK(cond, message)                            \
+  do {                                                          \
+    if (!(cond)) [[unlikely]]                                   \
+      ::tessera::detail::throw_check_failure(#cond, (message)); \
   } while (false)
