@@ -183,6 +183,7 @@ const Mutation kMutations[] = {
     {"features_mismatch", {{22, "features = 21"}}, 23, "samples of 21 elements"},
     {"features_zero", {{22, "features = 0"}}, 22, "features: '0' is out of range"},
     {"samples_zero", {{20, "samples = 0"}}, 20, "samples: '0' is out of range"},
+    {"test_samples_zero", {{21, "test_samples = 0"}}, 21, "test_samples: '0' is out of range"},
     {"momentum_negative", {{26, "momentum = -0.9"}}, 26, "momentum: '-0.9' is out of range"},
     {"nesterov_without_momentum",
      {{26, "momentum = 0"}, {27, "nesterov = true"}},

@@ -96,6 +96,37 @@ TEST_F(TrainerFailures, NonFiniteLossStopsEveryRankNamingTheStep) {
   EXPECT_EQ(message_.find(".cpp"), std::string::npos) << message_;
 }
 
+TEST_F(TrainerFailures, AnEmptyTestSplitIsADataErrorBeforeAnyStep) {
+  synthetic::SyntheticConfig config;
+  config.samples = 64;
+  config.test_samples = 0;
+  config.features = 16;
+  config.classes = 4;
+  data_ = std::make_shared<synthetic::SyntheticDataset>(config);
+  std::atomic<int> refused{0};
+  std::string message;
+  std::mutex mutex;
+  testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    TrainerComponents parts{
+        world,
+        model_,
+        std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.0F, 0.0F, 0.0F, false}),
+        data_,
+        std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{}),
+        "ddp"};
+    try {
+      (void)Trainer(options(), parts).run(false);
+    } catch (const DataError& e) {
+      ++refused;
+      std::lock_guard lock(mutex);
+      message = e.what();
+    }
+  });
+  // An accuracy over no samples would otherwise be reported as 0 % with exit 0.
+  EXPECT_EQ(refused, 2);
+  EXPECT_NE(message.find("the test split has no samples"), std::string::npos) << message;
+}
+
 TEST_F(TrainerFailures, NonFiniteStepIsCaughtWithClippingToo) {
   auto o = options();
   o.schedule.base_lr = 1e30F;

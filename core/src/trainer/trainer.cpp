@@ -269,6 +269,12 @@ TrainResult Trainer::run(bool resume) {
     // Dataset plugins refuse empty files themselves, naming them; this catches any other.
     throw DataError("dataset: the training split has no samples; nothing to train on");
   }
+  if (data.size(Split::test) == 0) {
+    // An accuracy over no samples would read as 0 % and look like a result.
+    throw DataError(
+        "dataset: the test split has no samples; the run's accuracy cannot be "
+        "measured (give the data set a test split)");
+  }
 
   StrategySetup setup{parts_.world,
                       parts_.model,

@@ -7,7 +7,8 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"samples", "int", "10000", "training samples", nullptr, "1", "1000000000"},
-    {"test_samples", "int", "2000", "test samples", nullptr, "0", "1000000000"},
+    {"test_samples", "int", "2000", "test samples (the run's accuracy is measured on them)",
+     nullptr, "1", "1000000000"},
     {"features", "int", "784", "elements per sample (standard normal)", nullptr, "1", "100000000"},
     {"classes", "int", "10",
      "classes; a sample's label is the arg-max of a fixed random linear map", nullptr, "2",
