@@ -12,8 +12,9 @@
 
 namespace tessera {
 
-// Sum of grads[i]^2 in double, added in index order (bitwise reproducible). Each square of a
-// float is exact in double, so only the additions round.
+// Sum of grads[i]^2 in double, in a fixed grouping (bitwise reproducible): four accumulators
+// take elements i mod 4 in index order, a tail goes to the first, and the four are added as
+// (a0 + a1) + (a2 + a3). Each square of a float is exact in double, so only the additions round.
 [[nodiscard]] double gradient_sum_of_squares(std::span<const float> grads) noexcept;
 
 // The global L2 norm from the all-reduced sum of squares, rounded to float. Different shardings
