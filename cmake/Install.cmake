@@ -16,8 +16,8 @@ install(TARGETS tessera_core tessera_sdk
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(DIRECTORY core/include/ sdk/include/ DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
-install(FILES "${PROJECT_BINARY_DIR}/generated/include/tessera/version.hpp"
-  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/tessera")
+install(FILES "${PROJECT_BINARY_DIR}/generated/include/tessera/base/version.hpp"
+  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/tessera/base")
 install(EXPORT tesseraTargets NAMESPACE tessera:: DESTINATION "${TESSERA_CMAKE_INSTALL_DIR}")
 
 configure_package_config_file(cmake/tesseraConfig.cmake.in

@@ -1,8 +1,8 @@
-#include "tessera/communicator.hpp"
+#include "tessera/plugin/communicator.hpp"
 
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,10 +1,10 @@
-#include "tessera/dtype.hpp"
+#include "tessera/base/dtype.hpp"
 
 #include <bit>
 #include <cmath>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/gradient_sync.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <emmintrin.h>
 #endif
 
-#include "tessera/error.hpp"
-#include "tessera/grad_clip.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
 
 namespace tessera {
 

@@ -1,10 +1,10 @@
-#include "tessera/options.hpp"
+#include "tessera/plugin/options.hpp"
 
 #include <algorithm>
 #include <utility>
 
 #include "config/value_parsers.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/plugin_kind.hpp"
+#include "tessera/plugin/plugin_kind.hpp"
 
 namespace tessera {
 

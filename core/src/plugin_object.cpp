@@ -1,13 +1,13 @@
-#include "tessera/plugin_object.hpp"
+#include "tessera/plugin/plugin_object.hpp"
 
-#include "tessera/communicator.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/store.hpp"
-#include "tessera/strategy.hpp"
-#include "tessera/transport.hpp"
-#include "tessera/work.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/plugin/work.hpp"
 
 namespace tessera {
 

@@ -1,11 +1,11 @@
-#include "tessera/reduce.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

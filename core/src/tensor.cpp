@@ -1,4 +1,4 @@
-#include "tessera/tensor.hpp"
+#include "tessera/base/tensor.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <new>
 #include <numeric>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,6 +1,6 @@
-#include "tessera/transport.hpp"
+#include "tessera/plugin/transport.hpp"
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

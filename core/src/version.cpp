@@ -1,4 +1,4 @@
-#include "tessera/version.hpp"
+#include "tessera/base/version.hpp"
 
 namespace tessera {
 

@@ -4,8 +4,8 @@
 #include <span>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/optimizer.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/optimizer.hpp"
 
 namespace tessera::optimizers {
 

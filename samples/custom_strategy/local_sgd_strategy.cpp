@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <span>
 
-#include "tessera/error.hpp"
-#include "tessera/grad_clip.hpp"
-#include "tessera/init.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
+#include "tessera/strategy_kit/init.hpp"
 
 namespace acme {
 

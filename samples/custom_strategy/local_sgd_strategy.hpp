@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessera/flat_state.hpp"
-#include "tessera/micro_batches.hpp"
-#include "tessera/options.hpp"
-#include "tessera/strategy.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
 
 namespace acme {
 

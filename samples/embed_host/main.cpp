@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "tessera/config.hpp"
-#include "tessera/data_order.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/error.hpp"
-#include "tessera/gradient_sync.hpp"
-#include "tessera/launch_env.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/world.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/data_order.hpp"
+#include "tessera/runtime/launch_env.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/runtime/world.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 #include "tiny_mlp.hpp"
 
 namespace {

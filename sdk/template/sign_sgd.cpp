@@ -1,6 +1,6 @@
 #include "sign_sgd.hpp"
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace my_plugin {
 

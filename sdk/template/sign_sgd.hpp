@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <span>
 
-#include "tessera/optimizer.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace my_plugin {
 

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "abi_test_support.hpp"
-#include "tessera/communicator.hpp"
-#include "tessera/error.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
-#include "tessera/transport.hpp"
-#include "tessera/work.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/plugin/work.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "abi_test_support.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

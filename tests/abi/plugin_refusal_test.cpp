@@ -2,9 +2,9 @@
 #include <string>
 
 #include "abi_test_support.hpp"
-#include "tessera/error.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

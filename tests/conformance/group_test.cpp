@@ -6,7 +6,7 @@
 #include <string>
 
 #include "reference.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 #include "world.hpp"
 
 namespace tessera::conformance {

@@ -6,8 +6,8 @@
 #include <regex>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
 #include "world.hpp"
 
 namespace tessera::conformance {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "reference.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 #include "world.hpp"
 
 namespace tessera::conformance {

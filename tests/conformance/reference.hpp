@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/buffer_view.hpp"
-#include "tessera/reduce.hpp"
+#include "tessera/base/buffer_view.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 
 namespace tessera::conformance {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/transport.hpp"
 #include "transports_under_test.hpp"
 
 namespace tessera::conformance {

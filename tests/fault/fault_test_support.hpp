@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/registry.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera::fault_test {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "fault_test_support.hpp"
-#include "tessera/communicator.hpp"
-#include "tessera/error.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/transport.hpp"
 
 namespace tessera {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "checkpoint/manifest.hpp"
 #include "fuzz_support.hpp"
-#include "tessera/checkpoint.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace {
 

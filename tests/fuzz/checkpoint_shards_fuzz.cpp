@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "tessera/error.hpp"
-#include "tessera/flat_state.hpp"
-#include "tessera/sharded_checkpoint.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/sharded_checkpoint.hpp"
 
 namespace {
 

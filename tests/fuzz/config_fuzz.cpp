@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "fuzz_support.hpp"
-#include "tessera/config.hpp"
-#include "tessera/error.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/registry.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const tessera::fuzz::ScratchFolder scratch("config");

@@ -8,7 +8,7 @@
 
 #include "fashion_mnist/idx_reader.hpp"
 #include "fuzz_support.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const tessera::fuzz::ScratchFolder scratch("idx");

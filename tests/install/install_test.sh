@@ -45,8 +45,8 @@ case "$case_name" in
 installs_a_complete_prefix)
   rm -rf "$prefix"
   run "$CMAKE_COMMAND" --install "$INSTALL_TEST_BUILD_DIR" --prefix "$prefix" >"$scratch/install.log"
-  for f in bin/tessera lib/libtessera.so include/tessera/version.hpp include/tessera/registry.hpp \
-    include/tessera/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
+  for f in bin/tessera lib/libtessera.so include/tessera/base/version.hpp include/tessera/runtime/registry.hpp \
+    include/tessera/strategy_kit/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
     lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
     lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
     lib/pkgconfig/tessera.pc lib/pkgconfig/tessera-plugin.pc share/tessera/template/CMakeLists.txt \
@@ -123,8 +123,8 @@ pkg_config_builds_a_host)
   cat >"$scratch/host.cpp" <<'CPP'
 #include <cstdio>
 #include <cstring>
-#include "tessera/registry.hpp"
-#include "tessera/version.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/base/version.hpp"
 int main() {
   tessera::PluginRegistry registry;
   registry.scan(tessera::PluginRegistry::default_search_path());
@@ -240,8 +240,8 @@ plugin_of_another_abi_major_is_refused_by_name)
   # major: a copy of the prefix whose plugin_abi.h says 2, the template built against it.
   cp -a "$prefix" "$scratch/abi2"
   sed -i 's/^#define TESSERA_PLUGIN_ABI_MAJOR 1$/#define TESSERA_PLUGIN_ABI_MAJOR 2/' \
-    "$scratch/abi2/include/tessera/plugin_abi.h"
-  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 2$" "$scratch/abi2/include/tessera/plugin_abi.h" ||
+    "$scratch/abi2/include/tessera/plugin/plugin_abi.h"
+  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 2$" "$scratch/abi2/include/tessera/plugin/plugin_abi.h" ||
     fail "could not patch the ABI major"
   build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/abi2"
   plugin="$scratch/build/plugins/libsign_sgd.so"

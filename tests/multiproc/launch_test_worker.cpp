@@ -19,10 +19,10 @@
 #include <string>
 #include <thread>
 
-#include "tessera/error.hpp"
-#include "tessera/launch_env.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/runtime/launch_env.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace {
 

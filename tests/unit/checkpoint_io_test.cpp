@@ -8,8 +8,8 @@
 
 #include "checkpoint_test_support.hpp"
 #include "ddp_test_support.hpp"
-#include "tessera/checkpoint.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace tessera {
 namespace {

@@ -11,7 +11,7 @@
 #include <iterator>
 #include <string>
 
-#include "tessera/checkpoint.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace tessera::testing {
 

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "config_test_support.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/store.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera {
 namespace {

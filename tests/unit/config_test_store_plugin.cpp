@@ -5,7 +5,7 @@
 #include <map>
 #include <mutex>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 #include "tessera/sdk/plugin.hpp"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <string>
 
-#include "tessera/config.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/config.hpp"
 
 namespace tessera::config_test {
 

@@ -8,7 +8,7 @@
 
 #include "fashion_mnist/fashion_mnist.hpp"
 #include "fashion_mnist/idx_reader.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::fashion_mnist {
 namespace {

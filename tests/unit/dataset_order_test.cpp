@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "tessera/data_order.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/data_order.hpp"
 
 namespace tessera {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "synthetic/synthetic.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::synthetic {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ddp_test_support.hpp"
-#include "tessera/dtype.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/base/dtype.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 namespace {

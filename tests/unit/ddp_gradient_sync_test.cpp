@@ -6,8 +6,8 @@
 
 #include "ddp_test_support.hpp"
 #include "sgd/sgd.hpp"
-#include "tessera/error.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 namespace {

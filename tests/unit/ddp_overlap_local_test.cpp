@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp_test_support.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 namespace {

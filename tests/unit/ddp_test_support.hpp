@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/communicator.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera::testing {
 

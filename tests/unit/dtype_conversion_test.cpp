@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "tessera/dtype.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/dtype.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessera/grad_clip.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 namespace {

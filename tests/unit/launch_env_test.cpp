@@ -1,9 +1,9 @@
 // launch_info_from_environment over injected environments.
-#include "tessera/launch_env.hpp"
+#include "tessera/runtime/launch_env.hpp"
 
 #include <gtest/gtest.h>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 namespace {

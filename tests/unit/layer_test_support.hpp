@@ -7,9 +7,9 @@
 #include <functional>
 #include <vector>
 
-#include "tessera/error.hpp"
-#include "tessera/random.hpp"
-#include "tessera/tensor.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
+#include "tessera/base/tensor.hpp"
 
 namespace tessera::testing {
 

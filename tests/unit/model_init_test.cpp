@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "tessera/error.hpp"
-#include "tessera/init.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/init.hpp"
 
 namespace tessera {
 namespace {

@@ -6,9 +6,9 @@
 #include "mlp/mlp_model.hpp"
 #include "sgd/sgd.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/data_order.hpp"
-#include "tessera/error.hpp"
-#include "tessera/init.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/data_order.hpp"
+#include "tessera/strategy_kit/init.hpp"
 
 namespace tessera::mlp {
 namespace {

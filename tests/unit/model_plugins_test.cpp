@@ -4,11 +4,11 @@
 
 #include <filesystem>
 
-#include "tessera/dataset.hpp"
-#include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

@@ -10,8 +10,8 @@
 #include "adam/adam.hpp"
 #include "rmsprop/rmsprop.hpp"
 #include "sgd/sgd.hpp"
-#include "tessera/error.hpp"
-#include "tessera/random.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
 
 namespace tessera {
 namespace {

@@ -1,8 +1,8 @@
 // The value syntax of every option type, and the typed getters of Options.
 #include <gtest/gtest.h>
 
-#include "tessera/error.hpp"
-#include "tessera/options.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera {
 namespace {

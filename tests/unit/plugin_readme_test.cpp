@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/registry.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

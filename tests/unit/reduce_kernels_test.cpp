@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "tessera/dtype.hpp"
-#include "tessera/error.hpp"
-#include "tessera/reduce.hpp"
+#include "tessera/base/dtype.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 
 namespace tessera {
 namespace {

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "config_test_support.hpp"
-#include "tessera/error.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

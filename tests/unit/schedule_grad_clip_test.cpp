@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "tessera/error.hpp"
-#include "tessera/grad_clip.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
 
 namespace tessera {
 namespace {

@@ -1,11 +1,11 @@
-#include "tessera/schedule.hpp"
+#include "tessera/runtime/schedule.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 namespace {

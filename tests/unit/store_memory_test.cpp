@@ -5,8 +5,8 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/error.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera {
 namespace {

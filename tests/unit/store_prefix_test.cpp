@@ -3,8 +3,8 @@
 #include <chrono>
 #include <memory>
 
-#include "tessera/error.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera {
 namespace {

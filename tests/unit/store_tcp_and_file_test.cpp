@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "tessera/error.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {

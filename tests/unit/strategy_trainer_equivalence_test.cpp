@@ -16,7 +16,7 @@
 #include "ddp_test_support.hpp"
 #include "mlp/mlp_model.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/trainer.hpp"
+#include "tessera/runtime/trainer.hpp"
 #include "zero3_strategy.hpp"
 #include "zero_strategy.hpp"
 
@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 std::shared_ptr<Strategy> make_strategy(const std::string& name) {
   if (name == "ddp") return std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{});
-  if (name == "zero3") return std::make_shared<fsdp::Zero3Strategy>(fsdp::Zero3Config{});
+  if (name == "zero3") return std::make_shared<zero3::Zero3Strategy>(zero3::Zero3Config{});
   zero::ZeroConfig config;
   config.stage = name == "zero1" ? zero::ZeroStage::one : zero::ZeroStage::two;
   return std::make_shared<zero::ZeroStrategy>(config);

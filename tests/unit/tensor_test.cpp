@@ -1,10 +1,10 @@
-#include "tessera/tensor.hpp"
+#include "tessera/base/tensor.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 namespace {

@@ -21,9 +21,9 @@
 #include "mlp/mlp_model.hpp"
 #include "sgd/sgd.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/checkpoint.hpp"
-#include "tessera/error.hpp"
-#include "tessera/trainer.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 namespace tessera {
 namespace {

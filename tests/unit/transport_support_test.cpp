@@ -1,4 +1,4 @@
-#include "tessera/transport_support.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 namespace {

@@ -12,7 +12,7 @@
 #include "ddp_test_support.hpp"
 #include "mlp/mlp_model.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/checkpoint.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace tessera {
 namespace {
@@ -90,10 +90,10 @@ RunResult run_ddp(const RunSpec& spec) {
   return result;
 }
 
-RunResult run_zero3(const RunSpec& spec, const fsdp::Zero3Config& config = {}) {
+RunResult run_zero3(const RunSpec& spec, const zero3::Zero3Config& config = {}) {
   RunResult result;
   run_ranks(spec.ranks, [&](std::shared_ptr<Communicator> world) {
-    fsdp::Zero3Strategy strategy(config);
+    zero3::Zero3Strategy strategy(config);
     strategy.setup({world, deep_mlp(), adam(), 11, spec.max_grad_norm, spec.micro_batches});
     RunResult mine;
     drive(strategy, *world, spec, 0, mine);
@@ -157,7 +157,7 @@ TEST(Zero3Strategy, ARankWithNoRowsStillTakesPartInEveryCollective) {
 TEST(Zero3Strategy, EachRankHoldsItsShareOfStateAndAtMostThreeGatheredUnits) {
   const std::size_t total = 24 * 72 + 72 + 72 * 60 + 60 + 60 * 40 + 40 + 40 * 10 + 10;
   run_ranks(4, [&](std::shared_ptr<Communicator> world) {
-    fsdp::Zero3Strategy strategy(fsdp::Zero3Config{});
+    zero3::Zero3Strategy strategy(zero3::Zero3Config{});
     strategy.setup({world, deep_mlp(), adam(), 11, 0.0, 1});
     RunResult ignored;
     drive(strategy, *world, RunSpec{.ranks = 4, .steps = 3}, 0, ignored);
@@ -180,7 +180,7 @@ TEST(Zero3Strategy, CheckpointFromWorldFourResumesAtWorldsTwoAndThreeAndAsDdpBit
   std::filesystem::remove_all(root);
   std::vector<float> saved;
   run_ranks(4, [&](std::shared_ptr<Communicator> world) {
-    fsdp::Zero3Strategy strategy(fsdp::Zero3Config{});
+    zero3::Zero3Strategy strategy(zero3::Zero3Config{});
     strategy.setup({world, deep_mlp(), adam(), 11, 0.0, 1});
     RunResult ignored;
     drive(strategy, *world, RunSpec{.ranks = 4, .steps = 5}, 0, ignored);
@@ -207,7 +207,7 @@ TEST(Zero3Strategy, CheckpointFromWorldFourResumesAtWorldsTwoAndThreeAndAsDdpBit
   for (const int ranks : {2, 3}) {
     RunResult as_zero3;
     run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
-      fsdp::Zero3Strategy strategy(fsdp::Zero3Config{});
+      zero3::Zero3Strategy strategy(zero3::Zero3Config{});
       strategy.setup({world, deep_mlp(), adam(), 99, 0.0, 1});
       strategy.load(reader);
       auto loaded = strategy.gather_parameters();

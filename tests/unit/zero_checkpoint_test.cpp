@@ -9,8 +9,8 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
-#include "tessera/checkpoint.hpp"
-#include "tessera/sharded_checkpoint.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/strategy_kit/sharded_checkpoint.hpp"
 #include "zero_strategy.hpp"
 #include "zero_test_support.hpp"
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "ddp_test_support.hpp"
-#include "tessera/gradient_sync.hpp"
-#include "tessera/shard_layout.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/shard_layout.hpp"
 #include "zero_strategy.hpp"
 #include "zero_test_support.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ddp_test_support.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 #include "zero_strategy.hpp"
 #include "zero_test_support.hpp"
 

@@ -12,8 +12,8 @@
 #include "adam/adam.hpp"
 #include "mlp/mlp_model.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/error.hpp"
-#include "tessera/strategy.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/strategy.hpp"
 
 namespace tessera::testing {
 

@@ -12,12 +12,12 @@
 
 #include "collective_bench.hpp"
 #include "self_launch.hpp"
-#include "tessera/config.hpp"
-#include "tessera/error.hpp"
-#include "tessera/launch_env.hpp"
-#include "tessera/launcher.hpp"
-#include "tessera/transport.hpp"
-#include "tessera/world.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/launch_env.hpp"
+#include "tessera/runtime/launcher.hpp"
+#include "tessera/runtime/world.hpp"
 
 namespace tessera::cli {
 

@@ -6,12 +6,12 @@
 #include <limits>
 #include <sstream>
 
-#include "tessera/checkpoint.hpp"
-#include "tessera/error.hpp"
-#include "tessera/flat_state.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::cli {
 

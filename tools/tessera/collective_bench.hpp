@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/communicator.hpp"
+#include "tessera/plugin/communicator.hpp"
 
 namespace tessera::cli {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "tessera/config.hpp"
-#include "tessera/run_check.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/run_check.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

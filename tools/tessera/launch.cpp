@@ -3,11 +3,11 @@
 #include <charconv>
 #include <iostream>
 
-#include "tessera/error.hpp"
-#include "tessera/launcher.hpp"
-#include "tessera/options.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/run_check.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/runtime/launcher.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/runtime/run_check.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

@@ -4,8 +4,8 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
-#include "tessera/json_text.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/runtime/json_text.hpp"
+#include "tessera/runtime/registry.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "tessera/launcher.hpp"
+#include "tessera/runtime/launcher.hpp"
 
 namespace tessera::cli {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/registry.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera::cli {
 

@@ -13,10 +13,10 @@
 #include <iostream>
 #include <thread>
 
-#include "tessera/reduce.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/store.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

@@ -11,14 +11,14 @@
 #include <iostream>
 
 #include "self_launch.hpp"
-#include "tessera/config.hpp"
-#include "tessera/launch_env.hpp"
-#include "tessera/launcher.hpp"
-#include "tessera/registry.hpp"
-#include "tessera/run_check.hpp"
-#include "tessera/trainer.hpp"
-#include "tessera/transport.hpp"
-#include "tessera/world.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/launch_env.hpp"
+#include "tessera/runtime/launcher.hpp"
+#include "tessera/runtime/registry.hpp"
+#include "tessera/runtime/run_check.hpp"
+#include "tessera/runtime/trainer.hpp"
+#include "tessera/runtime/world.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {

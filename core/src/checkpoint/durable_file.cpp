@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::checkpoint {
 

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::checkpoint_detail {
 

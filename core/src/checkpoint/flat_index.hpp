@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/checkpoint.hpp"
-#include "tessera/flat_state.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera::checkpoint_detail {
 

@@ -1,4 +1,4 @@
-#include "tessera/flat_state.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "flat_index.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::checkpoint {
 

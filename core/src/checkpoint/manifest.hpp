@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/checkpoint.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace tessera::checkpoint {
 

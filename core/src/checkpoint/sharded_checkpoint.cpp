@@ -1,11 +1,11 @@
-#include "tessera/sharded_checkpoint.hpp"
+#include "tessera/strategy_kit/sharded_checkpoint.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <sstream>
 
 #include "flat_index.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

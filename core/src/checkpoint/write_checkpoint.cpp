@@ -4,8 +4,8 @@
 
 #include "checkpoint/durable_file.hpp"
 #include "checkpoint/manifest.hpp"
-#include "tessera/checkpoint.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 
 namespace tessera {
 

@@ -1,12 +1,12 @@
-#include "tessera/data_order.hpp"
+#include "tessera/runtime/data_order.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
 
-#include "tessera/error.hpp"
-#include "tessera/random.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
 
 namespace tessera {
 

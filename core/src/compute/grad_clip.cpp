@@ -1,4 +1,4 @@
-#include "tessera/grad_clip.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
 
 #include <cmath>
 

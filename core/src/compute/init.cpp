@@ -1,11 +1,11 @@
-#include "tessera/init.hpp"
+#include "tessera/strategy_kit/init.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/random.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
 
 namespace tessera {
 namespace {

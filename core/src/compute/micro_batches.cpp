@@ -1,8 +1,8 @@
-#include "tessera/micro_batches.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
 
 #include <cstring>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

@@ -1,10 +1,10 @@
-#include "tessera/schedule.hpp"
+#include "tessera/runtime/schedule.hpp"
 
 #include <cmath>
 #include <numbers>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

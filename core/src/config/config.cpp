@@ -1,10 +1,10 @@
-#include "tessera/config.hpp"
+#include "tessera/runtime/config.hpp"
 
 #include <algorithm>
 
 #include "config/core_schema.hpp"
 #include "config/sources.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera {
 

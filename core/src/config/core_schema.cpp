@@ -1,6 +1,6 @@
 #include "config/core_schema.hpp"
 
-#include "tessera/config.hpp"
+#include "tessera/runtime/config.hpp"
 
 namespace tessera {
 

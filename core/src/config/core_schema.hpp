@@ -4,7 +4,7 @@
 #include <optional>
 #include <string_view>
 
-#include "tessera/plugin_kind.hpp"
+#include "tessera/plugin/plugin_kind.hpp"
 
 namespace tessera::detail {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::detail {
 

@@ -1,4 +1,4 @@
-#include "tessera/run_check.hpp"
+#include "tessera/runtime/run_check.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "tessera/dataset.hpp"
-#include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/strategy.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/plugin/transport.hpp"
 
 namespace tessera {
 

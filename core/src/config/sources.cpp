@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "config/ini_file.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 extern char** environ;  // NOLINT: POSIX declares it nowhere in a header
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/options.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "tessera/store.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::detail {
 

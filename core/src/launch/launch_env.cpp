@@ -1,10 +1,10 @@
-#include "tessera/launch_env.hpp"
+#include "tessera/runtime/launch_env.hpp"
 
 #include <charconv>
 #include <optional>
 #include <vector>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 extern char** environ;  // NOLINT: POSIX declares it nowhere else
 

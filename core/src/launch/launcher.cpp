@@ -1,4 +1,4 @@
-#include "tessera/launcher.hpp"
+#include "tessera/runtime/launcher.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,8 +15,8 @@
 #include "line_relay.hpp"
 #include "node_group.hpp"
 #include "signal_relay.hpp"
-#include "tessera/error.hpp"
-#include "tessera/launch_env.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/launch_env.hpp"
 #include "worker_process.hpp"
 
 namespace tessera {

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::launch {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "tessera/store.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::launch {
 

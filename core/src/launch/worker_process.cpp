@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::launch {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::detail {
 

@@ -3,8 +3,8 @@
 
 #include <filesystem>
 
-#include "tessera/plugin_abi.h"
-#include "tessera/registry.hpp"
+#include "tessera/plugin/plugin_abi.h"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera::detail {
 

@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "tessera/build_id.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/plugin/build_id.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 

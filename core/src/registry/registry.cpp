@@ -1,4 +1,4 @@
-#include "tessera/registry.hpp"
+#include "tessera/runtime/registry.hpp"
 
 #include <dlfcn.h>
 
@@ -8,14 +8,14 @@
 #include <type_traits>
 
 #include "registry/descriptor_check.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/error.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/plugin_abi.h"
-#include "tessera/store.hpp"
-#include "tessera/strategy.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/plugin_abi.h"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/plugin/transport.hpp"
 
 namespace tessera {
 

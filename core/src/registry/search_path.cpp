@@ -2,8 +2,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "tessera/error.hpp"
-#include "tessera/registry.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 

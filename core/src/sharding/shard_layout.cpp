@@ -1,9 +1,9 @@
-#include "tessera/shard_layout.hpp"
+#include "tessera/strategy_kit/shard_layout.hpp"
 
 #include <algorithm>
 
-#include "tessera/error.hpp"
-#include "tessera/gradient_sync.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "tessera/error.hpp"
-#include "tessera/store.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 #include <utility>
 
-#include "tessera/error.hpp"
-#include "tessera/store.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 #include <fstream>
 #include <string>
 
-#include "tessera/trainer.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 namespace tessera {
 

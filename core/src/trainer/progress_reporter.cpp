@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-#include "tessera/error.hpp"
-#include "tessera/json_text.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/json_text.hpp"
 
 namespace tessera::trainer {
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "tessera/strategy.hpp"
-#include "tessera/trainer.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 namespace tessera::trainer {
 

@@ -1,9 +1,9 @@
 #include <fstream>
 
 #include "checkpoint/durable_file.hpp"
-#include "tessera/error.hpp"
-#include "tessera/json_text.hpp"
-#include "tessera/trainer.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/json_text.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 namespace tessera {
 

@@ -1,4 +1,4 @@
-#include "tessera/trainer.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -6,10 +6,10 @@
 #include <limits>
 #include <sstream>
 
-#include "tessera/checkpoint.hpp"
-#include "tessera/data_order.hpp"
-#include "tessera/error.hpp"
-#include "tessera/sharded_checkpoint.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/runtime/data_order.hpp"
+#include "tessera/strategy_kit/sharded_checkpoint.hpp"
 #include "trainer/progress_reporter.hpp"
 
 namespace tessera {

@@ -1,5 +1,5 @@
-#include "tessera/error.hpp"
-#include "tessera/trainer.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/trainer.hpp"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera {
 

@@ -1,15 +1,9 @@
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera {
-
-Deadline deadline_after(Duration timeout) noexcept {
-  const auto now = std::chrono::steady_clock::now();
-  const auto room = std::chrono::duration_cast<Duration>(Deadline::max() - now);
-  return timeout >= room ? Deadline::max() : now + timeout;
-}
 
 QueuedWork::QueuedWork(std::string operation, Duration default_timeout, AbortHandler on_timeout)
     : operation_(std::move(operation)),

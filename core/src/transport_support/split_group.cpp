@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <tuple>
 
-#include "tessera/error.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera {
 

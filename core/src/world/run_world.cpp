@@ -3,9 +3,9 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/error.hpp"
-#include "tessera/transport.hpp"
-#include "tessera/world.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/world.hpp"
 
 namespace tessera {
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "fashion_mnist/idx_reader.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::fashion_mnist {
 

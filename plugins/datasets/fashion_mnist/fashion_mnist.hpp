@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "tessera/dataset.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::fashion_mnist {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::fashion_mnist {
 namespace {

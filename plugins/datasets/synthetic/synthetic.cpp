@@ -7,8 +7,8 @@
 #include <numbers>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/random.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
 
 namespace tessera::synthetic {
 namespace {

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <vector>
 
-#include "tessera/dataset.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::synthetic {
 

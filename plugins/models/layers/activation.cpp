@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::layers {
 namespace {

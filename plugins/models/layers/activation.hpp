@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "layers/compute_context.hpp"
-#include "tessera/layer.hpp"
+#include "tessera/plugin/layer.hpp"
 
 namespace tessera::layers {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::layers {
 namespace {

@@ -5,8 +5,8 @@
 #include <span>
 #include <string>
 
-#include "tessera/error.hpp"
-#include "tessera/layer.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/layer.hpp"
 
 namespace tessera::layers {
 

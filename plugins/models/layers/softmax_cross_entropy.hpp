@@ -2,7 +2,7 @@
 // Softmax cross-entropy over [n, classes] logits and i64 targets.
 
 #include "layers/compute_context.hpp"
-#include "tessera/model.hpp"
+#include "tessera/plugin/model.hpp"
 
 namespace tessera::layers {
 

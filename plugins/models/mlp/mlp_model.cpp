@@ -5,7 +5,7 @@
 
 #include "layers/linear.hpp"
 #include "layers/softmax_cross_entropy.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::mlp {
 

@@ -7,8 +7,8 @@
 
 #include "layers/activation.hpp"
 #include "layers/compute_context.hpp"
-#include "tessera/model.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::mlp {
 

@@ -2,8 +2,8 @@
 // Adam (L2 weight decay folded into the gradient) and AdamW (decoupled weight decay), with
 // PyTorch's update formulas.
 
-#include "tessera/optimizer.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::adam {
 

@@ -1,8 +1,8 @@
 #pragma once
 // RMSprop with PyTorch's update formulas (optionally centered, with momentum).
 
-#include "tessera/optimizer.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::rmsprop {
 

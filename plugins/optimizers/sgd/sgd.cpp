@@ -3,7 +3,7 @@
 #include <string>
 
 #include "step_checks.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::sgd {
 

@@ -1,8 +1,8 @@
 #pragma once
 // Stochastic gradient descent with PyTorch's momentum, dampening, Nesterov and L2 weight decay.
 
-#include "tessera/optimizer.hpp"
-#include "tessera/options.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::sgd {
 

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::file {
 

@@ -11,8 +11,8 @@
 #include <optional>
 #include <string>
 
-#include "tessera/options.hpp"
-#include "tessera/store.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::file {
 

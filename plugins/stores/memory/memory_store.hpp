@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "tessera/options.hpp"
-#include "tessera/store.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::memory {
 

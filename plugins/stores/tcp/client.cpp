@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "protocol.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::tcp {
 

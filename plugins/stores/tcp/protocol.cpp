@@ -1,6 +1,6 @@
 #include "protocol.hpp"
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::tcp {
 

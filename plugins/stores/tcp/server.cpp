@@ -17,7 +17,7 @@
 #include "protocol.hpp"
 #include "server_state.hpp"
 #include "socket.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::tcp {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::tcp {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "protocol.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::tcp {
 

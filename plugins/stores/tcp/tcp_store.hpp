@@ -9,8 +9,8 @@
 
 #include "client.hpp"
 #include "server.hpp"
-#include "tessera/options.hpp"
-#include "tessera/store.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::tcp {
 

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "tessera/error.hpp"
-#include "tessera/init.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/init.hpp"
 
 namespace tessera::ddp {
 

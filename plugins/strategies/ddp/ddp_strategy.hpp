@@ -7,11 +7,11 @@
 #include <span>
 #include <vector>
 
-#include "tessera/flat_state.hpp"
-#include "tessera/gradient_sync.hpp"
-#include "tessera/micro_batches.hpp"
-#include "tessera/options.hpp"
-#include "tessera/strategy.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
 
 namespace tessera::ddp {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tessera/error.hpp"
-#include "tessera/grad_clip.hpp"
-#include "tessera/gradient_sync.hpp"
-#include "tessera/init.hpp"
-#include "tessera/sharded_checkpoint.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
+#include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/init.hpp"
+#include "tessera/strategy_kit/sharded_checkpoint.hpp"
 
 namespace tessera::zero {
 

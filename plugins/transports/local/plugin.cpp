@@ -1,6 +1,6 @@
 #include "tessera/sdk/plugin.hpp"
 
-#include "local_transport.hpp"
+#include "transport.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tessera/staged_collectives.hpp"
+#include "tessera/transport_kit/staged_collectives.hpp"
 
 namespace tessera::shm {
 
@@ -11,7 +11,7 @@ namespace {
 
 using staging::reduce_in_rank_order;
 
-// The group as tessera/staged_collectives.hpp sees it, for one operation.
+// The group as tessera/transport_kit/staged_collectives.hpp sees it, for one operation.
 struct GroupStage {
   Group& group;
   const char* op;

@@ -7,8 +7,8 @@
 // and the two buffers per rank let a fast rank stage round k+1 while peers still read round k.
 
 #include "group.hpp"
-#include "tessera/buffer_view.hpp"
-#include "tessera/reduce.hpp"
+#include "tessera/base/buffer_view.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 
 namespace tessera::shm {
 

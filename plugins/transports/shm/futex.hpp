@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "tessera/store.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::shm {
 

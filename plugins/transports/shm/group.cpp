@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "futex.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::shm {
 

@@ -18,12 +18,13 @@
 #include "peer_watch.hpp"
 #include "segment.hpp"
 #include "settings.hpp"
-#include "tessera/staged_collectives.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/transport_kit/staged_collectives.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera::shm {
 
-// The progress protocol of tessera/staged_collectives.hpp: progress = 3 * step + phase.
+// The progress protocol of tessera/transport_kit/staged_collectives.hpp: progress = 3 * step +
+// phase.
 using staging::kFirstStep;
 using staging::reduced;
 using staging::released;

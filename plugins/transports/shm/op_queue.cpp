@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "p2p.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::shm {
 

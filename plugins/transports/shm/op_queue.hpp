@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "group.hpp"
-#include "tessera/work.hpp"
+#include "tessera/plugin/work.hpp"
 
 namespace tessera::shm {
 

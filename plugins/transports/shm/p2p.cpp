@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::shm {
 

@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "communicator.hpp"
 #include "futex.hpp"
-#include "shm_communicator.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::shm {
 

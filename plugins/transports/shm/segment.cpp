@@ -14,7 +14,7 @@
 #include <system_error>
 #include <utility>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::shm {
 

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tessera/options.hpp"
+#include "tessera/plugin/options.hpp"
 
 namespace tessera::shm {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "exchange.hpp"
-#include "tessera/buffer_view.hpp"
-#include "tessera/reduce.hpp"
+#include "tessera/base/buffer_view.hpp"
+#include "tessera/transport_kit/reduce.hpp"
 
 namespace tessera::ucx {
 

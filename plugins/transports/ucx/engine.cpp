@@ -7,7 +7,7 @@
 #include "exchange.hpp"
 #include "mapped.hpp"
 #include "tags.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::ucx {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "peer_info.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 #include "ucx_worker.hpp"
 
 namespace tessera::ucx {

@@ -5,7 +5,7 @@
 
 #include "backoff.hpp"
 #include "tags.hpp"
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::ucx {
 

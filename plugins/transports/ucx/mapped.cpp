@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backoff.hpp"
-#include "tessera/staged_collectives.hpp"
+#include "tessera/transport_kit/staged_collectives.hpp"
 
 namespace tessera::ucx {
 
@@ -160,7 +160,7 @@ void MappedGroup::await_rank(Exchange& x, int peer, std::uint64_t target) {
   }
 }
 
-// The group as tessera/staged_collectives.hpp sees it, for one operation.
+// The group as tessera/transport_kit/staged_collectives.hpp sees it, for one operation.
 class MappedGroup::Stage {
  public:
   Stage(MappedGroup& group, Exchange& x) : group_(group), x_(x) {}

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 
 namespace tessera::ucx {
 

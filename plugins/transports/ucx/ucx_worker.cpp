@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "tessera/error.hpp"
-#include "tessera/transport_support.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera::ucx {
 

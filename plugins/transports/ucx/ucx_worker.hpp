@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/store.hpp"
+#include "tessera/plugin/store.hpp"
 
 namespace tessera::ucx {
 

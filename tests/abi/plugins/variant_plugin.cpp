@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "tessera/error.hpp"
+#include "tessera/base/error.hpp"
 #include "tessera/sdk/plugin.hpp"
 
 #ifndef TEST_ABI_MAJOR

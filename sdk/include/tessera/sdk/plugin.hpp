@@ -25,16 +25,16 @@
 #include <exception>
 #include <type_traits>
 
-#include "tessera/build_id.hpp"
-#include "tessera/dataset.hpp"
-#include "tessera/model.hpp"
-#include "tessera/optimizer.hpp"
-#include "tessera/options.hpp"
-#include "tessera/plugin_abi.h"
-#include "tessera/plugin_kind.hpp"
-#include "tessera/store.hpp"
-#include "tessera/strategy.hpp"
-#include "tessera/transport.hpp"
+#include "tessera/plugin/build_id.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/plugin_abi.h"
+#include "tessera/plugin/plugin_kind.hpp"
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/plugin/transport.hpp"
 
 namespace tessera::sdk {
 

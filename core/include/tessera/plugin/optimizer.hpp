@@ -1,0 +1,36 @@
+#pragma once
+// Optimizer: an element-wise update over flat fp32 spans, so that any strategy can shard it.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "tessera/plugin/plugin_object.hpp"
+
+namespace tessera {
+
+struct StepInfo {
+  std::int64_t step = 0;       // 1 for the first update
+  float learning_rate = 0.0F;  // after the engine's schedule
+  // Samples of this step over all ranks (EpochShard::global_batch_size), so a strategy can
+  // weight a rank's share when the last batch of an epoch is uneven; 0 means every rank has
+  // as many samples as this one. Optimizers ignore it.
+  std::size_t global_batch_size = 0;
+};
+
+// Element-wise contract: the update of element i reads only params[i], grads[i] and its own
+// state slots, so a strategy may call step() on any partition of the parameters (a ZeRO shard)
+// and get exactly the bits a whole-model call would give.
+// Thread-safety: step() may run concurrently on disjoint spans.
+class Optimizer : public PluginObject {
+ public:
+  // fp32 state values per parameter element (SGD with momentum: 1, Adam: 2).
+  [[nodiscard]] virtual std::size_t state_per_param() const noexcept = 0;
+
+  // Updates params in place. state holds state_per_param() consecutive blocks of
+  // params.size() floats (slot-major), zero before the first step; owned by the caller.
+  virtual void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+                    const StepInfo& info) const = 0;
+};
+
+}  // namespace tessera

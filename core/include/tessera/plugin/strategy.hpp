@@ -1,0 +1,107 @@
+#pragma once
+// Strategy: how parameters, gradients and optimizer state are laid out over ranks and how one
+// training step runs (ddp, zero1/2, zero3; samples/custom_strategy's local_sgd). The contract
+// below is what the trainer relies on; docs/plugin-guide.md#writing-a-strategy has a checklist.
+
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/plugin/checkpoint_io.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+
+namespace tessera {
+
+struct StrategySetup {
+  std::shared_ptr<Communicator> world;
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Optimizer> optimizer;
+  std::uint64_t seed = 0;  // parameter initialisation; equal on every rank
+  // Global gradient-norm clipping threshold (PyTorch's clip_grad_norm_ rule); 0 turns it off.
+  double max_grad_norm = 0.0;
+  // Gradient accumulation: train_step splits its batch into this many micro-batches, runs
+  // forward and backward on each and communicates only after the last.
+  std::size_t micro_batches = 1;
+  // A step whose loss or gradient norm is not finite (the trainer's [train] on_nonfinite):
+  // false, the update runs as usual and the trainer stops the run after it; true, the strategy
+  // skips that step's parameter and optimizer-state update and sets StepStats::skipped. The
+  // loss and the norm are the same on every rank, so every rank takes the same decision.
+  bool skip_nonfinite_steps = false;
+};
+
+// train_step: loss is the mean over the global batch (sum_loss_over_ranks in
+// tessera/strategy_kit/micro_batches.hpp), which rank 0 reports; a strategy that does not
+// communicate every step (the local_sgd sample) reports its own rank's mean and must say so.
+// correct counts this rank's samples. evaluate: loss is the mean over this rank's rows (0 for no
+// rows) and correct counts them; the trainer weights each rank's loss by its row count and sums
+// over ranks.
+struct StepStats {
+  double loss = 0.0;
+  std::size_t correct = 0;
+  double grad_norm = 0.0;  // L2 norm before clipping, over the same gradients as `loss`
+  bool skipped = false;    // no update was made (StrategySetup::skip_nonfinite_steps)
+};
+
+// For strategies, once the step's loss and gradient norm are known and before the update:
+// true, with stats.skipped set, when the setup asks to skip non-finite steps and this is one.
+[[nodiscard]] inline bool skip_nonfinite_update(const StrategySetup& setup, StepStats& stats) {
+  stats.skipped =
+      setup.skip_nonfinite_steps && !(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm));
+  return stats.skipped;
+}
+
+struct MemoryReport {
+  std::size_t parameter_bytes = 0;  // held by this rank between steps
+  std::size_t gradient_bytes = 0;
+  std::size_t optimizer_state_bytes = 0;
+  std::size_t buffer_bytes = 0;  // communication buffers, gather pools
+};
+
+// Collective: every method except memory_report() is called on all ranks, the same number of
+// times and in the same order, so a strategy may communicate in any of them. Every rank calls
+// even when its share of a batch is empty. Not thread-safe: one thread calls, and blocking
+// calls return only when their work (communication included) is complete or has thrown.
+// Errors: TransportError/Timeout from the communicator propagate unchanged; CheckpointError
+// from load() when the checkpoint does not fit; InvalidArgument for a call before setup().
+class Strategy : public PluginObject {
+ public:
+  // Called once, before anything else. Allocates this rank's share of parameters, gradients
+  // and optimizer state (the strategy owns all parameter memory: Model holds none) and
+  // initialises the parameters identically on every rank from setup.seed
+  // (tessera/strategy_kit/init.hpp), so that any strategy and world size start from the same model.
+  virtual void setup(const StrategySetup& setup) = 0;
+  // One optimizer step on this rank's part of the global batch: forward, loss, backward,
+  // gradient exchange, clipping (setup.max_grad_norm), optimizer update. `batch` may have zero
+  // rows (uneven last batch); info.global_batch_size gives the rows over all ranks, so
+  // gradients are weighted per row, not per rank (tessera/strategy_kit/micro_batches.hpp does it).
+  // Keep one LayerContext per layer (per micro-batch in flight) from forward to its backward: a
+  // layer object is shared and stateless. Parameters are equal on every rank (or, sharded, in the
+  // state the next step expects) when it returns.
+  virtual StepStats train_step(const Batch& batch, const StepInfo& info) = 0;
+  // Forward only, no parameter change. Called with an empty batch on a rank whose share of the
+  // test split is empty (the trainer calls it as often on every rank, so a strategy that
+  // gathers parameters in forward, like zero3, must still take part). Returns the mean loss
+  // over this rank's rows, not a global one.
+  virtual StepStats evaluate(const Batch& batch) = 0;
+  // Writes this rank's part of the state as named blobs. Data-parallel strategies write the
+  // canonical flat layout (tessera/strategy_kit/flat_state.hpp: save_flat_shard, or
+  // sharded_checkpoint.hpp for one piece per rank) so that any strategy at any world size can load
+  // it; replicated state is written by rank 0 alone. Blob names must not collide across ranks.
+  virtual void save(CheckpointWriter& writer) = 0;
+  // Called after setup(), before the first step; reads what this rank needs whatever world
+  // size wrote it (reader.saved_world_size()), or throws CheckpointError naming what does not
+  // fit (another layout, another number of optimizer state slots).
+  virtual void load(const CheckpointReader& reader) = 0;
+  // Makes every rank's view of optimizer state consistent (a no-op where it already is).
+  virtual void synchronize_optimizer_state() = 0;
+  // Bytes this rank holds between steps, by category; local, not collective.
+  [[nodiscard]] virtual MemoryReport memory_report() const = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+#pragma once
+// The launcher behind `tessera launch`: serves the job's tcp store, starts the workers of this
+// host with their rank in the environment, relays their output line by line with a rank
+// prefix, forwards SIGINT and SIGTERM, and stops every worker as soon as one fails. A job may
+// span several hosts: one launcher per host, node 0's serving the store the others dial.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/plugin/store.hpp"
+#include "tessera/runtime/registry.hpp"
+
+namespace tessera {
+
+// How workers are pinned to this host's CPUs (those the launcher may run on).
+enum class CpuBinding : std::uint8_t {
+  // Several workers and at least one CPU each: worker i gets the i-th of `processes` equal,
+  // contiguous groups of CPUs (as mpirun does). Otherwise, as `none`.
+  automatic,
+  none,  // leave placement to the scheduler
+};
+
+struct LaunchOptions {
+  int processes = 1;  // workers to start on this host
+  CpuBinding binding = CpuBinding::automatic;
+  std::vector<std::string> command;  // program (searched in PATH) and its arguments
+  bool rank0_only_output = false;    // relay only rank 0's stdout (stderr of every rank is kept)
+  bool prefix_stdout = true;  // "[rank R] " before each stdout line (off: machine-readable output)
+  std::string store_host = "127.0.0.1";  // where the store server binds (node 0)
+  int store_port = 0;                    // 0: a free port (one node only)
+  int nodes = 1;                         // hosts in the job, one launcher on each
+  int node_rank = 0;                     // this host's index; node 0 serves the store
+  // "host:port" every worker (and the other nodes' launchers) dials; required when nodes > 1.
+  // Empty: the served store's own address.
+  std::string store_address;
+  // The job token the store admits. Empty: TESSERA_STORE_TOKEN from the environment, else (one
+  // node only) a fresh random one. With several nodes every node must be given the same one.
+  std::string store_token;
+  // Node 0: how long it keeps serving the store, after its own workers are done, for the other
+  // nodes' workers to finish.
+  Duration finish_wait{60000};
+  std::optional<Duration> timeout;  // the whole job's deadline; none: no deadline
+  Duration grace_period{3000};      // between SIGTERM and SIGKILL when stopping workers
+  int stdout_fd = 1;                // where relayed output and messages go
+  int stderr_fd = 2;
+};
+
+struct LaunchResult {
+  // 0 when every worker exited 0; otherwise the first failure's exit code, 128 + its signal
+  // when it was killed, 124 when the job timed out, 127 when the program could not be started.
+  int exit_code = 0;
+  std::string failure;  // "rank 2 exited with code 3"; empty on success
+};
+
+// Runs this host's part of one job to its end. With several nodes, global rank = node_rank *
+// processes + local rank, every node must start the same number of processes, and a failure on
+// any node stops the workers of every node. The tcp store plugin is created through `registry`,
+// which must have it loaded. Installs handlers for SIGINT, SIGTERM, SIGCHLD and SIGPIPE for the
+// duration, so only one launch may run in a process at a time. Throws ConfigError on bad options
+// and Error when the store cannot be served; a failing worker is reported in the result instead.
+[[nodiscard]] LaunchResult launch_workers(const LaunchOptions& options,
+                                          const PluginRegistry& registry);
+
+// 32 random bytes from /dev/urandom as 64 hex digits: a job's store token.
+[[nodiscard]] std::string random_store_token();
+
+}  // namespace tessera

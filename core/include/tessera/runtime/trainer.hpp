@@ -1,0 +1,138 @@
+#pragma once
+// Trainer: the training loop `tessera train` and embedding hosts share — per-rank data
+// sharding, epochs, evaluation, metrics, progress and checkpoints — around one Strategy.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/base/error.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
+#include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/runtime/config.hpp"
+#include "tessera/runtime/schedule.hpp"
+
+namespace tessera {
+
+// Training went wrong: a step's loss or gradient norm is not finite, or its metrics cannot be
+// written. The message names the step or the file. (Declared with the trainer, which alone
+// throws it; docs/errors.md lists it with the others.)
+class TESSERA_ERROR_API TrainingError : public Error {
+ public:
+  using Error::Error;
+  ~TrainingError() override;
+};
+
+enum class ProgressMode : std::uint8_t { automatic, bar, lines, off };
+
+// The [train] section (docs/training.md lists every option).
+struct TrainerOptions {
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;   // 0: no limit besides epochs
+  std::size_t batch_size = 64;  // per rank
+  std::size_t micro_batches = 1;
+  std::size_t eval_batch_size = 1000;
+  LrSchedule schedule;  // total_steps 0 with cosine: the whole run
+  double max_grad_norm = 0.0;
+  std::uint64_t seed = 0;
+  std::int64_t eval_every = 0;           // steps; 0: after each epoch
+  std::filesystem::path checkpoint_dir;  // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;
+  std::size_t checkpoint_keep = 2;
+  std::filesystem::path metrics_file;
+  ProgressMode progress = ProgressMode::automatic;
+  // on_nonfinite = skip: a step with a non-finite loss or gradient norm makes no update and is
+  // counted; false (error): it stops the run with a TrainingError.
+  bool skip_nonfinite_steps = false;
+
+  // Reads the [train] section. Throws ConfigError for out-of-range values.
+  [[nodiscard]] static TrainerOptions from(const Options& train);
+};
+
+// What one rank trains with. A host may build these itself (its own model, dataset or
+// communicator) or let build_trainer_components() make them from a Config.
+struct TrainerComponents {
+  std::shared_ptr<Communicator> world;
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const Optimizer> optimizer;
+  std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<Strategy> strategy;
+  std::string strategy_name;  // recorded in checkpoints
+  // Strategy names a checkpoint may have been written by (build_trainer_components: every
+  // loaded strategy plugin); --resume refuses a checkpoint naming another. Empty: not checked.
+  std::vector<std::string> known_strategies = {};
+};
+
+// Creates the [train] section's model, optimizer, dataset and strategy through `registry`.
+[[nodiscard]] TrainerComponents build_trainer_components(const Config& config,
+                                                         const PluginRegistry& registry,
+                                                         std::shared_ptr<Communicator> world);
+
+struct RankSummary {
+  int rank = 0;
+  std::uint64_t peak_rss_bytes = 0;  // VmHWM of the rank's process
+  MemoryReport memory;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;  // optimizer steps in total, including before a resume
+  std::int64_t steps_this_run = 0;
+  std::int64_t resumed_from_step = -1;  // -1: started fresh
+  double test_accuracy = 0.0;
+  double test_loss = 0.0;
+  double samples_per_s = 0.0;  // global training samples per second of this run
+  double seconds = 0.0;
+  std::int64_t skipped_steps = 0;  // steps of this run with no update (on_nonfinite = skip)
+  std::vector<double> losses;      // this run's per-step loss, in order
+  std::vector<RankSummary> ranks;  // every rank's, on every rank
+  std::optional<std::filesystem::path> last_checkpoint;
+};
+
+// Collective: every rank constructs a Trainer with the same options and calls run().
+// Not thread-safe; one Trainer per rank.
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, TrainerComponents components);
+
+  // Sets up the strategy, resumes from the newest checkpoint in checkpoint_dir when `resume`
+  // is true (a fresh start if the folder holds none), trains, evaluates and writes the final
+  // checkpoint; of the checkpoints it writes it keeps the newest checkpoint_keep, and it
+  // never removes one it did not write. Throws CheckpointError, before training anything,
+  // for a newest checkpoint that cannot be resumed from (corrupted, truncated, inconsistent,
+  // another model, seed or data set), and without `resume` for a checkpoint_dir that already
+  // holds checkpoints (docs/training.md, "Resuming"); TrainingError for a step whose loss or
+  // gradient norm is not finite (unless skipped) or for metrics that cannot be written.
+  TrainResult run(bool resume);
+
+  // Accuracy and mean loss over the whole test split; each rank evaluates its share.
+  [[nodiscard]] std::pair<double, double> evaluate();
+
+ private:
+  struct Position;
+
+  Position restore(TrainResult& result);
+  void save_checkpoint(const Position& next, TrainResult& result);
+  // A step whose loss or norm is not finite: throws TrainingError unless it was skipped.
+  void check_nonfinite_step(const StepStats& stats, const StepInfo& info) const;
+  [[nodiscard]] std::vector<RankSummary> gather_rank_summaries();
+
+  TrainerOptions options_;
+  TrainerComponents parts_;
+  std::vector<std::filesystem::path> written_checkpoints_;  // by this run, oldest first
+};
+
+// Writes `result` as the --summary JSON (docs/training.md).
+void write_summary_json(const std::filesystem::path& file, const TrainResult& result,
+                        const std::string& extra_json_fields = {});
+
+// Peak resident set size of this process (VmHWM from /proc/self/status), 0 if unknown.
+[[nodiscard]] std::uint64_t peak_rss_bytes();
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+#pragma once
+// Deterministic parameter initialisation: the same bits for every strategy, whatever the
+// sharding, because each element is a pure function of (seed, parameter index, element index).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "tessera/plugin/layer.hpp"
+
+namespace tessera {
+
+// Fills out with elements [offset, offset + out.size()) of parameter `param_index` (its position
+// in the model's flat list of ParamSpecs) initialised as spec.init says:
+//   zeros, ones;
+//   kaiming_uniform  U(-b, b), b = sqrt(6 / fan_in)             (He, gain sqrt(2): ReLU nets);
+//   xavier_uniform   U(-b, b), b = sqrt(6 / (fan_in + fan_out)) (Glorot).
+// Throws InvalidArgument if spec.dtype is not f32, the range exceeds the parameter, or a
+// fan needed by the init is zero.
+void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t param_index,
+                          std::span<float> out, std::size_t offset = 0);
+
+}  // namespace tessera

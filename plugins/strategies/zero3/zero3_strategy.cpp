@@ -1,0 +1,305 @@
+#include "zero3_strategy.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
+#include "tessera/strategy_kit/init.hpp"
+
+namespace tessera::zero3 {
+
+namespace {
+
+Zero3Config config_from(const Options& options) {
+  Zero3Config config;
+  config.reshard_after_forward = options.get_bool("reshard_after_forward");
+  const auto prefetch = options.get_int("prefetch");
+  const auto unit_size = options.get_int("unit_size");
+  const auto max_inflight = options.get_int("max_inflight");
+  TESSERA_CHECK(prefetch >= 0, "zero3: prefetch must not be negative");
+  TESSERA_CHECK(unit_size >= 1, "zero3: unit_size must be at least 1");
+  TESSERA_CHECK(max_inflight >= 1, "zero3: max_inflight must be at least 1");
+  config.prefetch = static_cast<std::size_t>(prefetch);
+  config.unit_size = static_cast<std::size_t>(unit_size);
+  config.max_inflight = static_cast<std::size_t>(max_inflight);
+  return config;
+}
+
+}  // namespace
+
+Zero3Strategy::Zero3Strategy(const Zero3Config& config) : config_(config) {
+  TESSERA_CHECK(config_.unit_size >= 1, "zero3: unit_size must be at least 1");
+  TESSERA_CHECK(config_.max_inflight >= 1, "zero3: max_inflight must be at least 1");
+}
+Zero3Strategy::Zero3Strategy(const Options& options) : Zero3Strategy(config_from(options)) {}
+
+Zero3Strategy::~Zero3Strategy() {
+  // Collectives still in flight write into buffers that die with us: let them land first.
+  const Duration timeout = setup_.world ? setup_.world->timeout() : Duration{0};
+  for (auto& unit : gathered_) {
+    if (!unit.work) continue;
+    try {
+      unit.work->wait(timeout);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
+    }
+  }
+  for (auto& work : scatters_) {
+    try {
+      work->wait(timeout);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): as above
+    }
+  }
+  if (pool_) pool_->quiesce(timeout);
+}
+
+void Zero3Strategy::setup(const StrategySetup& setup) {
+  TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
+                "zero3: setup needs world, model and optimizer");
+  TESSERA_CHECK(setup.micro_batches >= 1, "zero3: micro_batches must be at least 1");
+  setup_ = setup;
+  const auto& model = *setup.model;
+  const int rank = setup.world->rank();
+  const int world = setup.world->size();
+  layout_ = FlatLayout::of(model);
+  plan_ = UnitPlan::make(model, layout_, config_.unit_size, world);
+
+  specs_.clear();
+  layer_params_.assign(model.layer_count(), {});
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    for (auto& spec : model.layer(l).parameters()) {
+      layer_params_[l].push_back(specs_.size());
+      specs_.push_back(std::move(spec));
+    }
+  }
+  params_.assign(plan_.shard_total, 0.0F);
+  grads_.assign(plan_.shard_total, 0.0F);
+  state_.assign(plan_.shard_total * setup.optimizer->state_per_param(), 0.0F);
+
+  // Each element is a pure function of (seed, parameter index, element index), so a rank
+  // initialises exactly its shard and the gathered units equal ddp's parameters bit for bit.
+  for (const auto& unit : plan_.units) {
+    const std::size_t own_begin = unit.flat_begin + unit.owned_begin(rank);
+    const std::size_t own_end = unit.flat_begin + unit.owned_end(rank);
+    for (const std::size_t index : unit.params) {
+      const auto& flat = layout_.params[index];
+      const std::size_t lo = std::max(own_begin, flat.offset);
+      const std::size_t hi = std::min(own_end, flat.offset + flat.count);
+      if (lo >= hi) continue;
+      std::span<float> out(params_.data() + unit.shard_offset + (lo - own_begin), hi - lo);
+      initialize_parameter(specs_[index], setup.seed, index, out, lo - flat.offset);
+    }
+  }
+  if (pool_) pool_->quiesce(setup.world->timeout());
+  pool_ = std::make_unique<GatherPool>(plan_.largest_gathered);
+  norm_ = std::make_unique<ShardedGradNorm>(plan_, rank, world);
+  gathered_.assign(plan_.units.size(), {});
+}
+
+void Zero3Strategy::request_gather(std::size_t unit) {
+  auto& g = gathered_[unit];
+  if (g.held) return;
+  const auto& u = plan_.units[unit];
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  g.buffer = pool_->acquire_for_collective();
+  g.held = true;
+  const BufferView shard{params_.data() + u.shard_offset, u.shard_elements, DType::f32,
+                         Device::cpu()};
+  const BufferView full{pool_->data(g.buffer), world * u.shard_elements, DType::f32, Device::cpu()};
+  g.work = setup_.world->all_gather(shard, full);
+}
+
+std::size_t Zero3Strategy::inflight_gathers() const {
+  return static_cast<std::size_t>(
+      std::count_if(gathered_.begin(), gathered_.end(), [](const Gathered& g) { return g.work; }));
+}
+
+void Zero3Strategy::prefetch_from(std::size_t unit, int direction) {
+  for (std::size_t k = 1; k <= config_.prefetch; ++k) {
+    const auto next =
+        static_cast<std::ptrdiff_t>(unit) + direction * static_cast<std::ptrdiff_t>(k);
+    if (next < 0 || next >= static_cast<std::ptrdiff_t>(plan_.units.size())) return;
+    if (gathered_[static_cast<std::size_t>(next)].held) continue;
+    if (inflight_gathers() >= config_.max_inflight) return;
+    request_gather(static_cast<std::size_t>(next));
+  }
+}
+
+float* Zero3Strategy::wait_gathered(std::size_t unit) {
+  auto& g = gathered_[unit];
+  request_gather(unit);
+  if (g.work) {
+    auto work = std::move(g.work);
+    work->wait(setup_.world->timeout());
+  }
+  return pool_->data(g.buffer);
+}
+
+void Zero3Strategy::release_gathered(std::size_t unit) {
+  auto& g = gathered_[unit];
+  if (!g.held) return;
+  pool_->release(g.buffer, std::move(g.work));
+  g.held = false;
+}
+
+std::vector<BufferView> Zero3Strategy::views(std::size_t layer, const Unit& unit,
+                                             float* base) const {
+  std::vector<BufferView> out;
+  for (const std::size_t index : layer_params_[layer]) {
+    const auto& flat = layout_.params[index];
+    out.push_back({base + (flat.offset - unit.flat_begin), flat.count, DType::f32, Device::cpu()});
+  }
+  return out;
+}
+
+Tensor Zero3Strategy::forward(const Tensor& inputs, std::size_t rows,
+                              std::vector<LayerContext>& contexts, bool for_backward) {
+  const auto& model = *setup_.model;
+  contexts.clear();
+  contexts.resize(model.layer_count());
+  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
+  Tensor x = inputs.alias();
+  const std::size_t units = plan_.units.size();
+  for (std::size_t u = 0; u < units; ++u) {
+    const auto& unit = plan_.units[u];
+    request_gather(u);
+    prefetch_from(u, +1);  // queued behind this unit's gather, overlapping its compute
+    float* base = wait_gathered(u);
+    if (rows > 0) {
+      for (std::size_t l = unit.first_layer; l < unit.end_layer; ++l) {
+        x = model.layer(l).forward(x, views(l, unit, base), contexts[l]);
+      }
+    }
+    // Backward starts with the last unit, so keeping it saves a gather.
+    const bool keep = for_backward && (!config_.reshard_after_forward || u + 1 == units);
+    if (!keep) release_gathered(u);
+  }
+  return x;
+}
+
+void Zero3Strategy::backward(Tensor grad, std::size_t rows, std::vector<LayerContext>& contexts,
+                             bool last) {
+  const auto& model = *setup_.model;
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  const bool accumulate = setup_.micro_batches > 1;
+  if (accumulate && accumulated_.empty()) {
+    for (const auto& unit : plan_.units)
+      accumulated_.emplace_back(Shape{world * unit.shard_elements}, DType::f32);
+  }
+  for (std::size_t u = plan_.units.size(); u-- > 0;) {
+    const auto& unit = plan_.units[u];
+    request_gather(u);
+    if (u > 0) prefetch_from(u, -1);
+    float* base = wait_gathered(u);
+
+    const std::size_t full = world * unit.shard_elements;
+    std::size_t grad_buffer = 0;
+    float* grad_base = nullptr;
+    if (accumulate) {
+      grad_base = accumulated_[u].as<float>().data();
+    } else {
+      grad_buffer = pool_->acquire_for_compute(setup_.world->timeout());
+      grad_base = pool_->data(grad_buffer);
+      std::fill_n(grad_base, full, 0.0F);
+    }
+    if (rows > 0) {
+      for (std::size_t l = unit.end_layer; l-- > unit.first_layer;) {
+        grad = model.layer(l).backward(grad, views(l, unit, base), views(l, unit, grad_base),
+                                       contexts[l]);
+        contexts[l].clear();
+      }
+    }
+    release_gathered(u);
+
+    // The unit's gradient is complete: its reduce-scatter runs while earlier units compute.
+    std::shared_ptr<Work> scatter;
+    if (last) {
+      scatter = setup_.world->reduce_scatter(
+          {grad_base, full, DType::f32, Device::cpu()},
+          {grads_.data() + unit.shard_offset, unit.shard_elements, DType::f32, Device::cpu()},
+          ReduceOp::avg);  // as ddp's all-reduce: rank-order sum, then / world
+      scatters_.push_back(scatter);
+    }
+    if (!accumulate) pool_->release(grad_buffer, std::move(scatter));
+  }
+}
+
+PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& targets,
+                                           float gradient_weight, bool last) {
+  const std::size_t n = batch_rows(inputs);
+  std::vector<LayerContext> contexts;
+  Tensor logits = forward(inputs, n, contexts, true);
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+  Tensor grad;
+  if (n > 0) {
+    auto result = setup_.model->loss(logits, targets);
+    loss_sum = result.loss * static_cast<double>(n);
+    correct = result.correct;
+    grad = std::move(result.grad_logits);
+    if (gradient_weight != 1.0F) {
+      for (float& x : grad.as<float>()) x *= gradient_weight;
+    }
+  }
+  backward(std::move(grad), n, contexts, last);
+  return {loss_sum, correct};
+}
+
+StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
+  TESSERA_CHECK(pool_ != nullptr, "zero3: train_step before setup");
+  const std::size_t n = batch_rows(batch.inputs);
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  const std::size_t global = global_batch_rows(n, world, info, "zero3");
+  const Duration timeout = setup_.world->timeout();
+
+  // Micro-batches and their weights exactly as ddp's, so that the gradients match its bits.
+  // Every rank runs the same number of micro-batches (the collective sequence depends on it).
+  auto [loss_sum, correct] = run_micro_batches(
+      batch, setup_.micro_batches, world, global,
+      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
+        return forward_backward(inputs, targets, weight, last);
+      });
+  StepStats stats;
+  stats.correct = correct;
+
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
+  auto scatters = std::move(scatters_);
+  scatters_.clear();
+  for (auto& work : scatters) work->wait(timeout);
+  if (loss_work) loss_work->wait(timeout);
+  accumulated_.clear();
+  stats.loss = loss_sum / static_cast<double>(global);
+
+  const double sum_of_squares = norm_->sum_of_squares(grads_, *setup_.world, timeout);
+  scale_gradients(grads_,
+                  clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm)));
+  stats.grad_norm = global_norm(sum_of_squares);
+  if (skip_nonfinite_update(setup_, stats)) return stats;
+  setup_.optimizer->step(params_, grads_, state_, info);
+  return stats;
+}
+
+StepStats Zero3Strategy::evaluate(const Batch& batch) {
+  TESSERA_CHECK(pool_ != nullptr, "zero3: evaluate before setup");
+  StepStats stats;
+  const std::size_t n = batch_rows(batch.inputs);
+  std::vector<LayerContext> contexts;
+  Tensor logits = forward(batch.inputs, n, contexts, false);
+  if (n == 0) return stats;
+  const auto result = setup_.model->loss(logits, batch.targets);
+  stats.loss = result.loss;
+  stats.correct = result.correct;
+  return stats;
+}
+
+MemoryReport Zero3Strategy::memory_report() const {
+  MemoryReport report;
+  report.parameter_bytes = params_.size() * sizeof(float);
+  report.gradient_bytes = grads_.size() * sizeof(float);
+  report.optimizer_state_bytes = state_.size() * sizeof(float);
+  if (pool_) report.buffer_bytes = pool_->bytes();
+  if (norm_) report.buffer_bytes += norm_->buffer_bytes();
+  return report;
+}
+
+}  // namespace tessera::zero3

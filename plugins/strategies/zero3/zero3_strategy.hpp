@@ -1,0 +1,100 @@
+#pragma once
+// ZeRO-3 / FSDP: parameters, gradients and optimizer state all sharded. The model is cut into
+// units; a unit's parameters are all-gathered just before its forward and its backward (the
+// next unit's gather prefetched) and released right after; its gradient is reduce-scattered
+// the moment its backward ends.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gather_pool.hpp"
+#include "sharded_grad_norm.hpp"
+#include "tessera/plugin/options.hpp"
+#include "tessera/plugin/strategy.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
+#include "unit_plan.hpp"
+
+namespace tessera::zero3 {
+
+struct Zero3Config {
+  // true: free a unit's gathered parameters after its forward and gather them again for its
+  // backward (ZeRO-3, FSDP FULL_SHARD); false: keep them until its backward (SHARD_GRAD_OP).
+  bool reshard_after_forward = true;
+  std::size_t prefetch = 1;      // units gathered ahead of the one computing; 0: none
+  std::size_t unit_size = 1;     // layers with parameters per unit
+  std::size_t max_inflight = 2;  // parameter gathers issued and not yet waited for
+};
+
+class Zero3Strategy final : public Strategy {
+ public:
+  explicit Zero3Strategy(const Zero3Config& config);
+  // From the plugin's options (reshard_after_forward, prefetch, unit_size, max_inflight).
+  explicit Zero3Strategy(const Options& options);
+  ~Zero3Strategy() override;
+  Zero3Strategy(const Zero3Strategy&) = delete;
+  Zero3Strategy& operator=(const Zero3Strategy&) = delete;
+
+  void setup(const StrategySetup& setup) override;
+  StepStats train_step(const Batch& batch, const StepInfo& info) override;
+  StepStats evaluate(const Batch& batch) override;
+  void save(CheckpointWriter& writer) override;
+  void load(const CheckpointReader& reader) override;
+  void synchronize_optimizer_state() override {}  // each rank owns its state shard outright
+  [[nodiscard]] MemoryReport memory_report() const override;
+
+  // Collective: the full flat parameters (FlatLayout order), gathered unit by unit, for tests
+  // and exports. Allocates the whole model; not for the training loop.
+  [[nodiscard]] std::vector<float> gather_parameters();
+  [[nodiscard]] std::span<const float> parameter_shards() const noexcept { return params_; }
+  [[nodiscard]] const UnitPlan& plan() const noexcept { return plan_; }
+  [[nodiscard]] std::size_t pool_buffers() const noexcept {
+    return pool_ ? pool_->buffer_count() : 0;
+  }
+
+ private:
+  // A unit's gathered parameters: the pool buffer and, until waited for, the gather filling it.
+  struct Gathered {
+    std::size_t buffer = 0;
+    bool held = false;
+    std::shared_ptr<Work> work;
+  };
+
+  void request_gather(std::size_t unit);
+  // Gathers ahead of `unit` in the direction of travel (+1 forward, -1 backward).
+  void prefetch_from(std::size_t unit, int direction);
+  float* wait_gathered(std::size_t unit);
+  void release_gathered(std::size_t unit);
+  [[nodiscard]] std::size_t inflight_gathers() const;
+
+  [[nodiscard]] std::vector<BufferView> views(std::size_t layer, const Unit& unit,
+                                              float* base) const;
+  // Forward through every unit; contexts for backward when `for_backward`. An empty batch
+  // (n == 0) computes nothing but still issues every gather, as all ranks must.
+  Tensor forward(const Tensor& inputs, std::size_t rows, std::vector<LayerContext>& contexts,
+                 bool for_backward);
+  // Backward of one micro-batch; on the last one each unit's gradient is reduce-scattered into
+  // the gradient shards as soon as it is complete.
+  void backward(Tensor grad, std::size_t rows, std::vector<LayerContext>& contexts, bool last);
+  PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
+                              bool last);
+
+  Zero3Config config_;
+  StrategySetup setup_;
+  FlatLayout layout_;
+  UnitPlan plan_;
+  std::vector<ParamSpec> specs_;                        // FlatLayout order
+  std::vector<std::vector<std::size_t>> layer_params_;  // per layer: FlatLayout indices
+  std::vector<float> params_;                           // this rank's shards, UnitPlan layout
+  std::vector<float> grads_;
+  std::vector<float> state_;  // slot-major over params_
+  std::unique_ptr<GatherPool> pool_;
+  std::unique_ptr<ShardedGradNorm> norm_;
+  std::vector<Gathered> gathered_;               // per unit
+  std::vector<Tensor> accumulated_;              // per unit full gradients across micro-batches
+  std::vector<std::shared_ptr<Work>> scatters_;  // this step's reduce-scatters
+};
+
+}  // namespace tessera::zero3

@@ -1,0 +1,150 @@
+#include "communicator.hpp"
+
+#include <cstring>
+
+#include "tessera/base/error.hpp"
+#include "tessera/transport_kit/transport_support.hpp"
+
+namespace tessera::ucx {
+
+namespace {
+
+void check_cpu(const BufferView& view, const char* operation) {
+  TESSERA_CHECK(view.device.type == DeviceType::cpu, std::string("ucx transport: ") + operation +
+                                                         " needs a cpu buffer, got " +
+                                                         to_string(view.device));
+  TESSERA_CHECK(view.data != nullptr || view.count == 0,
+                std::string("ucx transport: ") + operation + ": null buffer");
+}
+
+bool overlaps(const BufferView& a, const BufferView& b) {
+  const auto* a_end = a.byte_data() + a.bytes();
+  const auto* b_end = b.byte_data() + b.bytes();
+  return a.bytes() != 0 && b.bytes() != 0 && a.byte_data() < b_end && b.byte_data() < a_end;
+}
+
+}  // namespace
+
+UcxCommunicator::UcxCommunicator(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+
+UcxCommunicator::~UcxCommunicator() = default;
+
+void UcxCommunicator::abort(const std::string& reason) noexcept {
+  engine_->abort(reason, std::nullopt);
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_all_reduce(BufferView data, ReduceOp op) {
+  check_cpu(data, "all_reduce");
+  return engine_->submit("all_reduce",
+                         [=, this](Exchange& x) { run_all_reduce(x, data, op, scratch_); });
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_reduce_scatter(BufferView input, BufferView output,
+                                                         ReduceOp op) {
+  check_cpu(input, "reduce_scatter");
+  check_cpu(output, "reduce_scatter");
+  // Peers receive every block of this rank's input but block rank(); only an output placed
+  // exactly there can share memory with it.
+  TESSERA_CHECK(
+      !overlaps(input, output) ||
+          output.data == input.slice(static_cast<std::size_t>(rank()) * output.count, 0).data,
+      "reduce_scatter: output overlaps input other than at block rank()");
+  return engine_->submit("reduce_scatter", [=, this](Exchange& x) {
+    run_reduce_scatter(x, input, output, op, scratch_);
+  });
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_all_gather(BufferView input, BufferView output) {
+  check_cpu(input, "all_gather");
+  check_cpu(output, "all_gather");
+  TESSERA_CHECK(
+      !overlaps(input, output) ||
+          input.data == output.slice(static_cast<std::size_t>(rank()) * input.count, 0).data,
+      "all_gather: input overlaps output other than at block rank()");
+  return engine_->submit("all_gather", [=](Exchange& x) { run_all_gather(x, input, output); });
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_broadcast(BufferView data, int root) {
+  check_cpu(data, "broadcast");
+  return engine_->submit("broadcast", [=](Exchange& x) { run_broadcast(x, data, root); });
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_send(BufferView data, int peer, std::uint32_t tag) {
+  check_cpu(data, "send");
+  return engine_->submit_send(
+      "send(to " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")", peer, data.data,
+      data.bytes(), tag);
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_recv(BufferView data, int peer, std::uint32_t tag) {
+  check_cpu(data, "recv");
+  return engine_->submit_recv(
+      "recv(from " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")", peer, data.data,
+      data.bytes(), tag);
+}
+
+std::shared_ptr<Work> UcxCommunicator::do_barrier() {
+  return engine_->submit("barrier", [](Exchange& x) { run_barrier(x); });
+}
+
+std::unique_ptr<Communicator> UcxCommunicator::do_split(int color, int key) {
+  // Through the engine like any collective, so that it runs after everything issued before.
+  auto child = std::make_shared<std::unique_ptr<Communicator>>();
+  auto work =
+      engine_->submit("split", [=, this](Exchange& x) { *child = run_split(x, color, key); });
+  work->wait(timeout());
+  return std::move(*child);
+}
+
+// Three rounds over the parent: everyone's (color, key); then, within each new group, the
+// length and bytes of each member's new worker address. The child then greets its members over
+// its own worker, so it needs no store.
+std::unique_ptr<Communicator> UcxCommunicator::run_split(Exchange& x, int color, int key) {
+  const int me = rank();
+  const int n = size();
+  std::vector<std::int32_t> entries(2 * static_cast<std::size_t>(n));
+  entries[2 * static_cast<std::size_t>(me)] = color;
+  entries[2 * static_cast<std::size_t>(me) + 1] = key;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    x.recv(p, &entries[2 * static_cast<std::size_t>(p)], 2 * sizeof(std::int32_t), 0);
+    x.send(p, &entries[2 * static_cast<std::size_t>(me)], 2 * sizeof(std::int32_t), 0);
+  }
+  x.wait_all();
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int, int>> color_key;
+  for (int r = 0; r < n; ++r)
+    color_key.emplace_back(entries[2 * static_cast<std::size_t>(r)],
+                           entries[2 * static_cast<std::size_t>(r) + 1]);
+  const std::vector<int> members = split_group_members(color_key, me);
+  const int new_size = static_cast<int>(members.size());
+  int new_rank = 0;
+  while (members[static_cast<std::size_t>(new_rank)] != me) ++new_rank;
+
+  auto child =
+      std::make_unique<Engine>(engine_->context(), new_rank, new_size, engine_->settings());
+  const std::uint64_t my_length = child->address().size();
+  std::vector<std::uint64_t> lengths(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == me) continue;
+    x.recv(members[i], &lengths[i], sizeof(std::uint64_t), 1);
+    x.send(members[i], &my_length, sizeof(std::uint64_t), 1);
+  }
+  x.wait_all();
+  std::vector<PeerInfo> peers(members.size());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    peers[i] = engine_->peer(members[i]);
+    if (members[i] == me) {
+      peers[i].address = child->address();
+      continue;
+    }
+    peers[i].address.assign(lengths[i], '\0');
+    x.recv(members[i], peers[i].address.data(), lengths[i], 2);
+    x.send(members[i], child->address().data(), child->address().size(), 2);
+  }
+  x.wait_all();
+  child->start(std::move(peers), deadline_after(timeout()));
+  return std::make_unique<UcxCommunicator>(std::move(child));
+}
+
+}  // namespace tessera::ucx
