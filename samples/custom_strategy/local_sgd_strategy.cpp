@@ -150,8 +150,18 @@ void LocalSgdStrategy::load(const tessera::CheckpointReader& reader) {
   steps_since_average_ = 0;
 }
 
-void LocalSgdStrategy::synchronize_optimizer_state() {
-  average(state_);
+void LocalSgdStrategy::reconfigure(std::shared_ptr<tessera::Communicator> new_world,
+                                   const tessera::CheckpointReader& state) {
+  TESSERA_CHECK(setup_.world, "local_sgd: reconfigure before setup");
+  auto next = setup_;
+  next.world = std::move(new_world);
+  setup(next);
+  load(state);
+}
+
+tessera::DataParallelPlacement LocalSgdStrategy::data_parallel_placement() const {
+  TESSERA_CHECK(setup_.world, "local_sgd: data_parallel_placement before setup");
+  return {setup_.world->rank(), setup_.world->size(), true};
 }
 
 tessera::MemoryReport LocalSgdStrategy::memory_report() const {

@@ -33,8 +33,12 @@ class LocalSgdStrategy final : public tessera::Strategy {
   // rank continues from; rank 0 then writes parameters and its optimizer state.
   void save(tessera::CheckpointWriter& writer) override;
   void load(const tessera::CheckpointReader& reader) override;
-  // Averages the optimizer state over ranks (each rank's moments saw only its own data).
-  void synchronize_optimizer_state() override;
+  // setup() on the new world, then load(state): every replica continues from the averaged
+  // parameters and rank 0's optimizer state, as after loading a checkpoint.
+  void reconfigure(std::shared_ptr<tessera::Communicator> new_world,
+                   const tessera::CheckpointReader& state) override;
+  // Every rank is a replica of its own and reports metrics.
+  [[nodiscard]] tessera::DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] tessera::MemoryReport memory_report() const override;
 
  private:

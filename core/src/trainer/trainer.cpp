@@ -9,6 +9,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/data_order.hpp"
+#include "tessera/strategy_kit/memory_state.hpp"
 #include "tessera/strategy_kit/sharded_checkpoint.hpp"
 #include "trainer/progress_reporter.hpp"
 
@@ -93,13 +94,15 @@ void check_strategy_name(const FileCheckpointReader& reader, const TrainerCompon
   }
 }
 
-EpochShard train_shard(const TrainerOptions& o, const Dataset& data, const Communicator& world,
-                       std::int64_t epoch, std::size_t consumed) {
+// Replica placement.rank's share: the ranks of one replica train on the same rows.
+EpochShard train_shard(const TrainerOptions& o, const Dataset& data,
+                       const DataParallelPlacement& placement, std::int64_t epoch,
+                       std::size_t consumed) {
   EpochShardSpec spec{data.size(Split::train),
                       static_cast<std::uint64_t>(epoch),
                       o.seed,
-                      world.rank(),
-                      world.size(),
+                      placement.rank,
+                      placement.size,
                       o.batch_size,
                       true};
   spec.consumed = consumed;
@@ -220,15 +223,17 @@ void Trainer::save_checkpoint(const Position& next, TrainResult& result) {
 
 std::pair<double, double> Trainer::evaluate() {
   const auto& data = *parts_.dataset;
-  EpochShard shard({data.size(Split::test), 0, options_.seed, parts_.world->rank(),
-                    parts_.world->size(), options_.eval_batch_size, false});
-  // correct, loss * samples, samples: summed over ranks in one collective.
+  EpochShard shard({data.size(Split::test), 0, options_.seed, placement_.rank, placement_.size,
+                    options_.eval_batch_size, false});
+  // correct, loss * samples, samples: summed over reporting ranks in one collective, so a
+  // replica of several ranks counts its samples once.
   double totals[3] = {0.0, 0.0, 0.0};
   for (std::size_t s = 0; s < shard.steps(); ++s) {
     const auto indices = shard.batch(s);
     // Called with an empty share too: evaluate is collective for sharded strategies (zero3
     // gathers every unit), so every rank must call it as often as the others.
     const auto stats = parts_.strategy->evaluate(data.gather(Split::test, indices));
+    if (!placement_.reports_metrics) continue;
     totals[0] += static_cast<double>(stats.correct);
     totals[1] += stats.loss * static_cast<double>(indices.size());
     totals[2] += static_cast<double>(indices.size());
@@ -236,6 +241,45 @@ std::pair<double, double> Trainer::evaluate() {
   parts_.world->all_reduce({totals, 3, DType::f64, Device::cpu()}, ReduceOp::sum)->wait();
   if (totals[2] == 0.0) return {0.0, 0.0};
   return {totals[0] / totals[2], totals[1] / totals[2]};
+}
+
+DataParallelPlacement Trainer::checked_placement() {
+  const auto placement = parts_.strategy->data_parallel_placement();
+  const auto who = "strategy '" + parts_.strategy_name + "'";
+  if (placement.size < 1 || placement.size > parts_.world->size() || placement.rank < 0 ||
+      placement.rank >= placement.size) {
+    throw InvalidArgument(who + " places world rank " + std::to_string(parts_.world->rank()) +
+                          " at data-parallel rank " + std::to_string(placement.rank) + " of " +
+                          std::to_string(placement.size) + " in a world of " +
+                          std::to_string(parts_.world->size()) +
+                          ": its data_parallel_placement() is wrong");
+  }
+  // Each replica must report once: none and its samples go uncounted, two and they count twice.
+  std::int64_t reporters = placement.reports_metrics ? 1 : 0;
+  parts_.world->all_reduce({&reporters, 1, DType::i64, Device::cpu()}, ReduceOp::sum)->wait();
+  if (reporters != placement.size) {
+    throw InvalidArgument(who + " has " + std::to_string(reporters) +
+                          " ranks reporting metrics for " + std::to_string(placement.size) +
+                          " data-parallel replicas: its data_parallel_placement() must mark "
+                          "exactly one rank of each replica");
+  }
+  return placement;
+}
+
+Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
+  if (!world_provider_) return WorldStep::same;
+  auto change = world_provider_(steps_done);
+  if (!change) return WorldStep::same;
+  // Collective over the old world, which must still be whole (a planned change).
+  const auto state = gather_state_in_memory(*parts_.strategy, *parts_.world);
+  if (!change->world) {
+    parts_.world.reset();
+    return WorldStep::left;
+  }
+  parts_.strategy->reconfigure(change->world, *state);
+  parts_.world = std::move(change->world);
+  placement_ = checked_placement();
+  return WorldStep::changed;
 }
 
 std::vector<RankSummary> Trainer::gather_rank_summaries() {
@@ -264,7 +308,6 @@ std::vector<RankSummary> Trainer::gather_rank_summaries() {
 
 TrainResult Trainer::run(bool resume) {
   const auto& data = *parts_.dataset;
-  auto& world = *parts_.world;
   if (data.size(Split::train) == 0) {
     // Dataset plugins refuse empty files themselves, naming them; this catches any other.
     throw DataError("dataset: the training split has no samples; nothing to train on");
@@ -284,28 +327,35 @@ TrainResult Trainer::run(bool resume) {
                       options_.micro_batches,
                       options_.skip_nonfinite_steps};
   parts_.strategy->setup(setup);
+  placement_ = checked_placement();
 
   TrainResult result;
   if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
   written_checkpoints_.clear();
   Position at = resume ? restore(result) : Position{};
 
-  // The run ends after the rest of this epoch at this world size, then whole epochs; at the
-  // world size that wrote the checkpoint this is epochs * steps_per_epoch, as uninterrupted.
-  const std::size_t steps_per_epoch = train_shard(options_, data, world, 0, 0).steps();
-  std::int64_t total_steps = at.step;
-  if (at.epoch < options_.epochs) {
-    total_steps += static_cast<std::int64_t>(
-                       train_shard(options_, data, world, at.epoch, at.samples).steps()) +
-                   (options_.epochs - at.epoch - 1) * static_cast<std::int64_t>(steps_per_epoch);
-  }
-  if (options_.max_steps > 0) total_steps = std::min(total_steps, options_.max_steps);
+  // The run ends after the rest of this epoch at this data-parallel size, then whole epochs; at
+  // the size that wrote the checkpoint this is epochs * steps_per_epoch, as uninterrupted.
+  // Recomputed when the world changes.
+  auto planned_total_steps = [&] {
+    const std::size_t steps_per_epoch = train_shard(options_, data, placement_, 0, 0).steps();
+    std::int64_t total = at.step;
+    if (at.epoch < options_.epochs) {
+      total += static_cast<std::int64_t>(
+                   train_shard(options_, data, placement_, at.epoch, at.samples).steps()) +
+               (options_.epochs - at.epoch - 1) * static_cast<std::int64_t>(steps_per_epoch);
+    }
+    if (options_.max_steps > 0) total = std::min(total, options_.max_steps);
+    return total;
+  };
+  std::int64_t total_steps = planned_total_steps();
   LrSchedule schedule = options_.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = total_steps;
   validate(schedule);
 
-  trainer::ProgressReporter reporter(options_.progress, options_.metrics_file, world.rank() == 0,
-                                     total_steps, options_.epochs);
+  // Progress and metrics come from the rank that is 0 at the start, for the whole run.
+  trainer::ProgressReporter reporter(options_.progress, options_.metrics_file,
+                                     parts_.world->rank() == 0, total_steps, options_.epochs);
   const bool checkpoints = !options_.checkpoint_dir.empty();
   std::int64_t last_saved = at.step;
   std::int64_t last_evaluated = -1;
@@ -319,10 +369,12 @@ TrainResult Trainer::run(bool resume) {
 
   const std::size_t epoch_samples = data.size(Split::train);
   while (at.epoch < options_.epochs && at.step < total_steps) {
-    const EpochShard shard = train_shard(options_, data, world, at.epoch, at.samples);
-    // For the progress line: batches of this world size already behind in the epoch.
-    const std::size_t global_batch = options_.batch_size * static_cast<std::size_t>(world.size());
+    const EpochShard shard = train_shard(options_, data, placement_, at.epoch, at.samples);
+    // For the progress line: batches of this data-parallel size already behind in the epoch.
+    const std::size_t global_batch =
+        options_.batch_size * static_cast<std::size_t>(placement_.size);
     const std::size_t batches_before = at.samples / global_batch;
+    bool world_changed = false;
     for (std::size_t b = 0; b < shard.steps() && at.step < total_steps; ++b) {
       const Batch batch = data.gather(Split::train, shard.batch(b));
       const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
@@ -348,7 +400,24 @@ TrainResult Trainer::run(bool resume) {
         reporter.checkpoint(at.step, *result.last_checkpoint);
       }
       if (options_.eval_every > 0 && at.step % options_.eval_every == 0) run_evaluation(at.epoch);
+      const auto world_step = consult_world_provider(at.step);
+      if (world_step == WorldStep::left) {
+        reporter.finish();
+        result.left_world = true;
+        result.steps = at.step;
+        result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
+        result.seconds = reporter.seconds();
+        result.samples_per_s = reporter.samples_per_s();
+        return result;
+      }
+      if (world_step == WorldStep::changed) {
+        world_changed = true;
+        total_steps = planned_total_steps();
+        break;
+      }
     }
+    // The rest of the epoch is dealt anew over the new world's replicas.
+    if (world_changed && at.samples < epoch_samples) continue;
     if (at.samples < epoch_samples) break;  // max_steps reached inside the epoch
     if (options_.eval_every == 0) run_evaluation(at.epoch);
     ++at.epoch;

@@ -168,6 +168,24 @@ void DdpStrategy::load(const CheckpointReader& reader) {
                   setup_.optimizer->state_per_param());
 }
 
+void DdpStrategy::reconfigure(std::shared_ptr<Communicator> new_world,
+                              const CheckpointReader& state) {
+  TESSERA_CHECK(sync_, "ddp: reconfigure before setup");
+  // A step waits for all its all-reduces, so nothing is in flight on the old world between
+  // steps. The synchronizer (buckets, old communicator) goes first, so the old and new buffers
+  // never coexist.
+  auto next = setup_;
+  next.world = std::move(new_world);
+  sync_.reset();
+  setup(next);  // initialises parameters that load() then overwrites: simple, and rare
+  load(state);
+}
+
+DataParallelPlacement DdpStrategy::data_parallel_placement() const {
+  TESSERA_CHECK(setup_.world, "ddp: data_parallel_placement before setup");
+  return {setup_.world->rank(), setup_.world->size(), true};
+}
+
 MemoryReport DdpStrategy::memory_report() const {
   MemoryReport report;
   report.parameter_bytes = params_.size() * sizeof(float);

@@ -30,7 +30,8 @@ class DdpStrategy final : public Strategy {
   StepStats evaluate(const Batch& batch) override;
   void save(CheckpointWriter& writer) override;
   void load(const CheckpointReader& reader) override;
-  void synchronize_optimizer_state() override {}  // every rank applies the same update
+  void reconfigure(std::shared_ptr<Communicator> new_world, const CheckpointReader& state) override;
+  [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 
   // The flat parameters (FlatLayout order), for tests and embedders that inspect them.

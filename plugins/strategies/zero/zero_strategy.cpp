@@ -362,8 +362,23 @@ StepStats ZeroStrategy::evaluate(const Batch& batch) {
   return stats;
 }
 
-void ZeroStrategy::synchronize_optimizer_state() {
-  wait_gathers_below(shards_.padded_total());
+void ZeroStrategy::reconfigure(std::shared_ptr<Communicator> new_world,
+                               const CheckpointReader& state) {
+  TESSERA_CHECK(setup_.world, "zero: reconfigure before setup");
+  // The last step's parameter all-gathers may still be writing params_, on the old world;
+  // whatever they leave is overwritten by load().
+  drain(reductions_);
+  drain(gathers_);
+  for (auto& window : windows_) drain(window.reductions);
+  auto next = setup_;
+  next.world = std::move(new_world);
+  setup(next);  // re-plans the shards for the new size; initialises what load() overwrites
+  load(state);
+}
+
+DataParallelPlacement ZeroStrategy::data_parallel_placement() const {
+  TESSERA_CHECK(setup_.world, "zero: data_parallel_placement before setup");
+  return {setup_.world->rank(), setup_.world->size(), true};
 }
 
 std::span<const float> ZeroStrategy::parameters() {

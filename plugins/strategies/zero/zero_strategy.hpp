@@ -58,9 +58,8 @@ class ZeroStrategy : public Strategy {
   StepStats evaluate(const Batch& batch) override;
   void save(CheckpointWriter& writer) override;
   void load(const CheckpointReader& reader) override;
-  // Optimizer state has exactly one owner per element, so there is nothing to reconcile; what
-  // can differ between ranks is a parameter all-gather still in flight, which this completes.
-  void synchronize_optimizer_state() override;
+  void reconfigure(std::shared_ptr<Communicator> new_world, const CheckpointReader& state) override;
+  [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 
   // The full flat parameters (FlatLayout order, then padding) once pending gathers land.

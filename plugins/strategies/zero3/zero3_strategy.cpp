@@ -35,13 +35,17 @@ Zero3Strategy::Zero3Strategy(const Zero3Config& config) : config_(config) {
 Zero3Strategy::Zero3Strategy(const Options& options) : Zero3Strategy(config_from(options)) {}
 
 Zero3Strategy::~Zero3Strategy() {
+  drain_in_flight();
+}
+
+void Zero3Strategy::drain_in_flight() noexcept {
   // Collectives still in flight write into buffers that die with us: let them land first.
   const Duration timeout = setup_.world ? setup_.world->timeout() : Duration{0};
   for (auto& unit : gathered_) {
     if (!unit.work) continue;
     try {
       unit.work->wait(timeout);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
+    } catch (...) {  // NOLINT(bugprone-empty-catch): see the declaration
     }
   }
   for (auto& work : scatters_) {
@@ -50,7 +54,24 @@ Zero3Strategy::~Zero3Strategy() {
     } catch (...) {  // NOLINT(bugprone-empty-catch): as above
     }
   }
+  scatters_.clear();
   if (pool_) pool_->quiesce(timeout);
+}
+
+void Zero3Strategy::reconfigure(std::shared_ptr<Communicator> new_world,
+                                const CheckpointReader& state) {
+  TESSERA_CHECK(setup_.world, "zero3: reconfigure before setup");
+  drain_in_flight();
+  auto next = setup_;
+  next.world = std::move(new_world);
+  pool_.reset();  // quiesced above; setup() allocates one sized for the new units
+  setup(next);    // re-plans the units' shards; initialises what load() overwrites
+  load(state);
+}
+
+DataParallelPlacement Zero3Strategy::data_parallel_placement() const {
+  TESSERA_CHECK(setup_.world, "zero3: data_parallel_placement before setup");
+  return {setup_.world->rank(), setup_.world->size(), true};
 }
 
 void Zero3Strategy::setup(const StrategySetup& setup) {

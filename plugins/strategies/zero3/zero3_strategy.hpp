@@ -42,7 +42,8 @@ class Zero3Strategy final : public Strategy {
   StepStats evaluate(const Batch& batch) override;
   void save(CheckpointWriter& writer) override;
   void load(const CheckpointReader& reader) override;
-  void synchronize_optimizer_state() override {}  // each rank owns its state shard outright
+  void reconfigure(std::shared_ptr<Communicator> new_world, const CheckpointReader& state) override;
+  [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 
   // Collective: the full flat parameters (FlatLayout order), gathered unit by unit, for tests
@@ -62,6 +63,9 @@ class Zero3Strategy final : public Strategy {
     std::shared_ptr<Work> work;
   };
 
+  // Waits for every gather and reduce-scatter still in flight, dropping their errors: their
+  // buffers are about to be freed or reused, and the caller has nothing to report them to.
+  void drain_in_flight() noexcept;
   void request_gather(std::size_t unit);
   // Gathers ahead of `unit` in the direction of travel (+1 forward, -1 backward).
   void prefetch_from(std::size_t unit, int direction);

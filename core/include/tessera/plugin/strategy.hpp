@@ -36,11 +36,14 @@ struct StrategySetup {
 };
 
 // train_step: loss is the mean over the global batch (sum_loss_over_ranks in
-// tessera/strategy_kit/micro_batches.hpp), which rank 0 reports; a strategy that does not
-// communicate every step (the local_sgd sample) reports its own rank's mean and must say so.
-// correct counts this rank's samples. evaluate: loss is the mean over this rank's rows (0 for no
-// rows) and correct counts them; the trainer weights each rank's loss by its row count and sums
-// over ranks.
+// tessera/strategy_kit/micro_batches.hpp) and grad_norm the norm of the whole gradient, both the
+// same on every rank of the world (the trainer's non-finite check relies on it); a strategy that
+// does not communicate every step (the local_sgd sample) reports its own rank's mean and must say
+// so. correct counts the samples of this rank's data-parallel share. evaluate: loss is the mean
+// over this rank's rows (0 for no rows) and correct counts them. Of both, the trainer takes
+// correct (and evaluate's loss, weighted by the rank's row count) from reporting ranks only
+// (DataParallelPlacement::reports_metrics) and sums over them, so every sample counts once
+// however many ranks of its replica computed it; what other ranks return there is ignored.
 struct StepStats {
   double loss = 0.0;
   std::size_t correct = 0;
@@ -56,6 +59,17 @@ struct StepStats {
   return stats.skipped;
 }
 
+// Where a rank sits among the data-parallel replicas: the trainer deals each global batch over
+// `size` replicas and gives this rank the share of replica `rank`, so all ranks of one replica
+// (the tensor- or pipeline-parallel ranks of one model copy) see the same rows. Exactly one rank
+// of each replica reports metrics (see StepStats). A pure data-parallel strategy returns
+// {world rank, world size, true}.
+struct DataParallelPlacement {
+  int rank = 0;  // in [0, size)
+  int size = 1;
+  bool reports_metrics = true;
+};
+
 struct MemoryReport {
   std::size_t parameter_bytes = 0;  // held by this rank between steps
   std::size_t gradient_bytes = 0;
@@ -63,10 +77,11 @@ struct MemoryReport {
   std::size_t buffer_bytes = 0;  // communication buffers, gather pools
 };
 
-// Collective: every method except memory_report() is called on all ranks, the same number of
-// times and in the same order, so a strategy may communicate in any of them. Every rank calls
-// even when its share of a batch is empty. Not thread-safe: one thread calls, and blocking
-// calls return only when their work (communication included) is complete or has thrown.
+// Collective: every method except memory_report() and data_parallel_placement() is called on
+// all ranks, the same number of times and in the same order, so a strategy may communicate in
+// any of them. Every rank calls even when its share of a batch is empty. Not thread-safe: one
+// thread calls, and blocking calls return only when their work (communication included) is
+// complete or has thrown.
 // Errors: TransportError/Timeout from the communicator propagate unchanged; CheckpointError
 // from load() when the checkpoint does not fit; InvalidArgument for a call before setup().
 class Strategy : public PluginObject {
@@ -98,8 +113,21 @@ class Strategy : public PluginObject {
   // size wrote it (reader.saved_world_size()), or throws CheckpointError naming what does not
   // fit (another layout, another number of optimizer state slots).
   virtual void load(const CheckpointReader& reader) = 0;
-  // Makes every rank's view of optimizer state consistent (a no-op where it already is).
-  virtual void synchronize_optimizer_state() = 0;
+  // The world changed between steps (ranks left or joined): called on every rank of new_world,
+  // after setup() and between steps, never inside one. The strategy lets work still in flight
+  // on its old communicators land (errors there are dropped: the state comes from `state`),
+  // releases those communicators and every buffer sized for the old world, lays parameters,
+  // gradients and optimizer state out for new_world and reads them from `state` as load() does,
+  // so the next step continues exactly where the old world's last step left off. The rest of
+  // StrategySetup is kept. `state` holds that state, written by the old world's save(): a
+  // checkpoint on disk, or memory (tessera/strategy_kit/memory_state.hpp); it is read during the
+  // call only. Throws as setup() and load(); after a throw the strategy is unusable until a
+  // reconfigure() succeeds.
+  virtual void reconfigure(std::shared_ptr<Communicator> new_world,
+                           const CheckpointReader& state) = 0;
+  // This rank's data-parallel coordinates, valid from setup() and unchanged until the next
+  // reconfigure(); local, not collective.
+  [[nodiscard]] virtual DataParallelPlacement data_parallel_placement() const = 0;
   // Bytes this rank holds between steps, by category; local, not collective.
   [[nodiscard]] virtual MemoryReport memory_report() const = 0;
 };

@@ -1,6 +1,7 @@
 #pragma once
-// Trainer: the training loop `tessera train` and embedding hosts share — per-rank data
-// sharding, epochs, evaluation, metrics, progress and checkpoints — around one Strategy.
+// Trainer: the training loop `tessera train` and embedding hosts share — data sharding over the
+// strategy's data-parallel replicas, epochs, evaluation, metrics, progress, checkpoints and
+// world changes between steps — around one Strategy.
 
 #include <cstdint>
 #include <filesystem>
@@ -93,7 +94,23 @@ struct TrainResult {
   std::vector<double> losses;      // this run's per-step loss, in order
   std::vector<RankSummary> ranks;  // every rank's, on every rank
   std::optional<std::filesystem::path> last_checkpoint;
+  // The world provider dropped this rank after step `steps`: run() returned right after the
+  // state exchange, without the final evaluation, checkpoint or `ranks`, which the ranks that
+  // go on produce.
+  bool left_world = false;
 };
+
+// A change of world between steps (Trainer::set_world_provider).
+struct WorldChange {
+  // The world this rank continues in, connected by the host; null: this rank leaves the run.
+  std::shared_ptr<Communicator> world;
+};
+
+// Consulted by Trainer::run() on every rank of the current world at each step boundary, after
+// the step's checkpoint and evaluation, with the number of steps done. Returns no value to go
+// on in the same world. Whether it returns a change must be the same on every rank of the
+// current world (each rank's new world differs, of course).
+using WorldProvider = std::function<std::optional<WorldChange>(std::int64_t steps_done)>;
 
 // Collective: every rank constructs a Trainer with the same options and calls run().
 // Not thread-safe; one Trainer per rank.
@@ -111,8 +128,20 @@ class Trainer {
   // gradient norm is not finite (unless skipped) or for metrics that cannot be written.
   TrainResult run(bool resume);
 
-  // Accuracy and mean loss over the whole test split; each rank evaluates its share.
+  // Accuracy and mean loss over the whole test split; each replica evaluates its share and
+  // only reporting ranks (Strategy::data_parallel_placement) are counted. Collective; after
+  // run() has set the strategy up.
   [[nodiscard]] std::pair<double, double> evaluate();
+
+  // Lets the world change between steps of run(). On a change every rank of the old world
+  // saves the strategy into memory and the ranks exchange it (gather_state_in_memory, a
+  // planned change: every old rank must still be there); ranks given a new world then call
+  // Strategy::reconfigure() on it together and deal the rest of the epoch over the new
+  // data-parallel size by samples trained, so every sample of the epoch is still seen once;
+  // a rank given none returns from run() with left_world set. Checkpoints go on being written
+  // by the new world. The learning-rate schedule keeps the length it was given at the start.
+  // A rank that joins the run is not supported here (issue 15). Call before run().
+  void set_world_provider(WorldProvider provider) { world_provider_ = std::move(provider); }
 
  private:
   struct Position;
@@ -122,10 +151,18 @@ class Trainer {
   // A step whose loss or norm is not finite: throws TrainingError unless it was skipped.
   void check_nonfinite_step(const StepStats& stats, const StepInfo& info) const;
   [[nodiscard]] std::vector<RankSummary> gather_rank_summaries();
+  // The strategy's data-parallel placement, checked (collective): in range on every rank and
+  // one reporting rank per replica. Throws InvalidArgument naming the strategy otherwise.
+  [[nodiscard]] DataParallelPlacement checked_placement();
+  // Asks the world provider; on a change, exchanges the state and reconfigures the strategy.
+  enum class WorldStep : std::uint8_t { same, changed, left };
+  WorldStep consult_world_provider(std::int64_t steps_done);
 
   TrainerOptions options_;
   TrainerComponents parts_;
   std::vector<std::filesystem::path> written_checkpoints_;  // by this run, oldest first
+  DataParallelPlacement placement_;
+  WorldProvider world_provider_;
 };
 
 // Writes `result` as the --summary JSON (docs/training.md).

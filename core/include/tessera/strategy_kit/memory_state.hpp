@@ -1,0 +1,61 @@
+#pragma once
+// A strategy's state held in memory instead of a checkpoint folder, for Strategy::reconfigure()
+// when the world changes by plan: the old world saves into memory and exchanges it, and the new
+// world reads it back as it would read a checkpoint, without touching a disk.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/plugin/checkpoint_io.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/strategy.hpp"
+
+namespace tessera {
+
+// Named blobs in memory, written by save() and read by load() or reconfigure(). Not
+// thread-safe: one rank's thread writes it, then any number of threads may read it.
+class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader {
+ public:
+  // saved_world_size: the size of the world whose ranks write into it.
+  explicit MemoryCheckpoint(int saved_world_size);
+
+  // Copies `bytes`. Throws CheckpointError for a name already written: blob names must not
+  // collide across ranks (Strategy::save), and a collision would silently lose one rank's part.
+  void put(const std::string& name, std::span<const std::byte> bytes) override;
+  // Throws CheckpointError naming a blob that is not there.
+  [[nodiscard]] std::vector<std::byte> get(const std::string& name) const override;
+  [[nodiscard]] bool contains(const std::string& name) const override;
+  [[nodiscard]] int saved_world_size() const override { return saved_world_size_; }
+
+  [[nodiscard]] const std::map<std::string, std::vector<std::byte>>& blobs() const noexcept {
+    return blobs_;
+  }
+  // Bytes of all blobs together.
+  [[nodiscard]] std::size_t bytes() const noexcept;
+
+ private:
+  std::map<std::string, std::vector<std::byte>> blobs_;
+  int saved_world_size_;
+};
+
+// Collective over `world` (the old world, every rank alive), between steps, before a planned
+// world change: every rank save()s `strategy` into memory and the ranks all-gather their blobs,
+// so each returns the whole state, as the world's checkpoint would hold it, ready for
+// reconfigure() on the new world. Blocks until the exchange is complete.
+//
+// Cost: each rank receives every rank's blobs, in two all-gathers (sizes, then blobs padded to
+// the largest), so it holds and receives the whole model and optimizer state for a moment,
+// world_size times the largest rank's share; for a sharded strategy (zero, zero3) that is the
+// unsharded state on every rank. Fine for a planned change of a small model; a dead rank's share
+// is not there at all (issue 15 keeps replicas of each share for that).
+//
+// Throws TransportError/Timeout from the communicator, CheckpointError when two ranks write the
+// same blob name.
+[[nodiscard]] std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strategy,
+                                                                             Communicator& world);
+
+}  // namespace tessera
