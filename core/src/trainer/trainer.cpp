@@ -272,10 +272,7 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
   if (!change) return WorldStep::same;
   // Collective over the old world, which must still be whole (a planned change).
   const auto state = gather_state_in_memory(*parts_.strategy, *parts_.world);
-  if (!change->world) {
-    parts_.world.reset();
-    return WorldStep::left;
-  }
+  if (!change->world) return WorldStep::left;
   parts_.strategy->reconfigure(change->world, *state);
   parts_.world = std::move(change->world);
   placement_ = checked_placement();
