@@ -149,8 +149,8 @@ INSTANTIATE_TEST_SUITE_P(EveryTransport, TransportErrorLifetime,
                          ::testing::Values("local", "shm", "ucx"),
                          [](const auto& param) { return param.param; });
 
-// Every real store: a timed-out get, and a store that can no longer answer, outlive the
-// registry and the store.
+// Every real store: a timed-out get, a lease that is not alive, and a store that can no longer
+// answer, outlive the registry and the store.
 class StoreErrorLifetime : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StoreErrorLifetime, ErrorsOutliveTheStoreAndTheRegistry) {
@@ -167,6 +167,7 @@ TEST_P(StoreErrorLifetime, ErrorsOutliveTheStoreAndTheRegistry) {
 
   auto timed_out = error_of([&] { (void)store->get("never-set", 20ms); });
   auto waited = error_of([&] { store->wait({"never-set"}, 20ms); });
+  auto expired = error_of([&] { store->keep_alive(LeaseId{}); });
   registry.reset();
   store.reset();
   std::filesystem::remove_all(folder);
@@ -174,8 +175,11 @@ TEST_P(StoreErrorLifetime, ErrorsOutliveTheStoreAndTheRegistry) {
   EXPECT_THROW(std::rethrow_exception(timed_out), Timeout);
   EXPECT_TRUE(contains(message_of(timed_out), "never-set"));
   EXPECT_TRUE(contains(message_of(waited), "never-set"));
+  EXPECT_THROW(std::rethrow_exception(expired), LeaseExpired);
+  EXPECT_TRUE(contains(message_of(expired), "new lease"));
   timed_out = nullptr;
   waited = nullptr;
+  expired = nullptr;
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStore, StoreErrorLifetime, ::testing::Values("memory", "file", "tcp"),

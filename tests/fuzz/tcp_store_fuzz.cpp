@@ -1,9 +1,9 @@
 // Fuzz target: the tcp store server's handling of what clients send (protocol.cpp frames,
 // server_state.cpp requests), without sockets. The input is a script of chunks, each sent on
 // one of three connections, so that partial frames, interleaved clients, parked requests and
-// their wake-ups are all reached. The server may drop a connection (ProtocolViolation) and
-// must never buffer more than its limits allow before admission, nor answer with a frame a
-// client cannot read.
+// their wake-ups (by writes and by the end of leases) are all reached. The server may drop a
+// connection (ProtocolViolation) and must never buffer more than its limits allow before admission,
+// nor answer with a frame a client cannot read.
 
 #include <cstddef>
 #include <cstdint>
@@ -37,11 +37,13 @@ void check_replies(const std::string& out) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  tessera::tcp::ServerState state("token");
+  // Lease ids count from 1, so that seeds can renew, bind and revoke the leases they grant.
+  tessera::tcp::ServerState state("token", 0);
   Session sessions[kSessions];
   auto now = tessera::tcp::Clock::now();
   // Script: [connection byte][length byte][length bytes]... A connection byte with its high
-  // bit set first advances the clock (expiring parked requests) by its low bits in seconds.
+  // bit set first advances the clock (ending leases, expiring parked requests) by its low bits
+  // in seconds.
   std::size_t at = 0;
   while (at + 2 <= size) {
     const std::uint8_t which = data[at];
@@ -52,6 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at += length;
     if (which & 0x80) {
       now += std::chrono::seconds(which & 0x7f);
+      if (state.expire_leases(now))
+        for (auto& s : sessions) state.answer_parked(s);
       for (auto& s : sessions) state.expire_parked(s, now);
     }
     auto& session = sessions[which % kSessions];

@@ -1,11 +1,5 @@
 // A small in-memory store plugin, so that the config tests can select a store by name
-// (runtime.store) without depending on other plugins.
-#include <algorithm>
-#include <condition_variable>
-#include <map>
-#include <mutex>
-
-#include "tessera/base/error.hpp"
+// (runtime.store) without depending on other plugins. It forwards to the core's memory store.
 #include "tessera/sdk/plugin.hpp"
 
 namespace {
@@ -14,62 +8,39 @@ class ConfigTestStore final : public tessera::Store {
  public:
   explicit ConfigTestStore(const tessera::Options& /*options*/) {}
 
-  void set(const std::string& key, const std::string& value) override {
-    const std::lock_guard lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
+  void set(const std::string& key, const std::string& value) override { inner_->set(key, value); }
+  void set(const std::string& key, const std::string& value, tessera::LeaseId lease) override {
+    inner_->set(key, value, lease);
   }
-
   std::string get(const std::string& key, tessera::Duration timeout) override {
-    std::unique_lock lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.contains(key); })) {
-      throw tessera::Timeout("cfg_store: key '" + key + "' did not appear in time");
-    }
-    return values_[key];
+    return inner_->get(key, timeout);
   }
-
   std::int64_t add(const std::string& key, std::int64_t delta) override {
-    const std::lock_guard lock(mutex_);
-    auto& value = values_[key];
-    value = std::to_string((value.empty() ? 0 : std::stoll(value)) + delta);
-    changed_.notify_all();
-    return std::stoll(value);
+    return inner_->add(key, delta);
   }
-
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override {
-    const std::lock_guard lock(mutex_);
-    auto it = values_.find(key);
-    const std::string current = it == values_.end() ? std::string() : it->second;
-    if (current != expected) return current;
-    values_[key] = desired;
-    changed_.notify_all();
-    return desired;
+    return inner_->compare_set(key, expected, desired);
   }
-
   void wait(const std::vector<std::string>& keys, tessera::Duration timeout) override {
-    std::unique_lock lock(mutex_);
-    const bool all = changed_.wait_for(lock, timeout, [&] {
-      return std::all_of(keys.begin(), keys.end(),
-                         [&](const auto& k) { return values_.contains(k); });
-    });
-    if (!all) throw tessera::Timeout("cfg_store: keys did not appear in time");
+    inner_->wait(keys, timeout);
   }
-
-  bool check(const std::string& key) override {
-    const std::lock_guard lock(mutex_);
-    return values_.contains(key);
+  std::optional<std::string> wait_for_change(const std::string& key,
+                                             const std::optional<std::string>& known,
+                                             tessera::Duration timeout) override {
+    return inner_->wait_for_change(key, known, timeout);
   }
-
-  bool remove(const std::string& key) override {
-    const std::lock_guard lock(mutex_);
-    return values_.erase(key) > 0;
+  std::vector<std::pair<std::string, std::string>> list(const std::string& prefix) override {
+    return inner_->list(prefix);
   }
+  bool check(const std::string& key) override { return inner_->check(key); }
+  bool remove(const std::string& key) override { return inner_->remove(key); }
+  tessera::LeaseId grant_lease(tessera::Duration ttl) override { return inner_->grant_lease(ttl); }
+  void keep_alive(tessera::LeaseId lease) override { inner_->keep_alive(lease); }
+  void revoke_lease(tessera::LeaseId lease) override { inner_->revoke_lease(lease); }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
+  std::shared_ptr<tessera::Store> inner_ = tessera::make_memory_store();
 };
 
 }  // namespace

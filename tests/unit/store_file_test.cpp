@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "tessera/base/error.hpp"
@@ -126,6 +128,49 @@ TEST_F(FileStoreTest, AWriterTimesOutWhileAnotherHoldsTheLock) {
   for (const int fd : {locked[0], release[0], release[1]}) ::close(fd);
   store->set("k", "w");  // the lock died with its holder
   EXPECT_EQ(store->get("k", 1s), "w");
+}
+
+std::string file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(FileStoreTest, AKeyFileHoldsItsLeaseNumberThenTheValue) {
+  auto store = open();
+  store->set("plain", "v");
+  EXPECT_EQ(file_text(folder_ / "kplain"), "0\nv");
+  const auto lease = store->grant_lease(60s);
+  const auto number = std::to_string(static_cast<std::int64_t>(lease));
+  store->set("bound", "w", lease);
+  EXPECT_EQ(file_text(folder_ / "kbound"), number + "\nw");
+  const auto lease_file = folder_ / (".lease." + number);
+  EXPECT_NE(file_text(lease_file).find("\nkbound\n"), std::string::npos) << file_text(lease_file);
+  store->revoke_lease(lease);
+  EXPECT_FALSE(std::filesystem::exists(lease_file));
+  EXPECT_FALSE(std::filesystem::exists(folder_ / "kbound"));
+}
+
+TEST_F(FileStoreTest, AGrantSweepsTheFilesOfEndedLeases) {
+  auto store = open();
+  const auto ended = store->grant_lease(20ms);
+  store->set("gone", "v", ended);
+  std::this_thread::sleep_for(20ms + kLeaseExpirySlack);
+  (void)store->grant_lease(60s);
+  EXPECT_FALSE(std::filesystem::exists(
+      folder_ / (".lease." + std::to_string(static_cast<std::int64_t>(ended)))));
+  EXPECT_FALSE(std::filesystem::exists(folder_ / "kgone"));
+}
+
+TEST_F(FileStoreTest, AKeyFileOfAnOlderReleaseIsAClearError) {
+  auto store = open();
+  std::filesystem::create_directories(folder_);
+  std::ofstream(folder_ / "kold") << "127.0.0.1:1234";
+  try {
+    (void)store->get("old", 1s);
+    FAIL() << "an old key file was read as a value";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fresh folder"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(FileStoreTest, AMissingPathIsAConfigError) {

@@ -39,9 +39,13 @@ std::string be(std::uint64_t value, int bytes) {
 std::string frame(const std::string& payload) {
   return be(payload.size(), 4) + payload;
 }
-std::string hello(const std::string& token) {
-  return frame(std::string(1, '\x01') + be(0x7465737365726131, 8) + be(1, 8) + be(token.size(), 4) +
-               token);
+std::string hello(const std::string& token, std::uint64_t version = 2) {
+  return frame(std::string(1, '\x01') + be(0x7465737365726131, 8) + be(version, 8) +
+               be(token.size(), 4) + token);
+}
+// Status::refused, then the server's protocol version.
+std::string refusal() {
+  return frame("\x02" + be(2, 8));
 }
 std::string set_request(const std::string& key, const std::string& value) {
   return frame(std::string(1, '\x02') + be(key.size(), 4) + key + be(value.size(), 4) + value);
@@ -223,7 +227,7 @@ TEST_F(TcpStoreTest, ARawFirstFrameOtherThanHelloIsRefusedAndTheConnectionClosed
   ASSERT_EQ(send_some(fd, request), request.size());
   const auto answer = read_until_closed(fd, 5s);
   ASSERT_TRUE(answer) << "the server kept a connection that skipped the hello";
-  EXPECT_EQ(*answer, frame("\x02"));  // Status::refused
+  EXPECT_EQ(*answer, refusal());
   EXPECT_FALSE(server->check("k"));
 
   // The same request after a hello is served: the refusal was for the missing hello.
@@ -232,6 +236,86 @@ TEST_F(TcpStoreTest, ARawFirstFrameOtherThanHelloIsRefusedAndTheConnectionClosed
   const auto both = hello("right-token") + request;
   ASSERT_EQ(send_some(admitted, both), both.size());
   EXPECT_EQ(server->get("k", 2s), "v");
+}
+
+TEST_F(TcpStoreTest, AHelloOfAnotherProtocolVersionIsRefusedWithTheServersVersion) {
+  auto server = serve();
+  RawSockets raw;
+  const int fd = raw.fds.emplace_back(raw_connect(port_of(*server)));
+  ASSERT_GE(fd, 0);
+  const auto old_hello = hello("right-token", 1);
+  ASSERT_EQ(send_some(fd, old_hello), old_hello.size());
+  const auto answer = read_until_closed(fd, 5s);
+  ASSERT_TRUE(answer) << "the server kept a connection of another protocol version";
+  EXPECT_EQ(*answer, refusal());
+}
+
+// A server of another release that says its version: the client names the mismatch, not the
+// token.
+TEST_F(TcpStoreTest, AClientTellsAServerOfAnotherVersionFromAWrongToken) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  RawSockets raw;
+  raw.fds.push_back(listener);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t length = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  std::thread old_server([listener] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    char buffer[256];
+    (void)!::recv(fd, buffer, sizeof buffer, 0);  // the hello
+    const auto answer = frame("\x02" + be(1, 8));
+    (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  auto client = create({{"host", "127.0.0.1"},
+                        {"port", std::to_string(ntohs(addr.sin_port))},
+                        {"token", "right-token"},
+                        {"timeout", "5s"}});
+  try {
+    client->set("k", "v");
+    FAIL() << "a server of protocol 1 accepted the request";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 1"), std::string::npos)
+        << e.what();
+  }
+  old_server.join();
+}
+
+// A rank's connection may break and come back; its lease lives on the server until it ends.
+TEST_F(TcpStoreTest, LeasesOutliveTheConnectionsThatGrantedThem) {
+  auto server = serve();
+  const std::map<std::string, std::string> client_options{
+      {"host", "127.0.0.1"}, {"port", port_of(*server)}, {"token", "right-token"}};
+  auto holder = create(client_options);
+  const auto lease = holder->grant_lease(60s);
+  holder->set("members/r1", "here", lease);
+  holder.reset();  // every connection of that client closes
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(server->get("members/r1", 0ms), "here");
+  auto reconnected = create(client_options);
+  reconnected->keep_alive(lease);
+  reconnected->revoke_lease(lease);
+  EXPECT_FALSE(server->check("members/r1"));
+}
+
+TEST_F(TcpStoreTest, AListLargerThanOneReplyIsInvalidArgumentAndTheStoreGoesOn) {
+  auto server = serve();
+  const std::string over_half(33u << 20, 'x');  // two of them exceed one reply
+  server->set("big/1", over_half);
+  server->set("big/2", over_half);
+  try {
+    (void)server->list("big/");
+    FAIL() << "a list of 66 MiB came back";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("narrower prefix"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(server->list("big/2").size(), 1U);
 }
 
 TEST_F(TcpStoreTest, AHugeFrameAnnouncedBeforeTheHelloIsDroppedUnread) {

@@ -1,108 +1,252 @@
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/transport_kit/transport_support.hpp"
 
 namespace tessera {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+std::string ms_text(Duration d) {
+  return std::to_string(d.count()) + " ms";
+}
+
 // One mutex and one condition variable: the store carries rendezvous traffic (a few keys per
 // rank per group), never data, so contention does not matter and simplicity does.
+//
+// Leases need no thread of their own: every call first deletes the keys of leases past their
+// deadline, and a blocked caller sleeps no later than the next deadline, so that it deletes
+// them (and wakes the others) on time even when nothing else happens.
 class MemoryStore final : public Store {
  public:
+  MemoryStore() {
+    // A random start, so a lease id from another store object is unlikely to name one here.
+    std::random_device random;
+    next_lease_ = ((static_cast<std::int64_t>(random()) << 31) ^ random()) & 0x3fffffffffffffff;
+  }
+
   void set(const std::string& key, const std::string& value) override {
-    {
-      std::lock_guard lock(mutex_);
-      values_[key] = value;
-    }
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    bind(key, LeaseId{}).value = value;
+    changed_.notify_all();
+  }
+
+  void set(const std::string& key, const std::string& value, LeaseId lease) override {
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    if (!leases_.contains(lease)) throw expired("set of key '" + key + "'", lease);
+    bind(key, lease).value = value;
     changed_.notify_all();
   }
 
   std::string get(const std::string& key, Duration timeout) override {
     std::unique_lock lock(mutex_);
-    if (!changed_.wait_until(lock, deadline_after(timeout),
-                             [&] { return values_.contains(key); })) {
-      throw Timeout("memory store: key '" + key + "' was not set within " +
-                    std::to_string(timeout.count()) + " ms");
+    if (!wait_until(lock, timeout, [&] { return values_.contains(key); })) {
+      throw Timeout("memory store: key '" + key + "' was not set within " + ms_text(timeout));
     }
-    return values_.at(key);
+    return values_.at(key).value;
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) override {
-    std::int64_t result = 0;
-    {
-      std::lock_guard lock(mutex_);
-      auto& value = values_[key];
-      std::int64_t current = 0;
-      if (!value.empty()) {
-        const auto* end = value.data() + value.size();
-        const auto [ptr, ec] = std::from_chars(value.data(), end, current);
-        if (ec != std::errc() || ptr != end) {
-          throw InvalidArgument("memory store: add on key '" + key + "' whose value '" + value +
-                                "' is not an integer");
-        }
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    auto& value = values_[key].value;
+    std::int64_t current = 0;
+    if (!value.empty()) {
+      const auto* end = value.data() + value.size();
+      const auto [ptr, ec] = std::from_chars(value.data(), end, current);
+      if (ec != std::errc() || ptr != end) {
+        throw InvalidArgument("memory store: add on key '" + key + "' whose value '" + value +
+                              "' is not an integer");
       }
-      result = current + delta;
-      value = std::to_string(result);
     }
+    const std::int64_t result = current + delta;
+    value = std::to_string(result);
     changed_.notify_all();
     return result;
   }
 
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override {
-    std::string result;
-    {
-      std::lock_guard lock(mutex_);
-      const auto it = values_.find(key);
-      const bool matches = it == values_.end() ? expected.empty() : it->second == expected;
-      if (!matches) return it == values_.end() ? std::string() : it->second;
-      values_[key] = desired;
-      result = desired;
-    }
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    const auto it = values_.find(key);
+    const bool matches = it == values_.end() ? expected.empty() : it->second.value == expected;
+    if (!matches) return it == values_.end() ? std::string() : it->second.value;
+    values_[key].value = desired;
     changed_.notify_all();
-    return result;
+    return desired;
   }
 
   void wait(const std::vector<std::string>& keys, Duration timeout) override {
     std::unique_lock lock(mutex_);
     const auto all_present = [&] {
-      for (const auto& key : keys) {
-        if (!values_.contains(key)) return false;
-      }
-      return true;
+      return std::all_of(keys.begin(), keys.end(),
+                         [&](const std::string& key) { return values_.contains(key); });
     };
-    if (changed_.wait_until(lock, deadline_after(timeout), all_present)) return;
+    if (wait_until(lock, timeout, all_present)) return;
     std::string missing;
     for (const auto& key : keys) {
       if (values_.contains(key)) continue;
       missing += (missing.empty() ? "'" : ", '") + key + "'";
     }
-    throw Timeout("memory store: key(s) " + missing + " not set within " +
-                  std::to_string(timeout.count()) + " ms");
+    throw Timeout("memory store: key(s) " + missing + " not set within " + ms_text(timeout));
+  }
+
+  std::optional<std::string> wait_for_change(const std::string& key,
+                                             const std::optional<std::string>& known,
+                                             Duration timeout) override {
+    std::unique_lock lock(mutex_);
+    const auto current = [&]() -> std::optional<std::string> {
+      const auto it = values_.find(key);
+      if (it == values_.end()) return std::nullopt;
+      return it->second.value;
+    };
+    if (!wait_until(lock, timeout, [&] { return current() != known; })) {
+      throw Timeout("memory store: key '" + key + "' did not change within " + ms_text(timeout));
+    }
+    return current();
+  }
+
+  std::vector<std::pair<std::string, std::string>> list(const std::string& prefix) override {
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    std::vector<std::pair<std::string, std::string>> found;
+    for (auto it = values_.lower_bound(prefix);
+         it != values_.end() && it->first.starts_with(prefix); ++it)
+      found.emplace_back(it->first, it->second.value);
+    return found;
   }
 
   bool check(const std::string& key) override {
     std::lock_guard lock(mutex_);
+    expire_leases();
     return values_.contains(key);
   }
 
   bool remove(const std::string& key) override {
     std::lock_guard lock(mutex_);
-    return values_.erase(key) > 0;
+    expire_leases();
+    const auto it = values_.find(key);
+    if (it == values_.end()) return false;
+    erase(it);
+    changed_.notify_all();
+    return true;
+  }
+
+  LeaseId grant_lease(Duration ttl) override {
+    if (ttl < Duration(1) || ttl > kMaxStoreDuration)
+      throw InvalidArgument("memory store: a lease of " + ms_text(ttl) +
+                            "; a lease lasts between 1 ms and 30 days");
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    const auto id = LeaseId{++next_lease_};
+    leases_[id] = Lease{ttl, Clock::now() + ttl, {}};
+    return id;
+  }
+
+  void keep_alive(LeaseId lease) override {
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    const auto it = leases_.find(lease);
+    if (it == leases_.end()) throw expired("keep_alive", lease);
+    it->second.deadline = Clock::now() + it->second.ttl;
+  }
+
+  void revoke_lease(LeaseId lease) override {
+    std::lock_guard lock(mutex_);
+    expire_leases();
+    const auto it = leases_.find(lease);
+    if (it == leases_.end()) return;
+    end_lease(it);
   }
 
  private:
+  struct Entry {
+    std::string value;
+    LeaseId lease{};  // LeaseId{}: not bound
+  };
+  struct Lease {
+    Duration ttl;
+    Clock::time_point deadline;
+    std::set<std::string> keys;
+  };
+
+  static LeaseExpired expired(const std::string& what, LeaseId lease) {
+    return LeaseExpired("memory store: " + what + " under lease " +
+                            std::to_string(static_cast<std::int64_t>(lease)) +
+                            ", which has expired or was revoked: its keys are gone; take a new "
+                            "lease and join again",
+                        lease);
+  }
+
+  // The entry of key, created if absent, bound to `lease` (unbound for LeaseId{}).
+  Entry& bind(const std::string& key, LeaseId lease) {
+    auto& entry = values_[key];
+    if (entry.lease == lease) return entry;
+    if (const auto old = leases_.find(entry.lease); old != leases_.end())
+      old->second.keys.erase(key);
+    if (const auto next = leases_.find(lease); next != leases_.end()) next->second.keys.insert(key);
+    entry.lease = lease;
+    return entry;
+  }
+
+  void erase(std::map<std::string, Entry>::iterator it) {
+    if (const auto lease = leases_.find(it->second.lease); lease != leases_.end())
+      lease->second.keys.erase(it->first);
+    values_.erase(it);
+  }
+
+  void end_lease(std::map<LeaseId, Lease>::iterator it) {
+    for (const auto& key : it->second.keys) values_.erase(key);
+    leases_.erase(it);
+    changed_.notify_all();
+  }
+
+  void expire_leases() {
+    const auto now = Clock::now();
+    for (auto it = leases_.begin(); it != leases_.end();) {
+      const auto next = std::next(it);
+      if (it->second.deadline <= now) end_lease(it);
+      it = next;
+    }
+  }
+
+  [[nodiscard]] Clock::time_point next_lease_deadline() const {
+    auto next = Clock::time_point::max();
+    for (const auto& [id, lease] : leases_) next = std::min(next, lease.deadline);
+    return next;
+  }
+
+  // Waits until `done` holds (true) or the timeout passes (false), ending leases on time.
+  template <typename Predicate>
+  bool wait_until(std::unique_lock<std::mutex>& lock, Duration timeout, Predicate done) {
+    const auto deadline = deadline_after(std::min(timeout, kMaxStoreDuration));
+    for (;;) {
+      expire_leases();
+      if (done()) return true;
+      if (Clock::now() >= deadline) return false;
+      changed_.wait_until(lock, std::min(deadline, next_lease_deadline()));
+    }
+  }
+
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, Entry> values_;
+  // Few leases (one per rank), so the deadline scans over them cost nothing worth indexing.
+  std::map<LeaseId, Lease> leases_;
+  std::int64_t next_lease_ = 0;
 };
 
 }  // namespace

@@ -14,6 +14,10 @@ void PrefixStore::set(const std::string& key, const std::string& value) {
   inner_->set(full(key), value);
 }
 
+void PrefixStore::set(const std::string& key, const std::string& value, LeaseId lease) {
+  inner_->set(full(key), value, lease);
+}
+
 std::string PrefixStore::get(const std::string& key, Duration timeout) {
   return inner_->get(full(key), timeout);
 }
@@ -32,6 +36,19 @@ void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   full_keys.reserve(keys.size());
   for (const auto& key : keys) full_keys.push_back(full(key));
   inner_->wait(full_keys, timeout);
+}
+
+std::optional<std::string> PrefixStore::wait_for_change(const std::string& key,
+                                                        const std::optional<std::string>& known,
+                                                        Duration timeout) {
+  return inner_->wait_for_change(full(key), known, timeout);
+}
+
+std::vector<std::pair<std::string, std::string>> PrefixStore::list(const std::string& prefix) {
+  auto found = inner_->list(full(prefix));
+  const auto own = full("").size();
+  for (auto& entry : found) entry.first.erase(0, own);
+  return found;
 }
 
 bool PrefixStore::check(const std::string& key) {

@@ -47,11 +47,22 @@ Socket StoreClient::open_connection(Clock::time_point deadline) {
   } catch (const Timeout&) {
     throw ConnectionLost("tcp store at " + address() + ": no answer to the handshake");
   }
-  if (answer.empty() || static_cast<Status>(answer[0]) != Status::ok)
-    throw Error("tcp store refused the token: the server at " + address() +
-                " expects the job's token, and this process's (option `token` or "
-                "TESSERA_STORE_TOKEN) differs");
-  return s;
+  if (!answer.empty() && static_cast<Status>(answer[0]) == Status::ok) return s;
+  // A server of protocol 2 or later says its version with the refusal; one of protocol 1 never
+  // tells, and refuses this client's hello as it would a wrong token.
+  if (answer.size() == 1 + 8) {
+    FrameReader in(answer);
+    in.u8();
+    if (const auto version = in.i64(); version != kProtocolVersion)
+      throw Error("tcp store at " + address() + " speaks protocol version " +
+                  std::to_string(version) + ", this process version " +
+                  std::to_string(kProtocolVersion) +
+                  ": run the same tessera release in every process of the job");
+  }
+  throw Error("tcp store refused the token: the server at " + address() +
+              " expects the job's token, and this process's (option `token` or "
+              "TESSERA_STORE_TOKEN) differs; or the server is a tessera release older than "
+              "this process's");
 }
 
 Socket StoreClient::borrow(Clock::time_point deadline) {

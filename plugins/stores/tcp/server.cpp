@@ -12,6 +12,7 @@
 #include <cstring>
 #include <list>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "protocol.hpp"
@@ -41,13 +42,19 @@ Socket open_reserve() noexcept {
   return Socket(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
+// Where this server's lease ids start: random, below 2^62 so that counting up never overflows.
+std::int64_t random_lease_base() {
+  std::random_device random;
+  return ((static_cast<std::int64_t>(random()) << 30) ^ random()) & 0x3fffffffffffffff;
+}
+
 }  // namespace
 
 class StoreServer::Loop {
  public:
   Loop(Socket listener, std::string token, PendingLimits limits)
       : listener_(std::move(listener)),
-        state_(std::move(token)),
+        state_(std::move(token), random_lease_base()),
         limits_(limits),
         reserve_(open_reserve()) {
     int fds[2];
@@ -84,6 +91,7 @@ class StoreServer::Loop {
         if (it->socket.valid() && !it->session.out.empty() && (polled[i].revents & POLLOUT))
           flush(*it);
       }
+      if (state_.expire_leases(Clock::now())) wake_parked();
       expire(Clock::now());
       connections_.remove_if([](const Connection& c) { return !c.socket.valid(); });
     }
@@ -96,6 +104,7 @@ class StoreServer::Loop {
       if (!next || t < *next) next = t;
     };
     if (Clock::now() < listener_rests_until_) earlier(listener_rests_until_);
+    if (const auto lease = state_.next_lease_deadline()) earlier(*lease);
     for (const auto& c : connections_) {
       if (!c.session.admitted) earlier(c.hello_deadline);
       if (c.session.parked) earlier(c.session.parked->deadline);

@@ -1,8 +1,9 @@
 #pragma once
 // StoreServer: the tcp store's key-value server, one background thread multiplexing every
-// connection with poll(). Blocking requests (get, wait) park on their connection with a
-// deadline and are answered when a write satisfies them or the deadline passes, so one slow
-// waiter never delays another client.
+// connection with poll(). Blocking requests (get, wait, watch) park on their connection with a
+// deadline and are answered when a write or a lease's end satisfies them or the deadline
+// passes, so one slow waiter never delays another client. Leases are timed by this thread's
+// clock and outlive the connections that granted them.
 
 #include <chrono>
 #include <cstddef>

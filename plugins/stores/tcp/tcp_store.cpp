@@ -38,6 +38,17 @@ FrameReader open_reply(const std::string& reply, std::string_view what) {
   throw Error("tcp store: unexpected answer to " + std::string(what));
 }
 
+std::int64_t lease_number(LeaseId lease) {
+  return static_cast<std::int64_t>(lease);
+}
+
+LeaseExpired expired(const std::string& what, LeaseId lease) {
+  return LeaseExpired("tcp store: " + what + " under lease " + std::to_string(lease_number(lease)) +
+                          ", which the server has let expire or revoked (or a restarted server "
+                          "never knew): its keys are gone; take a new lease and join again",
+                      lease);
+}
+
 }  // namespace
 
 TcpStoreSettings resolve_settings(const Options& options) {
@@ -116,6 +127,17 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   (void)open_reply(client_->request(frame, Duration::zero(), true), "set");
 }
 
+void TcpStore::set(const std::string& key, const std::string& value, LeaseId lease) {
+  const auto frame = FrameWriter()
+                         .u8(static_cast<std::uint8_t>(Command::set_leased))
+                         .str(key)
+                         .str(value)
+                         .i64(lease_number(lease))
+                         .take();
+  if (open_reply(client_->request(frame, Duration::zero(), true), "set").i64() == 0)
+    throw expired("set of key '" + key + "'", lease);
+}
+
 std::string TcpStore::get(const std::string& key, Duration timeout) {
   timeout = bounded(timeout);
   const auto frame = FrameWriter()
@@ -167,6 +189,40 @@ void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   (void)open_reply(reply, "wait");
 }
 
+std::optional<std::string> TcpStore::wait_for_change(const std::string& key,
+                                                     const std::optional<std::string>& known,
+                                                     Duration timeout) {
+  timeout = bounded(timeout);
+  const auto frame = FrameWriter()
+                         .u8(static_cast<std::uint8_t>(Command::watch))
+                         .str(key)
+                         .i64(known ? 1 : 0)
+                         .str(known.value_or(std::string()))
+                         .i64(timeout.count())
+                         .take();
+  const auto reply = client_->request(frame, timeout, true);
+  if (!reply.empty() && static_cast<Status>(reply[0]) == Status::timeout)
+    throw Timeout("tcp store: key '" + key + "' did not change within " +
+                  std::to_string(timeout.count()) + " ms");
+  auto in = open_reply(reply, "watch");
+  const bool present = in.i64() != 0;
+  auto value = in.str();
+  if (!present) return std::nullopt;
+  return value;
+}
+
+std::vector<std::pair<std::string, std::string>> TcpStore::list(const std::string& prefix) {
+  const auto frame = FrameWriter().u8(static_cast<std::uint8_t>(Command::list)).str(prefix).take();
+  const auto reply = client_->request(frame, Duration::zero(), true);
+  auto in = open_reply(reply, "list");  // reads from `reply`: keep it alive
+  std::vector<std::pair<std::string, std::string>> found;
+  for (auto n = in.i64(); n > 0; --n) {
+    auto key = in.str();
+    found.emplace_back(std::move(key), in.str());
+  }
+  return found;
+}
+
 bool TcpStore::check(const std::string& key) {
   const auto frame = FrameWriter().u8(static_cast<std::uint8_t>(Command::check)).str(key).take();
   return open_reply(client_->request(frame, Duration::zero(), true), "check").i64() != 0;
@@ -175,6 +231,35 @@ bool TcpStore::check(const std::string& key) {
 bool TcpStore::remove(const std::string& key) {
   const auto frame = FrameWriter().u8(static_cast<std::uint8_t>(Command::remove)).str(key).take();
   return open_reply(client_->request(frame, Duration::zero(), false), "remove").i64() != 0;
+}
+
+LeaseId TcpStore::grant_lease(Duration ttl) {
+  if (ttl < Duration(1) || ttl > Duration(kMaxWaitMs))
+    throw InvalidArgument("tcp store: a lease of " + std::to_string(ttl.count()) +
+                          " ms; a lease lasts between 1 ms and 30 days");
+  const auto frame =
+      FrameWriter().u8(static_cast<std::uint8_t>(Command::grant_lease)).i64(ttl.count()).take();
+  // Resending is safe: a grant whose reply was lost leaves a lease without keys, which ends
+  // by itself after ttl.
+  return LeaseId{open_reply(client_->request(frame, Duration::zero(), true), "grant_lease").i64()};
+}
+
+void TcpStore::keep_alive(LeaseId lease) {
+  const auto frame = FrameWriter()
+                         .u8(static_cast<std::uint8_t>(Command::keep_alive))
+                         .i64(lease_number(lease))
+                         .take();
+  if (open_reply(client_->request(frame, Duration::zero(), true), "keep_alive").i64() == 0)
+    throw expired("keep_alive", lease);
+}
+
+void TcpStore::revoke_lease(LeaseId lease) {
+  const auto frame = FrameWriter()
+                         .u8(static_cast<std::uint8_t>(Command::revoke_lease))
+                         .i64(lease_number(lease))
+                         .take();
+  // Resending is safe: revoking a lease that has ended does nothing.
+  (void)open_reply(client_->request(frame, Duration::zero(), true), "revoke_lease");
 }
 
 }  // namespace tessera::tcp

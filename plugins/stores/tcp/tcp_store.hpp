@@ -33,13 +33,22 @@ class TcpStore final : public Store {
   explicit TcpStore(const TcpStoreSettings& settings);
 
   void set(const std::string& key, const std::string& value) override;
+  void set(const std::string& key, const std::string& value, LeaseId lease) override;
   [[nodiscard]] std::string get(const std::string& key, Duration timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  std::optional<std::string> wait_for_change(const std::string& key,
+                                             const std::optional<std::string>& known,
+                                             Duration timeout) override;
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> list(
+      const std::string& prefix) override;
   [[nodiscard]] bool check(const std::string& key) override;
   bool remove(const std::string& key) override;
+  [[nodiscard]] LeaseId grant_lease(Duration ttl) override;
+  void keep_alive(LeaseId lease) override;
+  void revoke_lease(LeaseId lease) override;
   [[nodiscard]] std::string address() const override;
 
  private:

@@ -1,65 +1,20 @@
-// The Store contract, run over both the tcp and the file store, each loaded as a plugin.
+// The Store contract of set, get, add, compare_set, wait, check and remove, run over the memory,
+// tcp and file stores, each loaded as a plugin. Leases, watches and listing: store_lease_test.cpp.
+#include "store_contract.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <filesystem>
 #include <thread>
 
 #include "tessera/base/error.hpp"
-#include "tessera/plugin/store.hpp"
-#include "tessera/runtime/registry.hpp"
 
 namespace tessera {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::shared_ptr<Store> create_store(const PluginRegistry& registry, const std::string& name,
-                                    std::map<std::string, std::string> values) {
-  const auto defaults = registry.default_options(PluginKind::store, name);
-  return registry.create<Store>(name,
-                                Options(defaults.section(), defaults.specs(), std::move(values)));
-}
-
-// One "job": the first store serves (tcp) or owns the folder (file); clients join it.
-class StoreContract : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    registry_.scan_directory(TESSERA_PLUGIN_DIR);
-    if (GetParam() == "file") {
-      folder_ = std::filesystem::temp_directory_path() /
-                ("tessera_store_contract_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-      std::filesystem::remove_all(folder_);
-      first_ = create_store(registry_, "file", {{"path", folder_.string()}, {"timeout", "10s"}});
-    } else {
-      first_ = create_store(registry_, "tcp",
-                            {{"serve", "true"}, {"token", kToken}, {"timeout", "10s"}});
-    }
-  }
-  void TearDown() override {
-    first_.reset();
-    if (!folder_.empty()) std::filesystem::remove_all(folder_);
-  }
-
-  // Another client of the same store, as another rank would have.
-  std::shared_ptr<Store> client() {
-    if (GetParam() == "file")
-      return create_store(registry_, "file", {{"path", folder_.string()}, {"timeout", "10s"}});
-    const auto address = first_->address();
-    const auto colon = address.rfind(':');
-    return create_store(registry_, "tcp",
-                        {{"host", address.substr(0, colon)},
-                         {"port", address.substr(colon + 1)},
-                         {"token", kToken},
-                         {"timeout", "10s"}});
-  }
-
-  static constexpr const char* kToken = "0123456789abcdef";
-  PluginRegistry registry_;
-  std::filesystem::path folder_;
-  std::shared_ptr<Store> first_;
-};
+using store_test::StoreContract;
 
 TEST_P(StoreContract, GetReturnsTheValueSetByAnotherClientBytewise) {
   const std::string value("a\0b\n\xff", 5);
@@ -183,8 +138,8 @@ TEST_P(StoreContract, PrefixStoresOverTheSameStoreDoNotCollide) {
   EXPECT_EQ(first_->get("job_b/x", 1s), "from b");
 }
 
-INSTANTIATE_TEST_SUITE_P(TcpAndFile, StoreContract, ::testing::Values("tcp", "file"),
-                         [](const auto& param_info) { return param_info.param; });
+INSTANTIATE_TEST_SUITE_P(EveryStore, StoreContract, ::testing::Values("memory", "tcp", "file"),
+                         store_test::store_param_name);
 
 }  // namespace
 }  // namespace tessera
