@@ -37,14 +37,15 @@ void await_attached(const Segment& segment, int size, Deadline deadline) {
 std::unique_ptr<ShmCommunicator> connect_group(std::shared_ptr<Store> store, int rank, int size,
                                                const Settings& settings, Duration timeout) {
   const Deadline deadline = deadline_after(timeout);
+  const std::size_t staging_bytes = static_cast<std::size_t>(size) * settings.chunk_size;
+  Segment::require_room(size, staging_bytes, settings.p2p_chunk_size);
   // Each rank counts its own connects through this store, so a store reused for a second
   // world never hands out the first world's (already unlinked) segment name.
   const auto generation = store->add("shm/connects/rank" + std::to_string(rank), 1);
   const std::string key = "shm/segment/" + std::to_string(generation);
   Segment segment;
   if (rank == 0) {
-    segment = Segment::create(size, static_cast<std::size_t>(size) * settings.chunk_size,
-                              settings.p2p_chunk_size);
+    segment = Segment::create(size, staging_bytes, settings.p2p_chunk_size);
     store->set(key, segment.name());
   } else {
     segment = Segment::open(store->get(key, timeout), size);

@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -70,6 +72,50 @@ void Segment::compute_offsets() {
   staging_offset_ = round_up(channels_offset_ + n * n * sizeof(ChannelControl), kPage);
   channel_data_offset_ = staging_offset_ + n * 2 * staging_bytes_;
   bytes_ = channel_data_offset_ + n * n * 2 * channel_stride(channel_bytes_);
+}
+
+namespace {
+
+std::string format_bytes(long double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0Lf %s" : "%.1Lf %s", bytes, units[unit]);
+  return text;
+}
+
+}  // namespace
+
+void Segment::require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes) {
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) != 0) return;
+  const long double free_bytes =
+      static_cast<long double>(fs.f_bavail) * static_cast<long double>(fs.f_frsize);
+  // In long double: for absurd worlds the exact size would not fit in 64 bits.
+  const auto n = static_cast<long double>(size);
+  const long double staging = n * 2 * static_cast<long double>(round_up(staging_bytes, kPage));
+  const long double channels = n * n * 2 * static_cast<long double>(channel_stride(channel_bytes));
+  const long double control =
+      static_cast<long double>(round_up(sizeof(Header), kCacheLine) + kPage) +
+      n * static_cast<long double>(sizeof(RankSlot)) +
+      n * n * static_cast<long double>(sizeof(ChannelControl));
+  const long double needed = control + staging + channels;
+  if (needed <= free_bytes) return;
+  throw TransportError(
+      "shm: a world of " + std::to_string(size) + " ranks needs a shared-memory segment of " +
+          format_bytes(needed) + " (staging " + std::to_string(size) + " x 2 x " +
+          format_bytes(static_cast<long double>(round_up(staging_bytes, kPage))) +
+          " from chunk_size, point-to-point channels " + std::to_string(size) + " x " +
+          std::to_string(size) + " x 2 x " +
+          format_bytes(static_cast<long double>(channel_stride(channel_bytes))) +
+          " from p2p_chunk_size), but /dev/shm has only " + format_bytes(free_bytes) +
+          " free; enlarge /dev/shm (docker run --shm-size=...), lower [transport.shm] "
+          "chunk_size or p2p_chunk_size, or use fewer ranks or the ucx transport",
+      std::nullopt, "connect");
 }
 
 Segment Segment::create(int size, std::size_t staging_bytes, std::size_t channel_bytes) {

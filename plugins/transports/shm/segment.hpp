@@ -71,6 +71,12 @@ class Segment {
   static Segment create(int size, std::size_t staging_bytes, std::size_t channel_bytes);
   // Maps an existing segment by name and checks that its layout matches this build.
   static Segment open(const std::string& name, int size);
+  // Throws TransportError, naming the bytes a segment for `size` ranks needs (and of what)
+  // against those free, when /dev/shm has less room free than that. tmpfs grants a segment's
+  // pages only as they are first touched, so a segment larger than the room would otherwise
+  // end the job with SIGBUS in the middle of a collective. Every rank calls it before the
+  // rendezvous, so that all refuse at once. Does nothing where /dev/shm cannot be queried.
+  static void require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes);
 
   Segment() = default;
   Segment(Segment&& other) noexcept;

@@ -21,6 +21,10 @@ constexpr Duration kAbortHandshakeTimeout{1000};
 // How often that wait checks whether peer processes on this host still run.
 constexpr Duration kHandshakeLivenessInterval{10};
 
+std::string format_ms(std::chrono::steady_clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<Duration>(d).count()) + " ms";
+}
+
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
   for (const int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
@@ -36,7 +40,12 @@ Engine::Engine(std::shared_ptr<UcxContext> context, int rank, int size, Settings
       settings_(settings),
       worker_(context_, rank, size),
       departed_(static_cast<std::size_t>(size), false),
-      aborted_peers_(static_cast<std::size_t>(size), false) {}
+      aborted_peers_(static_cast<std::size_t>(size), false),
+      heartbeat_sends_(static_cast<std::size_t>(size)),
+      last_heard_(static_cast<std::size_t>(size)),
+      heard_(static_cast<std::size_t>(size), false) {
+  for (auto& send : heartbeat_sends_) send.status = UCS_OK;  // none in flight
+}
 
 Engine::~Engine() {
   {
@@ -97,6 +106,14 @@ void Engine::start(std::vector<PeerInfo> peers, Deadline deadline) {
     }
   }
   post_control_recv();
+  if (watchdog_on()) {
+    post_heartbeat_recv();
+    const auto now = std::chrono::steady_clock::now();
+    std::fill(last_heard_.begin(), last_heard_.end(), now);
+    last_heartbeat_ = now;
+    next_heartbeat_ = now;
+    heartbeat();
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -199,8 +216,15 @@ void Engine::post_control_recv() {
 }
 
 void Engine::handle_control() {
-  if (!worker_.poll(control_)) return;
-  if (control_.status != UCS_OK) return;  // cancelled at teardown
+  // Every notice that arrived, not one per call: of two peers leaving together, the second's
+  // goodbye must be read before its closed connection is taken for a failure.
+  while (worker_.poll(control_)) {
+    if (control_.status != UCS_OK) return;  // cancelled at teardown
+    take_control();
+  }
+}
+
+void Engine::take_control() {
   const int source = tag_source(control_.info.sender_tag);
   std::int32_t kind = 0;
   std::int32_t blame = -1;
@@ -224,6 +248,63 @@ void Engine::handle_control() {
   post_control_recv();
 }
 
+Duration Engine::heartbeat_period() const noexcept {
+  return std::clamp<Duration>(settings_.stall_timeout / 10, Duration(1), Duration(1000));
+}
+
+void Engine::post_heartbeat_recv() {
+  heartbeat_recv_ = Request{};
+  heartbeat_recv_.exact_length = false;
+  worker_.recv(heartbeat_recv_, -1, nullptr, 0, make_tag(TagKind::heartbeat, 0, 0), kKindMask);
+}
+
+void Engine::heartbeat() {
+  if (!watchdog_on()) return;
+  auto now = std::chrono::steady_clock::now();
+  while (worker_.poll(heartbeat_recv_)) {
+    if (heartbeat_recv_.status != UCS_OK) return;  // cancelled at teardown
+    const int source = tag_source(heartbeat_recv_.info.sender_tag);
+    if (source >= 0 && source < size_) {
+      last_heard_[static_cast<std::size_t>(source)] = now;
+      heard_[static_cast<std::size_t>(source)] = true;
+    }
+    post_heartbeat_recv();
+  }
+  if (now < next_heartbeat_) return;
+  const Duration period = heartbeat_period();
+  // This engine itself did not run for a while (its process was stopped, or starved of a
+  // core): the heartbeats that arrived meanwhile are not all read yet, so restart every peer's
+  // clock rather than blame the peers for this rank's own silence.
+  if (now - last_heartbeat_ > 3 * period) std::fill(last_heard_.begin(), last_heard_.end(), now);
+  last_heartbeat_ = now;
+  next_heartbeat_ = now + period;
+  for (int peer = 0; peer < size_; ++peer) {
+    auto& send = heartbeat_sends_[static_cast<std::size_t>(peer)];
+    if (peer == rank_ || departed_[static_cast<std::size_t>(peer)] || !worker_.poll(send))
+      continue;  // the previous one is still on its way: a peer not reading needs no more
+    send = Request{};
+    worker_.send(send, peer, nullptr, 0, make_tag(TagKind::heartbeat, rank_, 0));
+  }
+}
+
+bool Engine::check_stalled(int peer, const std::string& operation, std::uint64_t number) {
+  if (!watchdog_on() || peer < 0 || peer >= size_ || peer == rank_ ||
+      !heard_[static_cast<std::size_t>(peer)])
+    return false;
+  const auto silent =
+      std::chrono::steady_clock::now() - last_heard_[static_cast<std::size_t>(peer)];
+  if (silent < settings_.stall_timeout) return false;
+  abort("rank " + std::to_string(peer) + " (pid " +
+            std::to_string(peers_[static_cast<std::size_t>(peer)].pid) + ") made no progress for " +
+            format_ms(silent) + " (stall_timeout " + format_ms(settings_.stall_timeout) +
+            ", no heartbeat arrived): its process is stopped or frozen, or the network to it is "
+            "down; rank " +
+            std::to_string(rank_) + " was waiting for it in " + operation + " #" +
+            std::to_string(number),
+        peer);
+  return true;
+}
+
 void Engine::send_notice(int peer, Notice kind, const std::string& text, std::optional<int> blame) {
   auto& payload = notice_payloads_.emplace_back(2 * sizeof(std::int32_t), '\0');
   const auto k = static_cast<std::int32_t>(kind);
@@ -238,6 +319,7 @@ void Engine::send_notice(int peer, Notice kind, const std::string& text, std::op
 bool Engine::service() {
   bool progressed = worker_.progress();
   handle_control();
+  heartbeat();
   for (const auto& [peer, why] : worker_.take_failed_peers()) {
     progressed = true;
     if (departed_[static_cast<std::size_t>(peer)]) continue;  // it left on purpose
@@ -281,8 +363,8 @@ void Engine::execute(Command& command) {
     command.work->complete(error);
     return;
   }
-  auto& pending =
-      pending_.emplace_back(Pending{command.work, {}, deadline_after(settings_.timeout)});
+  auto& pending = pending_.emplace_back(
+      Pending{command.work, {}, deadline_after(settings_.timeout), ++p2p_count_});
   if (command.is_send) {
     worker_.send(pending.request, command.peer, command.data, command.bytes,
                  make_tag(TagKind::p2p, rank_, command.tag));
@@ -315,6 +397,7 @@ void Engine::poll_pending(bool failing) {
       it = pending_.erase(it);
       continue;
     }
+    if (!failing && check_stalled(p.request.peer, operation, p.number)) failing = true;
     if (!failing && now >= p.deadline) {
       abort(operation + " timed out after " + std::to_string(settings_.timeout.count()) +
                 " ms waiting for rank " + peer,
@@ -410,7 +493,9 @@ void Engine::run() {
         return shared_->stop || !shared_->commands.empty() ||
                (shared_->aborted && !aborted_handled_);
       };
-      if (pending_.empty()) {
+      if (pending_.empty() && watchdog_on()) {
+        shared_->wake.wait_until(lock, next_heartbeat_, ready);  // to beat between operations
+      } else if (pending_.empty()) {
         shared_->wake.wait(lock, ready);
       } else if (backoff.sleeping()) {
         shared_->wake.wait_for(lock, std::chrono::microseconds(200), ready);
@@ -433,6 +518,11 @@ void Engine::run() {
         backoff.idle();
       }
       poll_pending(false);
+    } else if (watchdog_on()) {
+      // Between operations: beat, and read what peers sent (heartbeats, notices).
+      worker_.progress();
+      handle_control();
+      heartbeat();
     }
   }
   teardown();
@@ -462,6 +552,12 @@ void Engine::teardown() {
     if (o.is_recv) worker_.cancel(o);
   worker_.cancel(control_);
   orphans_.push_back(control_);
+  if (heartbeat_recv_.handle != nullptr) {
+    worker_.cancel(heartbeat_recv_);
+    orphans_.push_back(heartbeat_recv_);
+  }
+  for (auto& send : heartbeat_sends_)
+    if (send.handle != nullptr) orphans_.push_back(send);
   drain(orphans_, kTeardownTimeout);
   worker_.close(kTeardownTimeout);
 }

@@ -8,6 +8,12 @@
 // host vanishing, a deadline passing, or abort() from the user. Every aborting rank announces it
 // to every peer with a control message carrying the reason and the rank to blame, and waits
 // briefly to hear theirs, so that the whole group fails fast with the same story.
+//
+// Stall watchdog: the engine thread sends every peer an empty heartbeat message every
+// stall_timeout / 10 (at most every second), also between operations, while the user's thread
+// computes; a wait that has not heard from the peer it waits for in stall_timeout fails the
+// group, naming that peer, the operation and its number. A rank busy computing still beats, so
+// only a process that does not run at all (SIGSTOP, frozen) or whose network is gone is stalled.
 
 #include <atomic>
 #include <condition_variable>
@@ -33,7 +39,9 @@ struct Settings {
   std::size_t segment_bytes = 512 * 1024;  // pipeline unit of the large algorithms
   std::size_t segments_in_flight = 2;      // contribution receives posted per peer
   Duration liveness_interval{250};         // how often same-host peer processes are checked
-  bool map_peers = true;                   // large collectives through mapped memory, if possible
+  // A peer waited for whose heartbeat has not arrived for this long fails the group; 0: never.
+  Duration stall_timeout{30000};
+  bool map_peers = true;  // large collectives through mapped memory, if possible
   std::size_t mapped_chunk_bytes = 128 * 1024;  // per rank and round of the mapped algorithms
   std::size_t tcp_segment_bytes = 256 * 1024;   // UCX's tcp segments, unless UCX_TCP_*_SEG_SIZE
 };
@@ -78,6 +86,11 @@ class Engine {
   bool service();
   // Throws the group's TransportError for `operation` if the group was aborted.
   void throw_if_aborted(const std::string& operation);
+  // The stall watchdog, for a wait in `operation` (number `number`) on `peer`: if no heartbeat
+  // of `peer` arrived for settings().stall_timeout, aborts the group naming it and returns
+  // true (the caller then fails through throw_if_aborted). Never judges a peer it never heard
+  // from (one running without the watchdog), and never throws.
+  bool check_stalled(int peer, const std::string& operation, std::uint64_t number);
   // Whether `peer` announced that it destroyed its communicator.
   [[nodiscard]] bool departed(int peer) const { return departed_[static_cast<std::size_t>(peer)]; }
   // Hands over requests of a failed operation, to be finished and freed at teardown.
@@ -101,6 +114,7 @@ class Engine {
     std::shared_ptr<QueuedWork> work;
     Request request;
     Deadline deadline;
+    std::uint64_t number = 0;  // this rank's count of sends and receives, for messages
   };
   // What abort() and the Works' timeout handlers share; outlives the engine if a Work does.
   struct Shared {
@@ -122,6 +136,15 @@ class Engine {
   void teardown();
   void post_control_recv();
   void handle_control();
+  void take_control();  // the notice control_ received
+  // The watchdog's side on this rank: takes in the heartbeats that arrived and, when due, sends
+  // its own to every peer. Cheap when nothing is due; does nothing once the worker is quiesced.
+  void heartbeat();
+  void post_heartbeat_recv();
+  [[nodiscard]] bool watchdog_on() const noexcept {
+    return settings_.stall_timeout.count() > 0 && size_ > 1 && !worker_.quiesced();
+  }
+  [[nodiscard]] Duration heartbeat_period() const noexcept;
   void send_notice(int peer, Notice kind, const std::string& text, std::optional<int> blame);
   void drain(std::deque<Request>& requests, Duration timeout);
   [[nodiscard]] std::shared_ptr<QueuedWork> make_work(std::string operation) const;
@@ -139,6 +162,7 @@ class Engine {
 
   // Engine-thread state.
   std::uint64_t sequence_ = 0;
+  std::uint64_t p2p_count_ = 0;
   std::list<Pending> pending_;
   std::deque<Request> orphans_;
   std::deque<Request> notices_;
@@ -147,6 +171,14 @@ class Engine {
   std::string control_buffer_;
   bool aborted_handled_ = false;
   std::chrono::steady_clock::time_point next_liveness_check_{};
+  // Watchdog: one heartbeat send per peer in flight at most (a stopped peer's queue must not
+  // grow), the receive of any peer's heartbeat, and when each peer was last heard from.
+  std::vector<Request> heartbeat_sends_;
+  Request heartbeat_recv_;
+  std::vector<std::chrono::steady_clock::time_point> last_heard_;
+  std::vector<bool> heard_;
+  std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::chrono::steady_clock::time_point last_heartbeat_{};
   std::unique_ptr<MappedGroup> mapped_;
   bool mapping_tried_ = false;
   std::thread thread_;

@@ -106,7 +106,16 @@ void Exchange::wait_some(std::vector<std::size_t>& finished) {
     if (failed != nullptr) check(*failed);
     if (any || unreported_ == 0) return;
     for (const std::size_t i : unreported_ids_) abort_if_departed(requests_[i].peer);
-    if (std::chrono::steady_clock::now() >= deadline_) fail_at_deadline();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_stall_check_) {
+      // Only the peers this operation still waits for are judged (a few checks a second).
+      next_stall_check_ = now + std::chrono::milliseconds(100);
+      for (const std::size_t i : unreported_ids_) {
+        if (engine_.check_stalled(requests_[i].peer, operation_, sequence_)) break;
+      }
+      engine_.throw_if_aborted(operation_);
+    }
+    if (now >= deadline_) fail_at_deadline();
     if (engine_.service()) {
       backoff.reset();
     } else {
@@ -126,6 +135,7 @@ void Exchange::abort_if_departed(int peer) {
 void Exchange::check_waiting_for(int peer) {
   engine_.throw_if_aborted(operation_);
   abort_if_departed(peer);
+  engine_.check_stalled(peer, operation_, sequence_);
   if (std::chrono::steady_clock::now() >= deadline_) {
     engine_.abort(operation_ + " timed out after " +
                       std::to_string(engine_.settings().timeout.count()) + " ms waiting for rank " +

@@ -4,6 +4,7 @@
 // names the operation and the rank at fault: a peer that died, the ranks still not heard
 // from at the deadline, or whoever aborted the group.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -32,7 +33,8 @@ class Exchange {
   [[nodiscard]] bool done() const noexcept { return unreported_ == 0; }
 
   // For waits on something other than this exchange's requests (mapped memory): fails the
-  // group as wait_some does once `peer` has left or the deadline has passed, naming `peer`.
+  // group as wait_some does once `peer` has left, is stalled (Engine::check_stalled) or the
+  // deadline has passed, naming `peer`.
   void check_waiting_for(int peer);
 
   [[nodiscard]] Engine& engine() noexcept { return engine_; }
@@ -48,6 +50,7 @@ class Exchange {
   const std::string operation_;
   const std::uint64_t sequence_;
   const Deadline deadline_;
+  std::chrono::steady_clock::time_point next_stall_check_{};
   std::deque<Request> requests_;
   std::vector<bool> reported_;
   std::vector<std::size_t> unreported_ids_;  // in posting order; scanned by wait_some

@@ -20,6 +20,11 @@ constexpr tessera_option_desc kOptions[] = {
     {"liveness_interval", "duration", "250ms",
      "how often a waiting rank checks that its peer processes on this host still run", nullptr,
      "1ms", nullptr},
+    {"stall_timeout", "duration", "30s",
+     "a peer waited for from which no heartbeat arrived for this long (process stopped or "
+     "frozen, network down) fails the job, naming it, the operation and its number (0: only "
+     "timeout applies)",
+     nullptr, "0", "24h"},
     {"map_peers", "bool", "true",
      "where UCX can map every peer's memory (all ranks on one host, UCX_TLS with posix or sysv), "
      "run large all_reduce, reduce_scatter, all_gather and broadcast through mapped staging "

@@ -3,7 +3,7 @@
 // not by endpoint, so the sender's rank is part of the tag; the kind bits keep user messages,
 // collective steps and control notices from ever matching each other.
 //
-//   bits 62-63  kind: 0 point-to-point, 1 collective, 2 control
+//   bits 62-63  kind: 0 point-to-point, 1 collective, 2 control, 3 heartbeat
 //   bits 40-61  source rank
 //   bits  0-39  p2p: the user's tag; collective: sequence (24 bits) << 16 | step (16 bits)
 
@@ -11,7 +11,7 @@
 
 namespace tessera::ucx {
 
-enum class TagKind : std::uint64_t { p2p = 0, collective = 1, control = 2 };
+enum class TagKind : std::uint64_t { p2p = 0, collective = 1, control = 2, heartbeat = 3 };
 
 inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
 inline constexpr std::uint64_t kKindMask = std::uint64_t{3} << 62;

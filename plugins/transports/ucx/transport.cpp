@@ -20,6 +20,7 @@ UcxTransport::UcxTransport(const Options& options) {
   TESSERA_CHECK(in_flight > 0, "[transport.ucx] segments_in_flight must be positive");
   settings_.segments_in_flight = static_cast<std::size_t>(in_flight);
   settings_.liveness_interval = options.get_duration("liveness_interval");
+  settings_.stall_timeout = options.get_duration("stall_timeout");
   settings_.map_peers = options.get_bool("map_peers");
   settings_.mapped_chunk_bytes = options.get_size("mapped_chunk_size");
   settings_.tcp_segment_bytes = options.get_size("tcp_segment_size");
@@ -28,6 +29,8 @@ UcxTransport::UcxTransport(const Options& options) {
       "[transport.ucx] mapped_chunk_size must be at least 4KiB and a multiple of 64 bytes");
   TESSERA_CHECK(settings_.timeout.count() > 0, "[transport.ucx] timeout must be positive");
   TESSERA_CHECK(settings_.segment_bytes > 0, "[transport.ucx] segment_size must be positive");
+  TESSERA_CHECK(settings_.stall_timeout.count() >= 0,
+                "[transport.ucx] stall_timeout must not be negative");
   TESSERA_CHECK(settings_.liveness_interval.count() > 0,
                 "[transport.ucx] liveness_interval must be positive");
 }
