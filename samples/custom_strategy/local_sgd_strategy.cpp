@@ -44,34 +44,33 @@ void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
   }
 }
 
-Tensor LocalSgdStrategy::forward(const Tensor& inputs,
-                                 std::vector<tessera::LayerContext>& contexts) const {
-  const auto& model = *setup_.model;
-  contexts.clear();
-  contexts.resize(model.layer_count());
-  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
-  Tensor x = inputs.alias();
-  for (std::size_t l = 0; l < model.layer_count(); ++l) {
-    x = model.layer(l).forward(x, layer_params_[l], contexts[l]);
-  }
-  return x;
+tessera::LayerHooks LocalSgdStrategy::hooks() const {
+  tessera::LayerHooks hooks;
+  hooks.before_layer = [this](std::size_t l, tessera::LayerPass) { return layer_params_[l]; };
+  hooks.gradients = [this](std::size_t l) { return layer_grads_[l]; };
+  return hooks;
+}
+
+Tensor LocalSgdStrategy::forward(const Tensor& inputs) const {
+  const auto layers = tessera::model_layers(*setup_.model);
+  tessera::MicroBatchContexts contexts;
+  return tessera::forward_layers({layers, 0, layers.size()}, inputs, hooks(), contexts);
 }
 
 tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                                        float weight) {
   const auto& model = *setup_.model;
-  std::vector<tessera::LayerContext> contexts;
-  Tensor logits = forward(inputs, contexts);
-  auto result = model.loss(logits, targets);
-  Tensor grad = std::move(result.grad_logits);
-  if (weight != 1.0F) {
-    for (float& g : grad.as<float>()) g *= weight;
-  }
-  for (std::size_t l = model.layer_count(); l-- > 0;) {
-    grad = model.layer(l).backward(grad, layer_params_[l], layer_grads_[l], contexts[l]);
-    contexts[l].clear();
-  }
-  return {result.loss * static_cast<double>(tessera::batch_rows(inputs)), result.correct};
+  const auto layers = tessera::model_layers(model);
+  tessera::PassTotals totals;
+  tessera::run_layers({layers, 0, layers.size()}, inputs, hooks(), [&](Tensor logits) {
+    auto result = model.loss(logits, targets);
+    totals = {result.loss * static_cast<double>(tessera::batch_rows(inputs)), result.correct};
+    if (weight != 1.0F) {
+      for (float& g : result.grad_logits.as<float>()) g *= weight;
+    }
+    return std::move(result.grad_logits);
+  });
+  return totals;
 }
 
 tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
@@ -125,8 +124,7 @@ tessera::StepStats LocalSgdStrategy::evaluate(const tessera::Batch& batch) {
   TESSERA_CHECK(!params_.empty(), "local_sgd: evaluate before setup");
   tessera::StepStats stats;
   if (tessera::batch_rows(batch.inputs) == 0) return stats;
-  std::vector<tessera::LayerContext> contexts;
-  Tensor logits = forward(batch.inputs, contexts);
+  Tensor logits = forward(batch.inputs);
   const auto result = setup_.model->loss(logits, batch.targets);
   stats.loss = result.loss;
   stats.correct = result.correct;

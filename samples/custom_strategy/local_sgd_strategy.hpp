@@ -11,6 +11,7 @@
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 
 namespace acme {
@@ -46,8 +47,9 @@ class LocalSgdStrategy final : public tessera::Strategy {
   // the given weight. Returns the summed loss and the correct count.
   tessera::PassTotals forward_backward(const tessera::Tensor& inputs,
                                        const tessera::Tensor& targets, float weight);
-  tessera::Tensor forward(const tessera::Tensor& inputs,
-                          std::vector<tessera::LayerContext>& contexts) const;
+  tessera::Tensor forward(const tessera::Tensor& inputs) const;
+  // The layer runner's view of params_ and grads_.
+  [[nodiscard]] tessera::LayerHooks hooks() const;
   void average(std::vector<float>& values);
 
   std::int64_t sync_every_;

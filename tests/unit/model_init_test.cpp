@@ -10,9 +10,7 @@ namespace tessera {
 namespace {
 
 ParamSpec weight_spec() {
-  return ParamSpec{
-      "w", {64, 100}, DType::f32, ParamInit::kaiming_uniform, TensorParallelHint::replicate,
-      100, 64};
+  return ParamSpec{"w", {64, 100}, DType::f32, ParamInit::kaiming_uniform, 100, 64};
 }
 
 TEST(InitializeParameter, AnyShardGetsTheBitsOfTheWholeTensor) {

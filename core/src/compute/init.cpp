@@ -10,10 +10,38 @@
 namespace tessera {
 namespace {
 
+// Element i of a parameter (of a slice: its i-th element) is element whole_index(i) of the
+// whole parameter, so a slice initialises to the bits the whole parameter has there.
+class WholeIndex {
+ public:
+  explicit WholeIndex(const ParamSpec& spec) {
+    if (spec.slice.whole()) return;
+    const ParamSlice& s = spec.slice;
+    const Shape& full = s.full_shape;
+    TESSERA_CHECK(
+        s.dim < full.size() && s.begin < s.end && s.end <= full[s.dim] &&
+            element_count(spec.shape) * full[s.dim] == element_count(full) * (s.end - s.begin),
+        "parameter " + spec.name + ": its slice does not fit its whole shape");
+    std::size_t inner = 1;
+    for (std::size_t d = s.dim + 1; d < full.size(); ++d) inner *= full[d];
+    run_ = (s.end - s.begin) * inner;
+    stride_ = full[s.dim] * inner;
+    start_ = s.begin * inner;
+  }
+  std::size_t operator()(std::size_t i) const noexcept {
+    return run_ == 0 ? i : (i / run_) * stride_ + start_ + i % run_;
+  }
+
+ private:
+  std::size_t run_ = 0;  // 0: the whole parameter
+  std::size_t stride_ = 0;
+  std::size_t start_ = 0;
+};
+
 void fill_uniform(std::uint64_t seed, std::size_t param_index, float bound, std::span<float> out,
-                  std::size_t offset) {
+                  std::size_t offset, const WholeIndex& whole_index) {
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const float u = counter_uniform(seed, param_index, offset + i);
+    const float u = counter_uniform(seed, param_index, whole_index(offset + i));
     out[i] = (2.0F * u - 1.0F) * bound;
   }
 }
@@ -34,14 +62,14 @@ void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t
     case ParamInit::kaiming_uniform: {
       TESSERA_CHECK(spec.fan_in > 0, "kaiming_uniform needs fan_in for " + spec.name);
       const auto bound = static_cast<float>(std::sqrt(6.0 / static_cast<double>(spec.fan_in)));
-      fill_uniform(seed, param_index, bound, out, offset);
+      fill_uniform(seed, param_index, bound, out, offset, WholeIndex(spec));
       return;
     }
     case ParamInit::xavier_uniform: {
       TESSERA_CHECK(spec.fan_in + spec.fan_out > 0, "xavier_uniform needs fans for " + spec.name);
       const auto bound =
           static_cast<float>(std::sqrt(6.0 / static_cast<double>(spec.fan_in + spec.fan_out)));
-      fill_uniform(seed, param_index, bound, out, offset);
+      fill_uniform(seed, param_index, bound, out, offset, WholeIndex(spec));
       return;
     }
   }

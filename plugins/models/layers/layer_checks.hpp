@@ -10,18 +10,21 @@
 
 namespace tessera::layers {
 
-// Checks that `views` match `specs` one to one (count, element count, f32, cpu) and returns them
-// as float pointers via `out`.
+// Checks that `views` match `specs` one to one (count, f32, cpu). A sliced layer's specs carry
+// the slice's shape, so each view must hold exactly this rank's slice, not the whole parameter.
 inline void check_views(const std::string& layer, std::span<const BufferView> views,
                         const std::vector<ParamSpec>& specs, const char* what) {
   TESSERA_CHECK(views.size() == specs.size(), layer + ": expected " + std::to_string(specs.size()) +
                                                   " " + what + " views, got " +
                                                   std::to_string(views.size()));
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    TESSERA_CHECK(
-        views[i].count == element_count(specs[i].shape) && views[i].dtype == DType::f32 &&
-            views[i].device == Device::cpu(),
-        layer + ": " + what + " view " + std::to_string(i) + " does not match " + specs[i].name);
+    const std::size_t expected = element_count(specs[i].shape);
+    TESSERA_CHECK(views[i].count == expected && views[i].dtype == DType::f32 &&
+                      views[i].device == Device::cpu(),
+                  layer + ": " + what + " view " + std::to_string(i) + " (" +
+                      std::to_string(views[i].count) + " elements) does not match " +
+                      specs[i].name + (specs[i].slice.whole() ? "" : " (this rank's slice)") +
+                      ", which has " + std::to_string(expected) + " f32 cpu elements");
   }
 }
 

@@ -20,21 +20,47 @@ Linear::Linear(std::string name, std::size_t in_features, std::size_t out_featur
     : name_(std::move(name)), in_(in_features), out_(out_features), compute_(std::move(compute)) {
   TESSERA_CHECK(in_ > 0 && out_ > 0, name_ + ": features must be positive");
   TESSERA_CHECK(compute_ != nullptr, name_ + ": needs a compute context");
-  // The rows of W are the output features: a column-parallel split cuts W and b by rows.
-  specs_.push_back({name_ + ".weight",
-                    {out_, in_},
-                    DType::f32,
-                    ParamInit::kaiming_uniform,
-                    TensorParallelHint::split_rows,
-                    in_,
-                    out_});
-  specs_.push_back({name_ + ".bias",
-                    {out_},
-                    DType::f32,
-                    ParamInit::zeros,
-                    TensorParallelHint::split_rows,
-                    in_,
-                    out_});
+  specs_.push_back(
+      {name_ + ".weight", {out_, in_}, DType::f32, ParamInit::kaiming_uniform, in_, out_, {}});
+  specs_.push_back({name_ + ".bias", {out_}, DType::f32, ParamInit::zeros, in_, out_, {}});
+}
+
+Linear::Linear(const Linear& whole, TensorParallelRole role, TensorSlice slice)
+    : name_(whole.name_),
+      in_(whole.in_),
+      out_(whole.out_),
+      compute_(whole.compute_),
+      specs_(whole.specs_),
+      sliced_(true) {
+  auto& weight = specs_[0];
+  auto& bias = specs_[1];
+  if (role == TensorParallelRole::column) {
+    // The rows of W are the output features: W and b are cut by rows alike.
+    const auto [begin, end] = slice.range_of(out_);
+    weight.slice = {0, begin, end, weight.shape};
+    bias.slice = {0, begin, end, bias.shape};
+    out_ = end - begin;
+    weight.shape = {out_, in_};
+    bias.shape = {out_};
+  } else {
+    const auto [begin, end] = slice.range_of(in_);
+    weight.slice = {1, begin, end, weight.shape};
+    in_ = end - begin;
+    weight.shape = {out_, in_};
+    adds_bias_ = slice.rank == 0;
+  }
+}
+
+std::unique_ptr<Layer> Linear::do_sliced(TensorParallelRole role, TensorSlice slice) const {
+  TESSERA_CHECK(!sliced_, name_ + ": is already a slice; slice the whole layer");
+  const std::size_t extent = role == TensorParallelRole::column ? out_ : in_;
+  if (static_cast<std::size_t>(slice.size) > extent) {
+    throw InvalidArgument(name_ + ": cannot split its " + std::to_string(extent) + " " +
+                          (role == TensorParallelRole::column ? "output" : "input") +
+                          " features over " + std::to_string(slice.size) +
+                          " tensor ranks; use a tensor size of at most " + std::to_string(extent));
+  }
+  return std::unique_ptr<Layer>(new Linear(*this, role, slice));
 }
 
 std::vector<ParamSpec> Linear::parameters() const {
@@ -55,14 +81,18 @@ Tensor Linear::forward(const Tensor& input, std::span<const BufferView> params,
   Tensor output({n, out_}, DType::f32);
   float* y = output.as<float>().data();
   // Start y at the bias and let sgemm add x W^T (beta = 1): one pass over y instead of two.
-  compute_->parallel_for(n, std::max<std::size_t>(1, kParallelGrain / out_),
-                         [&](std::size_t r0, std::size_t r1) {
-                           for (std::size_t r = r0; r < r1; ++r) std::copy_n(b, out_, y + r * out_);
-                         });
+  if (adds_bias_) {
+    compute_->parallel_for(n, std::max<std::size_t>(1, kParallelGrain / out_),
+                           [&](std::size_t r0, std::size_t r1) {
+                             for (std::size_t r = r0; r < r1; ++r) {
+                               std::copy_n(b, out_, y + r * out_);
+                             }
+                           });
+  }
   if (n > 0) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(n), blas_int(out_), blas_int(in_),
-                1.0F, input.as<float>().data(), blas_int(in_), w, blas_int(in_), 1.0F, y,
-                blas_int(out_));
+                1.0F, input.as<float>().data(), blas_int(in_), w, blas_int(in_),
+                adds_bias_ ? 1.0F : 0.0F, y, blas_int(out_));
   }
   ctx.save(input.alias());
   return output;

@@ -58,49 +58,38 @@ void DdpStrategy::setup(const StrategySetup& setup) {
   (void)sync_->optimizer_state_for(*setup.optimizer);  // held from the start, as memory_report says
 }
 
-Tensor DdpStrategy::forward(const Tensor& inputs, std::vector<LayerContext>& contexts) const {
-  const auto& model = *setup_.model;
-  contexts.clear();
-  contexts.resize(model.layer_count());
-  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
-  Tensor x = inputs.alias();
-  for (std::size_t l = 0; l < model.layer_count(); ++l) {
-    x = model.layer(l).forward(x, layers_[l].params, contexts[l]);
+LayerHooks DdpStrategy::hooks(bool last) const {
+  LayerHooks hooks;
+  hooks.before_layer = [this](std::size_t l, LayerPass) { return layers_[l].params; };
+  hooks.gradients = [this](std::size_t l) { return layers_[l].grads; };
+  // A layer's gradients are final after the last micro-batch's backward: their bucket may start
+  // while earlier layers compute. An empty share still marks them, taking part in every bucket.
+  if (last) {
+    hooks.gradient_ready = [this](std::size_t l) {
+      for (auto index : layers_[l].sync_indices) sync_->grad_ready(index);
+    };
   }
-  return x;
+  return hooks;
+}
+
+Tensor DdpStrategy::forward(const Tensor& inputs) const {
+  const auto layers = model_layers(*setup_.model);
+  MicroBatchContexts contexts;
+  return forward_layers({layers, 0, layers.size()}, inputs, hooks(false), contexts);
 }
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                          float gradient_weight, bool last) {
   const auto& model = *setup_.model;
-  const std::size_t n = batch_rows(inputs);
-  std::vector<LayerContext> contexts;
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
-  if (n == 0) {
-    // An empty share of the last batch still takes part in every bucket's all-reduce.
-    if (last) {
-      for (std::size_t l = model.layer_count(); l-- > 0;) {
-        for (auto index : layers_[l].sync_indices) sync_->grad_ready(index);
-      }
-    }
-    return {0.0, 0};
-  }
-  Tensor logits = forward(inputs, contexts);
-  auto result = model.loss(logits, targets);
-  loss_sum = result.loss * static_cast<double>(n);
-  correct = result.correct;
-  Tensor grad = std::move(result.grad_logits);
-  if (gradient_weight != 1.0F) scale(grad, gradient_weight);
-  for (std::size_t l = model.layer_count(); l-- > 0;) {
-    grad = model.layer(l).backward(grad, layers_[l].params, layers_[l].grads, contexts[l]);
-    contexts[l].clear();
-    // This layer's gradients are final: their bucket may start while earlier layers compute.
-    if (last) {
-      for (auto index : layers_[l].sync_indices) sync_->grad_ready(index);
-    }
-  }
-  return {loss_sum, correct};
+  const auto layers = model_layers(model);
+  PassTotals totals;
+  run_layers({layers, 0, layers.size()}, inputs, hooks(last), [&](Tensor logits) {
+    auto result = model.loss(logits, targets);
+    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
+    if (gradient_weight != 1.0F) scale(result.grad_logits, gradient_weight);
+    return std::move(result.grad_logits);
+  });
+  return totals;
 }
 
 StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -146,8 +135,7 @@ StepStats DdpStrategy::evaluate(const Batch& batch) {
   StepStats stats;
   const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
-  std::vector<LayerContext> contexts;
-  Tensor logits = forward(batch.inputs, contexts);
+  Tensor logits = forward(batch.inputs);
   const auto result = setup_.model->loss(logits, batch.targets);
   stats.loss = result.loss;
   stats.correct = result.correct;

@@ -11,6 +11,7 @@
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 
 namespace tessera::ddp {
@@ -50,7 +51,9 @@ class DdpStrategy final : public Strategy {
   // micro-batch's summed loss (mean * rows) and correct count.
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
                               bool last);
-  Tensor forward(const Tensor& inputs, std::vector<LayerContext>& contexts) const;
+  Tensor forward(const Tensor& inputs) const;
+  // The layer runner's view of this rank's flat storage; gradients marked ready when `last`.
+  [[nodiscard]] LayerHooks hooks(bool last) const;
 
   DdpConfig config_;
   StrategySetup setup_;

@@ -141,18 +141,29 @@ void ZeroStrategy::wait_gathers_below(std::size_t end) {
   }
 }
 
-Tensor ZeroStrategy::forward(const Tensor& inputs, std::vector<LayerContext>& contexts) {
-  const auto& model = *setup_.model;
-  contexts.clear();
-  contexts.resize(model.layer_count());
-  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
-  Tensor x = inputs.alias();
-  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+Tensor ZeroStrategy::forward(const Tensor& inputs) {
+  const auto layers = model_layers(*setup_.model);
+  MicroBatchContexts contexts;
+  return forward_layers({layers, 0, layers.size()}, inputs, hooks(false), contexts);
+}
+
+LayerHooks ZeroStrategy::hooks(bool last) {
+  LayerHooks hooks;
+  hooks.before_layer = [this](std::size_t l, LayerPass pass) {
     // The first layers compute while the last buckets' updated parameters are still arriving.
-    if (layers_[l].end > layers_[l].begin) wait_gathers_below(layers_[l].end);
-    x = model.layer(l).forward(x, layers_[l].params, contexts[l]);
+    if (pass == LayerPass::forward && layers_[l].end > layers_[l].begin) {
+      wait_gathers_below(layers_[l].end);
+    }
+    return layers_[l].params;
+  };
+  hooks.gradients = [this](std::size_t l) { return gradient_views(l); };
+  // Every bucket above this layer's lowest parameter is now final.
+  if (last) {
+    hooks.gradient_ready = [this](std::size_t l) {
+      if (layers_[l].end > layers_[l].begin) issue_buckets_down_to(layers_[l].begin);
+    };
   }
-  return x;
+  return hooks;
 }
 
 float* ZeroStrategy::prepare_window(const LayerSlice& slice) {
@@ -238,32 +249,18 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
 PassTotals ZeroStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                           float gradient_weight, bool last) {
   const auto& model = *setup_.model;
-  const std::size_t n = batch_rows(inputs);
-  std::vector<LayerContext> contexts;
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
-  Tensor grad;
-  if (n > 0) {
-    Tensor logits = forward(inputs, contexts);
-    auto result = model.loss(logits, targets);
-    loss_sum = result.loss * static_cast<double>(n);
-    correct = result.correct;
-    grad = std::move(result.grad_logits);
-    if (gradient_weight != 1.0F) scale(grad, gradient_weight);
-  }
+  const auto layers = model_layers(model);
+  PassTotals totals;
   // An empty share of the last batch still walks the layers: it takes part in every bucket's
   // reduction with zero gradients.
-  for (std::size_t l = model.layer_count(); l-- > 0;) {
-    const auto views = gradient_views(l);
-    if (n > 0) {
-      grad = model.layer(l).backward(grad, layers_[l].params, views, contexts[l]);
-      contexts[l].clear();
-    }
-    // Every bucket above this layer's lowest parameter is now final.
-    if (last && layers_[l].end > layers_[l].begin) issue_buckets_down_to(layers_[l].begin);
-  }
+  run_layers({layers, 0, layers.size()}, inputs, hooks(last), [&](Tensor logits) {
+    auto result = model.loss(logits, targets);
+    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
+    if (gradient_weight != 1.0F) scale(result.grad_logits, gradient_weight);
+    return std::move(result.grad_logits);
+  });
   if (last) issue_buckets_down_to(0);
-  return {loss_sum, correct};
+  return totals;
 }
 
 void ZeroStrategy::wait_reductions() {
@@ -354,8 +351,7 @@ StepStats ZeroStrategy::evaluate(const Batch& batch) {
   StepStats stats;
   const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
-  std::vector<LayerContext> contexts;
-  Tensor logits = forward(batch.inputs, contexts);
+  Tensor logits = forward(batch.inputs);
   const auto result = setup_.model->loss(logits, batch.targets);
   stats.loss = result.loss;
   stats.correct = result.correct;

@@ -17,6 +17,7 @@
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/shard_layout.hpp"
 
@@ -82,7 +83,9 @@ class ZeroStrategy : public Strategy {
   // micro-batches) or the staging windows (stage 2, one micro-batch).
   enum class GradientHome : std::uint8_t { full, accumulate, windows };
 
-  Tensor forward(const Tensor& inputs, std::vector<LayerContext>& contexts);
+  Tensor forward(const Tensor& inputs);
+  // The layer runner's view of the flat storage; buckets reduced as they fill when `last`.
+  [[nodiscard]] LayerHooks hooks(bool last);
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
                               bool last);
   std::vector<BufferView> gradient_views(std::size_t layer);

@@ -173,97 +173,95 @@ std::vector<BufferView> Zero3Strategy::views(std::size_t layer, const Unit& unit
   return out;
 }
 
-Tensor Zero3Strategy::forward(const Tensor& inputs, std::size_t rows,
-                              std::vector<LayerContext>& contexts, bool for_backward) {
-  const auto& model = *setup_.model;
-  contexts.clear();
-  contexts.resize(model.layer_count());
-  if (!contexts.empty()) contexts.front().set_input_gradient_needed(false);
-  Tensor x = inputs.alias();
-  const std::size_t units = plan_.units.size();
-  for (std::size_t u = 0; u < units; ++u) {
-    const auto& unit = plan_.units[u];
-    request_gather(u);
-    prefetch_from(u, +1);  // queued behind this unit's gather, overlapping its compute
-    float* base = wait_gathered(u);
-    if (rows > 0) {
-      for (std::size_t l = unit.first_layer; l < unit.end_layer; ++l) {
-        x = model.layer(l).forward(x, views(l, unit, base), contexts[l]);
-      }
-    }
-    // Backward starts with the last unit, so keeping it saves a gather.
-    const bool keep = for_backward && (!config_.reshard_after_forward || u + 1 == units);
-    if (!keep) release_gathered(u);
+std::size_t Zero3Strategy::unit_of(std::size_t layer) const {
+  // Units cover the layers in order; a model has a handful of them.
+  for (std::size_t u = 0; u < plan_.units.size(); ++u) {
+    if (layer < plan_.units[u].end_layer) return u;
   }
-  return x;
+  throw InvalidArgument("zero3: layer " + std::to_string(layer) + " is in no unit");
 }
 
-void Zero3Strategy::backward(Tensor grad, std::size_t rows, std::vector<LayerContext>& contexts,
-                             bool last) {
-  const auto& model = *setup_.model;
-  const auto world = static_cast<std::size_t>(setup_.world->size());
+LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& gradient) {
   const bool accumulate = setup_.micro_batches > 1;
-  if (accumulate && accumulated_.empty()) {
-    for (const auto& unit : plan_.units)
-      accumulated_.emplace_back(Shape{world * unit.shard_elements}, DType::f32);
-  }
-  for (std::size_t u = plan_.units.size(); u-- > 0;) {
+  const auto world = static_cast<std::size_t>(setup_.world->size());
+  LayerHooks hooks;
+  // A unit is gathered when its first layer in the direction of travel starts (the next one
+  // prefetched behind it) and released after its last; layers in between find it held.
+  hooks.before_layer = [this](std::size_t l, LayerPass pass) {
+    const std::size_t u = unit_of(l);
     const auto& unit = plan_.units[u];
-    request_gather(u);
-    if (u > 0) prefetch_from(u, -1);
-    float* base = wait_gathered(u);
-
-    const std::size_t full = world * unit.shard_elements;
-    std::size_t grad_buffer = 0;
-    float* grad_base = nullptr;
-    if (accumulate) {
-      grad_base = accumulated_[u].as<float>().data();
-    } else {
-      grad_buffer = pool_->acquire_for_compute(setup_.world->timeout());
-      grad_base = pool_->data(grad_buffer);
-      std::fill_n(grad_base, full, 0.0F);
+    if (pass == LayerPass::forward && l == unit.first_layer) {
+      request_gather(u);
+      prefetch_from(u, +1);  // queued behind this unit's gather, overlapping its compute
+    } else if (pass == LayerPass::backward && l + 1 == unit.end_layer) {
+      request_gather(u);
+      if (u > 0) prefetch_from(u, -1);
     }
-    if (rows > 0) {
-      for (std::size_t l = unit.end_layer; l-- > unit.first_layer;) {
-        grad = model.layer(l).backward(grad, views(l, unit, base), views(l, unit, grad_base),
-                                       contexts[l]);
-        contexts[l].clear();
+    return views(l, unit, wait_gathered(u));
+  };
+  hooks.after_layer = [this, for_backward](std::size_t l, LayerPass pass) {
+    const std::size_t u = unit_of(l);
+    const auto& unit = plan_.units[u];
+    if (pass == LayerPass::forward && l + 1 == unit.end_layer) {
+      // Backward starts with the last unit, so keeping it saves a gather.
+      const bool keep =
+          for_backward && (!config_.reshard_after_forward || u + 1 == plan_.units.size());
+      if (!keep) release_gathered(u);
+    } else if (pass == LayerPass::backward && l == unit.first_layer) {
+      release_gathered(u);
+    }
+  };
+  hooks.gradients = [this, accumulate, world, &gradient](std::size_t l) {
+    const std::size_t u = unit_of(l);
+    const auto& unit = plan_.units[u];
+    if (l + 1 == unit.end_layer) {
+      if (accumulate) {
+        if (accumulated_.empty()) {
+          for (const auto& each : plan_.units)
+            accumulated_.emplace_back(Shape{world * each.shard_elements}, DType::f32);
+        }
+        gradient.base = accumulated_[u].as<float>().data();
+      } else {
+        gradient.buffer = pool_->acquire_for_compute(setup_.world->timeout());
+        gradient.base = pool_->data(gradient.buffer);
+        std::fill_n(gradient.base, world * unit.shard_elements, 0.0F);
       }
     }
-    release_gathered(u);
-
-    // The unit's gradient is complete: its reduce-scatter runs while earlier units compute.
+    return views(l, unit, gradient.base);
+  };
+  // The unit's gradient is complete: its reduce-scatter runs while earlier units compute.
+  hooks.gradient_ready = [this, accumulate, world, last, &gradient](std::size_t l) {
+    const std::size_t u = unit_of(l);
+    const auto& unit = plan_.units[u];
+    if (l != unit.first_layer) return;
     std::shared_ptr<Work> scatter;
     if (last) {
       scatter = setup_.world->reduce_scatter(
-          {grad_base, full, DType::f32, Device::cpu()},
+          {gradient.base, world * unit.shard_elements, DType::f32, Device::cpu()},
           {grads_.data() + unit.shard_offset, unit.shard_elements, DType::f32, Device::cpu()},
           ReduceOp::avg);  // as ddp's all-reduce: rank-order sum, then / world
       scatters_.push_back(scatter);
     }
-    if (!accumulate) pool_->release(grad_buffer, std::move(scatter));
-  }
+    if (!accumulate) pool_->release(gradient.buffer, std::move(scatter));
+  };
+  return hooks;
 }
 
 PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                            float gradient_weight, bool last) {
-  const std::size_t n = batch_rows(inputs);
-  std::vector<LayerContext> contexts;
-  Tensor logits = forward(inputs, n, contexts, true);
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
-  Tensor grad;
-  if (n > 0) {
+  const auto layers = model_layers(*setup_.model);
+  UnitGradient gradient;
+  PassTotals totals;
+  // An empty batch computes nothing but still issues every gather and reduce-scatter.
+  run_layers({layers, 0, layers.size()}, inputs, hooks(true, last, gradient), [&](Tensor logits) {
     auto result = setup_.model->loss(logits, targets);
-    loss_sum = result.loss * static_cast<double>(n);
-    correct = result.correct;
-    grad = std::move(result.grad_logits);
+    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
     if (gradient_weight != 1.0F) {
-      for (float& x : grad.as<float>()) x *= gradient_weight;
+      for (float& x : result.grad_logits.as<float>()) x *= gradient_weight;
     }
-  }
-  backward(std::move(grad), n, contexts, last);
-  return {loss_sum, correct};
+    return std::move(result.grad_logits);
+  });
+  return totals;
 }
 
 StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -304,8 +302,11 @@ StepStats Zero3Strategy::evaluate(const Batch& batch) {
   TESSERA_CHECK(pool_ != nullptr, "zero3: evaluate before setup");
   StepStats stats;
   const std::size_t n = batch_rows(batch.inputs);
-  std::vector<LayerContext> contexts;
-  Tensor logits = forward(batch.inputs, n, contexts, false);
+  const auto layers = model_layers(*setup_.model);
+  UnitGradient unused;
+  MicroBatchContexts contexts;
+  Tensor logits = forward_layers({layers, 0, layers.size()}, batch.inputs,
+                                 hooks(false, false, unused), contexts);
   if (n == 0) return stats;
   const auto result = setup_.model->loss(logits, batch.targets);
   stats.loss = result.loss;

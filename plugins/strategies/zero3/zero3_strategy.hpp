@@ -14,6 +14,7 @@
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "unit_plan.hpp"
 
@@ -75,13 +76,17 @@ class Zero3Strategy final : public Strategy {
 
   [[nodiscard]] std::vector<BufferView> views(std::size_t layer, const Unit& unit,
                                               float* base) const;
-  // Forward through every unit; contexts for backward when `for_backward`. An empty batch
-  // (n == 0) computes nothing but still issues every gather, as all ranks must.
-  Tensor forward(const Tensor& inputs, std::size_t rows, std::vector<LayerContext>& contexts,
-                 bool for_backward);
-  // Backward of one micro-batch; on the last one each unit's gradient is reduce-scattered into
-  // the gradient shards as soon as it is complete.
-  void backward(Tensor grad, std::size_t rows, std::vector<LayerContext>& contexts, bool last);
+  // The unit whose backward is running: where its full gradient accumulates.
+  struct UnitGradient {
+    std::size_t buffer = 0;  // pool buffer, without micro-batch accumulation
+    float* base = nullptr;
+  };
+  [[nodiscard]] std::size_t unit_of(std::size_t layer) const;
+  // The layer runner's view of the units: gathered before their first layer, released after
+  // their last (kept for backward when `for_backward` says so); on the `last` micro-batch each
+  // unit's gradient is reduce-scattered into the gradient shards as soon as it is complete.
+  // An empty batch computes nothing but still issues every gather, as all ranks must.
+  [[nodiscard]] LayerHooks hooks(bool for_backward, bool last, UnitGradient& gradient);
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
                               bool last);
 

@@ -2,8 +2,10 @@
 // Layer: one stage of a model's computation on parameter memory that the strategy owns.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/base/tensor.hpp"
@@ -11,18 +13,56 @@
 namespace tessera {
 
 enum class ParamInit : std::uint8_t { zeros, ones, kaiming_uniform, xavier_uniform };
-// How Megatron-style tensor parallelism may split the parameter across a tensor group.
-enum class TensorParallelHint : std::uint8_t { replicate, split_rows, split_columns };
+
+// Where a parameter tensor lies inside the whole parameter of the same name: indices
+// [begin, end) of dimension `dim` of full_shape, every index of the other dimensions. The
+// default (an empty full_shape) is the whole parameter. Checkpoints record it so that a slice
+// written at one tensor size can be read back at another.
+struct ParamSlice {
+  std::size_t dim = 0;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  Shape full_shape;
+
+  [[nodiscard]] bool whole() const noexcept { return full_shape.empty(); }
+  friend bool operator==(const ParamSlice&, const ParamSlice&) = default;
+};
 
 struct ParamSpec {
-  std::string name;
-  Shape shape;
+  std::string name;  // the whole parameter's name, also for a slice of it
+  Shape shape;       // of the tensor the layer computes with (the slice, for a sliced layer)
   DType dtype = DType::f32;
   ParamInit init = ParamInit::zeros;
-  TensorParallelHint tensor_parallel = TensorParallelHint::replicate;
-  // Fan-in used by kaiming/xavier initialisation.
+  // Fan-in and fan-out used by kaiming/xavier initialisation: the whole parameter's, so a
+  // slice initialises to the bits of the whole (see strategy_kit/init.hpp).
   std::size_t fan_in = 0;
   std::size_t fan_out = 0;
+  ParamSlice slice{};  // whole by default
+
+  // The whole parameter's shape: `shape` unless this is a slice.
+  [[nodiscard]] const Shape& full_shape() const noexcept {
+    return slice.whole() ? shape : slice.full_shape;
+  }
+};
+
+// Megatron-style tensor parallelism (Shoeybi et al. 2019) over a tensor group of `size` ranks.
+// A column-parallel layer holds the output features [begin, end) of its rank (a Linear's
+// weight rows and bias entries) and produces that slice of the output; the row-parallel layer
+// after it takes that slice as input, holds the matching input columns of its weight and
+// produces a partial output that the tensor group sums. Layers between the two see the sliced
+// features and must be element-wise. replicate: the whole layer on every tensor rank.
+enum class TensorParallelRole : std::uint8_t { replicate, column, row };
+
+// Rank `rank` of a tensor group of `size`. Extents split near-equally, the first ranks one
+// larger when `size` does not divide them (the micro-batch rule), so column and row slices of
+// the same feature dimension always line up.
+struct TensorSlice {
+  int rank = 0;
+  int size = 1;
+
+  // This rank's [begin, end) of `extent` indices. Throws InvalidArgument when rank is not in
+  // [0, size) or extent < size (a rank would hold nothing).
+  [[nodiscard]] std::pair<std::size_t, std::size_t> range_of(std::size_t extent) const;
 };
 
 // What a layer's forward saves for its backward, for one micro-batch. Owned by the engine, so
@@ -46,7 +86,8 @@ class LayerContext {
 // Layers are stateless apart from their configuration: parameters and gradients arrive as
 // views, one per ParamSpec in order, valid for the duration of the call. forward may keep an
 // alias() of its input in ctx, so the caller must not write into the input until backward of
-// that context has returned.
+// that context has returned. Layers never communicate: the tensor-parallel sums around
+// column/row-parallel layers belong to the strategy kit (strategy_kit/tensor_parallel.hpp).
 // Thread-safety: forward/backward are const and may run concurrently with different contexts.
 class Layer {
  public:
@@ -60,6 +101,20 @@ class Layer {
   // Adds (+=) the parameter gradients into grads and returns the gradient of the input.
   virtual Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                           std::span<const BufferView> grads, LayerContext& ctx) const = 0;
+
+  // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column or row):
+  // a new layer whose parameters() describe its slices (ParamSpec::slice) and which computes
+  // on them. nullptr: the layer cannot be split that way and runs whole on every tensor rank
+  // (replicate). A row-parallel layer's output is a partial sum that the kit all-reduces in
+  // place, so it must not keep its output in its context. The new layer may share resources
+  // with this one (compute threads) but not its lifetime. Throws InvalidArgument for role
+  // replicate, a rank outside [0, size), or an extent smaller than the tensor size.
+  [[nodiscard]] std::unique_ptr<Layer> sliced(TensorParallelRole role, TensorSlice slice) const;
+
+ protected:
+  // The layer's own split, after sliced() has checked its arguments. The default: cannot.
+  [[nodiscard]] virtual std::unique_ptr<Layer> do_sliced(TensorParallelRole role,
+                                                         TensorSlice slice) const;
 };
 
 }  // namespace tessera

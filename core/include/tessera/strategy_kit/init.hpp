@@ -15,8 +15,10 @@ namespace tessera {
 //   zeros, ones;
 //   kaiming_uniform  U(-b, b), b = sqrt(6 / fan_in)             (He, gain sqrt(2): ReLU nets);
 //   xavier_uniform   U(-b, b), b = sqrt(6 / (fan_in + fan_out)) (Glorot).
-// Throws InvalidArgument if spec.dtype is not f32, the range exceeds the parameter, or a
-// fan needed by the init is zero.
+// For a slice (spec.slice) the elements are numbered within the slice and take the bits of the
+// whole parameter at their place, so every tensor-parallel split starts from the same model.
+// Throws InvalidArgument if spec.dtype is not f32, the range exceeds the parameter, a slice
+// does not fit its whole shape, or a fan needed by the init is zero.
 void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t param_index,
                           std::span<float> out, std::size_t offset = 0);
 

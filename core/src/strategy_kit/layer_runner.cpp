@@ -1,0 +1,90 @@
+#include "tessera/strategy_kit/layer_runner.hpp"
+
+#include <string>
+
+#include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
+
+namespace tessera {
+namespace {
+
+void check_range(const LayerRange& range) {
+  TESSERA_CHECK(range.first <= range.last && range.last <= range.layers.size(),
+                "layer runner: range [" + std::to_string(range.first) + ", " +
+                    std::to_string(range.last) + ") of a model of " +
+                    std::to_string(range.layers.size()) + " layers");
+  for (std::size_t l = range.first; l < range.last; ++l) {
+    TESSERA_CHECK(range.layers[l] != nullptr,
+                  "layer runner: layer " + std::to_string(l) + " is missing");
+  }
+}
+
+}  // namespace
+
+std::vector<const Layer*> model_layers(const Model& model) {
+  std::vector<const Layer*> layers;
+  layers.reserve(model.layer_count());
+  for (std::size_t l = 0; l < model.layer_count(); ++l) layers.push_back(&model.layer(l));
+  return layers;
+}
+
+Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
+                      MicroBatchContexts& contexts) {
+  check_range(range);
+  TESSERA_CHECK(static_cast<bool>(hooks.before_layer), "layer runner: before_layer is required");
+  contexts.contexts_.clear();
+  contexts.contexts_.resize(range.last - range.first);
+  contexts.first_ = range.first;
+  contexts.rows_ = batch_rows(input);
+  if (!contexts.contexts_.empty()) {
+    contexts.contexts_.front().set_input_gradient_needed(range.input_gradient_needed);
+  }
+  const bool compute = contexts.rows_ > 0;
+  Tensor x = input.alias();
+  for (std::size_t l = range.first; l < range.last; ++l) {
+    const auto params = hooks.before_layer(l, LayerPass::forward);
+    if (compute) {
+      x = range.layers[l]->forward(x, params, contexts.at(l));
+      if (range.tensor_parallel != nullptr) range.tensor_parallel->after_forward(l, x);
+    }
+    if (hooks.after_layer) hooks.after_layer(l, LayerPass::forward);
+  }
+  return x;
+}
+
+Tensor backward_layers(const LayerRange& range, Tensor grad_output, const LayerHooks& hooks,
+                       MicroBatchContexts& contexts) {
+  check_range(range);
+  TESSERA_CHECK(static_cast<bool>(hooks.before_layer) && static_cast<bool>(hooks.gradients),
+                "layer runner: backward needs before_layer and gradients");
+  TESSERA_CHECK(contexts.contexts_.size() == range.last - range.first &&
+                    (range.first == range.last || contexts.first_ == range.first),
+                "layer runner: the contexts are not from a forward through this range");
+  const bool compute = !contexts.empty_batch();
+  Tensor grad = std::move(grad_output);
+  for (std::size_t l = range.last; l-- > range.first;) {
+    const auto params = hooks.before_layer(l, LayerPass::backward);
+    const auto grads = hooks.gradients(l);
+    if (compute) {
+      LayerContext& ctx = contexts.at(l);
+      grad = range.layers[l]->backward(grad, params, grads, ctx);
+      ctx.clear();
+      if (range.tensor_parallel != nullptr) range.tensor_parallel->after_backward(l, grad);
+    }
+    if (hooks.after_layer) hooks.after_layer(l, LayerPass::backward);
+    if (hooks.gradient_ready) hooks.gradient_ready(l);
+  }
+  if (!compute || !range.input_gradient_needed) return {};
+  return grad;
+}
+
+Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
+                  const std::function<Tensor(Tensor output)>& head) {
+  MicroBatchContexts contexts;
+  Tensor output = forward_layers(range, input, hooks, contexts);
+  Tensor grad_output;
+  if (!contexts.empty_batch()) grad_output = head(std::move(output));
+  return backward_layers(range, std::move(grad_output), hooks, contexts);
+}
+
+}  // namespace tessera

@@ -1,0 +1,162 @@
+// The layer runner: the hooks strategies hang their communication on run in a fixed order, an
+// empty micro-batch still calls every one of them, and two pipeline stages that run halves of
+// a model with send/recv in between produce the one-stage gradients bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "ddp_test_support.hpp"
+#include "layer_test_support.hpp"
+#include "parallel_layers_support.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
+
+namespace tessera::testing {
+namespace {
+
+// Logs every hook call of `rank_layers` as "before 2 f", "grads 2", "after 2 b", "ready 2".
+LayerHooks logging_hooks(RankLayers& rank_layers, std::vector<std::string>& log) {
+  LayerHooks inner = rank_layers.hooks();
+  LayerHooks hooks;
+  hooks.before_layer = [inner, &log](std::size_t l, LayerPass pass) {
+    log.push_back("before " + std::to_string(l) + (pass == LayerPass::forward ? " f" : " b"));
+    return inner.before_layer(l, pass);
+  };
+  hooks.gradients = [inner, &log](std::size_t l) {
+    log.push_back("grads " + std::to_string(l));
+    return inner.gradients(l);
+  };
+  hooks.after_layer = [&log](std::size_t l, LayerPass pass) {
+    log.push_back("after " + std::to_string(l) + (pass == LayerPass::forward ? " f" : " b"));
+  };
+  hooks.gradient_ready = [&log](std::size_t l) { log.push_back("ready " + std::to_string(l)); };
+  return hooks;
+}
+
+const std::vector<std::string> kRangeOneToThree{
+    "before 1 f", "after 1 f", "before 2 f", "after 2 f", "head",      "before 2 b", "grads 2",
+    "after 2 b",  "ready 2",   "before 1 b", "grads 1",   "after 1 b", "ready 1"};
+
+TEST(LayerRunner, CallsTheHooksAroundEachLayerInOrder) {
+  const mlp::MlpModel model(four_linear_config());
+  RankLayers rank_layers(model, whole_parameters(model, 3));
+  std::vector<std::string> log;
+  const LayerRange range{rank_layers.layers, 1, 3, true, nullptr};
+  const Tensor x = random_tensor({2, 9}, 4);
+  const Tensor dx = run_layers(range, x, logging_hooks(rank_layers, log), [&](Tensor y) {
+    log.emplace_back("head");
+    EXPECT_EQ(y.shape(), (Shape{2, 11}));
+    return random_tensor({2, 11}, 5);
+  });
+  EXPECT_EQ(log, kRangeOneToThree);
+  EXPECT_EQ(dx.shape(), (Shape{2, 9}));
+  // Only the range's parameters got gradients: fc1 (layer 2); fc0 (layer 0) none.
+  EXPECT_NE(rank_layers.grads[2], std::vector<float>(rank_layers.grads[2].size(), 0.0F));
+  EXPECT_EQ(rank_layers.grads[0], std::vector<float>(rank_layers.grads[0].size(), 0.0F));
+}
+
+TEST(LayerRunner, AnEmptyMicroBatchComputesNothingButCallsEveryHook) {
+  const mlp::MlpModel model(four_linear_config());
+  RankLayers rank_layers(model, whole_parameters(model, 3));
+  std::vector<std::string> log;
+  const LayerRange range{rank_layers.layers, 1, 3, true, nullptr};
+  const Tensor dx = run_layers(range, Tensor(), logging_hooks(rank_layers, log), [&](Tensor) {
+    log.emplace_back("head");
+    return Tensor();
+  });
+  auto expected = kRangeOneToThree;
+  std::erase(expected, "head");
+  EXPECT_EQ(log, expected);
+  EXPECT_EQ(dx.count(), 0U);
+  for (const auto& grad : rank_layers.grads) {
+    EXPECT_EQ(grad, std::vector<float>(grad.size(), 0.0F));
+  }
+}
+
+TEST(LayerRunner, RefusesARangeOutsideTheModelAndMissingHooks) {
+  const mlp::MlpModel model(four_linear_config());
+  RankLayers rank_layers(model, whole_parameters(model, 3));
+  MicroBatchContexts contexts;
+  const Tensor x = random_tensor({1, 6}, 1);
+  EXPECT_THROW((void)forward_layers({rank_layers.layers, 2, 8}, x, rank_layers.hooks(), contexts),
+               InvalidArgument);
+  EXPECT_THROW((void)forward_layers({rank_layers.layers, 0, 7}, x, LayerHooks{}, contexts),
+               InvalidArgument);
+}
+
+// Linear layers [0, 2) and [2, 4) of the four: model layers [0, 4) and [4, 7).
+constexpr std::size_t kStageBoundary = 4;
+constexpr std::size_t kMicroBatches = 4;
+constexpr std::size_t kRows = 3;
+
+Tensor micro_batch_targets(std::size_t k) {
+  Tensor targets({kRows}, DType::i64);
+  for (std::size_t i = 0; i < kRows; ++i) {
+    targets.as<std::int64_t>()[i] = static_cast<std::int64_t>((k + 2 * i) % 5);
+  }
+  return targets;
+}
+
+TEST(PipelineStages, TwoStagesWithSendRecvMatchOneStageBitwise) {
+  const mlp::MlpModel model(four_linear_config());
+  const auto whole = whole_parameters(model, 17);
+  std::vector<Tensor> inputs;
+  for (std::size_t k = 0; k < kMicroBatches; ++k) inputs.push_back(random_tensor({kRows, 6}, k));
+  const auto loss_head = [&model](std::size_t k) {
+    return [&model, k](Tensor logits) {
+      return std::move(model.loss(logits, micro_batch_targets(k)).grad_logits);
+    };
+  };
+
+  // One stage: every layer, gradients accumulated over the micro-batches in order.
+  RankLayers one_stage(model, whole);
+  for (std::size_t k = 0; k < kMicroBatches; ++k) {
+    (void)run_layers({one_stage.layers, 0, 7}, inputs[k], one_stage.hooks(), loss_head(k));
+  }
+
+  // Two stages, GPipe order: stage 0 runs every forward, then the backwards as the gradients
+  // of its activations come back; stage 1 runs each micro-batch through when it arrives.
+  std::vector<std::vector<std::vector<float>>> stage_grads(2);
+  run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    RankLayers mine(model, whole);
+    std::vector<std::shared_ptr<Work>> sends;
+    std::vector<Tensor> in_flight;  // sent tensors live until their sends complete
+    if (world->rank() == 0) {
+      const LayerRange range{mine.layers, 0, kStageBoundary, false, nullptr};
+      std::vector<MicroBatchContexts> contexts(kMicroBatches);
+      for (std::size_t k = 0; k < kMicroBatches; ++k) {
+        in_flight.push_back(forward_layers(range, inputs[k], mine.hooks(), contexts[k]));
+        sends.push_back(world->send(in_flight.back().view(), 1, static_cast<std::uint32_t>(k)));
+      }
+      for (std::size_t k = 0; k < kMicroBatches; ++k) {
+        Tensor grad({kRows, 11}, DType::f32);
+        world->recv(grad.view(), 1, static_cast<std::uint32_t>(100 + k))->wait();
+        EXPECT_EQ(backward_layers(range, std::move(grad), mine.hooks(), contexts[k]).count(), 0U);
+      }
+    } else {
+      const LayerRange range{mine.layers, kStageBoundary, 7, true, nullptr};
+      for (std::size_t k = 0; k < kMicroBatches; ++k) {
+        Tensor activation({kRows, 11}, DType::f32);
+        world->recv(activation.view(), 0, static_cast<std::uint32_t>(k))->wait();
+        in_flight.push_back(run_layers(range, activation, mine.hooks(), loss_head(k)));
+        sends.push_back(
+            world->send(in_flight.back().view(), 0, static_cast<std::uint32_t>(100 + k)));
+      }
+    }
+    for (auto& send : sends) send->wait();
+    stage_grads[static_cast<std::size_t>(world->rank())] = mine.grads;
+  });
+
+  for (std::size_t p = 0; p < whole.size(); ++p) {
+    const std::size_t stage = p < one_stage.layer_params[kStageBoundary].front() ? 0 : 1;
+    const auto& got = stage_grads[stage][p];
+    const auto& want = one_stage.grads[p];
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_NE(want, std::vector<float>(want.size(), 0.0F));
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << one_stage.specs[p].name << " differs";
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,229 @@
+// Layers on slices and the tensor-parallel kit: a Linear split column- or row-parallel holds
+// and initialises exactly its slice, and an mlp whose middle Linear pair runs over a tensor
+// group of 2 (local transport) computes what the unsplit model computes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "ddp_test_support.hpp"
+#include "layer_test_support.hpp"
+#include "layers/activation.hpp"
+#include "layers/linear.hpp"
+#include "parallel_layers_support.hpp"
+#include "tessera/base/error.hpp"
+
+namespace tessera::testing {
+namespace {
+
+using Role = TensorParallelRole;
+
+std::shared_ptr<const layers::ComputeContext> one_thread() {
+  return std::make_shared<layers::ComputeContext>(1);
+}
+
+TEST(LinearSlice, ColumnParallelHoldsItsOutputRowsOfWeightAndBias) {
+  const layers::Linear fc("fc", 4, 11, one_thread());
+  const auto slice = fc.sliced(Role::column, {1, 2});
+  const auto specs = slice->parameters();
+  ASSERT_EQ(specs.size(), 2U);
+  EXPECT_EQ(specs[0].name, "fc.weight");
+  EXPECT_EQ(specs[0].shape, (Shape{5, 4}));  // 11 = 6 + 5: rank 1 has rows [6, 11)
+  EXPECT_EQ(specs[0].slice, (ParamSlice{0, 6, 11, {11, 4}}));
+  EXPECT_EQ(specs[0].fan_in, 4U);
+  EXPECT_EQ(specs[0].fan_out, 11U);
+  EXPECT_EQ(specs[1].shape, (Shape{5}));
+  EXPECT_EQ(specs[1].slice, (ParamSlice{0, 6, 11, {11}}));
+  EXPECT_EQ(slice->output_shape({3, 4}), (Shape{3, 5}));
+}
+
+TEST(LinearSlice, RowParallelHoldsItsInputColumnsAndTheWholeBias) {
+  const layers::Linear fc("fc", 11, 3, one_thread());
+  const auto slice = fc.sliced(Role::row, {0, 2});
+  const auto specs = slice->parameters();
+  EXPECT_EQ(specs[0].shape, (Shape{3, 6}));
+  EXPECT_EQ(specs[0].slice, (ParamSlice{1, 0, 6, {3, 11}}));
+  EXPECT_EQ(specs[0].full_shape(), (Shape{3, 11}));
+  EXPECT_EQ(specs[1].shape, (Shape{3}));
+  EXPECT_TRUE(specs[1].slice.whole());
+}
+
+TEST(LinearSlice, RowParallelPartialsSumToTheWholeOutputWithTheBiasAddedOnce) {
+  const layers::Linear fc("fc", 5, 3, one_thread());
+  std::vector<float> weight(15);
+  std::vector<float> bias{0.5F, -1.0F, 2.0F};
+  for (std::size_t i = 0; i < weight.size(); ++i) weight[i] = 0.1F * static_cast<float>(i) - 0.7F;
+  const Tensor x = random_tensor({2, 5}, 3);
+  const std::vector<BufferView> whole_views{view_of(std::span<float>(weight)),
+                                            view_of(std::span<float>(bias))};
+  LayerContext ctx;
+  const auto expected = values_of(fc.forward(x, whole_views, ctx));
+
+  std::vector<float> sum(6, 0.0F);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto part = fc.sliced(Role::row, {rank, 2});
+    const auto specs = part->parameters();
+    std::vector<float> w(element_count(specs[0].shape));
+    copy_slice_from_whole(specs[0], weight, w);
+    const auto [begin, end] = TensorSlice{rank, 2}.range_of(5);
+    Tensor xs({2, end - begin}, DType::f32);
+    for (std::size_t r = 0; r < 2; ++r) {
+      for (std::size_t c = begin; c < end; ++c) {
+        xs.as<float>()[r * (end - begin) + c - begin] = x.as<float>()[r * 5 + c];
+      }
+    }
+    const std::vector<BufferView> views{view_of(std::span<float>(w)),
+                                        view_of(std::span<float>(bias))};
+    LayerContext part_ctx;
+    const auto y = values_of(part->forward(xs, views, part_ctx));
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += y[i];
+  }
+  for (std::size_t i = 0; i < sum.size(); ++i) EXPECT_NEAR(sum[i], expected[i], 1e-6F) << i;
+}
+
+TEST(LinearSlice, RefusesMoreTensorRanksThanFeaturesAndSlicingASlice) {
+  const layers::Linear fc("fc1", 3, 2, one_thread());
+  EXPECT_THROW((void)fc.sliced(Role::column, {0, 3}), InvalidArgument);
+  EXPECT_THROW((void)fc.sliced(Role::row, {0, 4}), InvalidArgument);
+  EXPECT_THROW((void)fc.sliced(Role::replicate, {0, 1}), InvalidArgument);
+  EXPECT_THROW((void)fc.sliced(Role::column, {2, 2}), InvalidArgument);
+  const auto half = fc.sliced(Role::row, {0, 2});
+  EXPECT_THROW((void)half->sliced(Role::column, {0, 2}), InvalidArgument);
+  try {
+    (void)fc.sliced(Role::column, {0, 3});
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("fc1: cannot split its 2 output features over 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(LinearSlice, ViewsMustHoldTheSliceNotTheWholeParameter) {
+  const layers::Linear fc("fc", 4, 6, one_thread());
+  const auto slice = fc.sliced(Role::column, {0, 2});
+  std::vector<float> weight(24);
+  std::vector<float> bias(6);
+  const std::vector<BufferView> whole{view_of(std::span<float>(weight)),
+                                      view_of(std::span<float>(bias))};
+  LayerContext ctx;
+  EXPECT_THROW((void)slice->forward(random_tensor({1, 4}, 1), whole, ctx), InvalidArgument);
+}
+
+TEST(LinearSlice, ActivationsCannotBeSplitAndSaySo) {
+  const layers::Activation relu("act", layers::ActivationKind::relu, one_thread());
+  EXPECT_TRUE(relu.sliced(Role::column, {0, 2}) == nullptr);
+}
+
+TEST(TensorSlice, SplitsNearEquallyFirstRanksLarger) {
+  EXPECT_EQ((TensorSlice{0, 3}.range_of(10)), (std::pair<std::size_t, std::size_t>{0, 4}));
+  EXPECT_EQ((TensorSlice{1, 3}.range_of(10)), (std::pair<std::size_t, std::size_t>{4, 7}));
+  EXPECT_EQ((TensorSlice{2, 3}.range_of(10)), (std::pair<std::size_t, std::size_t>{7, 10}));
+  EXPECT_THROW((void)(TensorSlice{0, 3}.range_of(2)), InvalidArgument);
+}
+
+TEST(ParamSliceKit, InitialisesAndCopiesSlicesAsTheWholeParameterHasThem) {
+  const layers::Linear fc("fc", 7, 5, one_thread());
+  const ParamSpec whole_spec = fc.parameters()[0];
+  std::vector<float> whole(35);
+  initialize_parameter(whole_spec, 11, 4, whole);
+  std::vector<float> rebuilt(35, std::nanf(""));
+  for (const Role role : {Role::column, Role::row}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const ParamSpec spec = fc.sliced(role, {rank, 2})->parameters()[0];
+      std::vector<float> initialised(element_count(spec.shape));
+      std::vector<float> copied(initialised.size());
+      initialize_parameter(spec, 11, 4, initialised);
+      copy_slice_from_whole(spec, whole, copied);
+      EXPECT_EQ(std::memcmp(initialised.data(), copied.data(), copied.size() * sizeof(float)), 0);
+      copy_slice_into_whole(spec, copied, rebuilt);
+    }
+    EXPECT_EQ(std::memcmp(rebuilt.data(), whole.data(), whole.size() * sizeof(float)), 0);
+    std::fill(rebuilt.begin(), rebuilt.end(), std::nanf(""));
+  }
+}
+
+TEST(TensorParallelPlan, RolesMustFormColumnThenRowPairs) {
+  auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
+  EXPECT_NO_THROW(TensorParallelPlan(
+      group, {Role::replicate, Role::column, Role::replicate, Role::row, Role::replicate}));
+  EXPECT_THROW(TensorParallelPlan(group, {Role::row, Role::column}), InvalidArgument);
+  EXPECT_THROW(TensorParallelPlan(group, {Role::column, Role::replicate}), InvalidArgument);
+  EXPECT_THROW(TensorParallelPlan(group, {Role::column, Role::column, Role::row}), InvalidArgument);
+}
+
+struct PassResult {
+  std::vector<float> logits;
+  std::vector<float> input_gradient;
+  std::vector<std::vector<float>> grads;  // whole parameters, reassembled from the slices
+};
+
+// One forward and backward of the whole model on `rank_layers`, with the loss as the head.
+PassResult run_pass(const Model& model, RankLayers& rank_layers, const Tensor& x,
+                    const Tensor& targets, const TensorParallelPlan* plan) {
+  PassResult result;
+  LayerRange range{rank_layers.layers, 0, rank_layers.layers.size(), true, plan};
+  const Tensor dx = run_layers(range, x, rank_layers.hooks(), [&](Tensor logits) {
+    result.logits = values_of(logits);
+    return std::move(model.loss(logits, targets).grad_logits);
+  });
+  result.input_gradient = values_of(dx);
+  return result;
+}
+
+TEST(TensorParallelMlp, MiddleLinearPairOverTwoRanksMatchesTheUnsplitModel) {
+  const mlp::MlpModel model(four_linear_config());
+  ASSERT_EQ(model.layer_count(), 7U);
+  const auto whole = whole_parameters(model, 21);
+  const Tensor x = random_tensor({5, 6}, 8);
+  Tensor targets({5}, DType::i64);
+  for (std::size_t i = 0; i < 5; ++i) targets.as<std::int64_t>()[i] = static_cast<int>(i % 5);
+
+  RankLayers unsplit(model, whole);
+  PassResult expected = run_pass(model, unsplit, x, targets, nullptr);
+  expected.grads = unsplit.grads;
+
+  // fc1 (layer 2) column-parallel, fc2 (layer 4) row-parallel; the rest replicated.
+  const std::vector<Role> roles{Role::replicate, Role::replicate, Role::column,   Role::replicate,
+                                Role::row,       Role::replicate, Role::replicate};
+  std::vector<PassResult> results(2);
+  std::vector<std::vector<ParamSpec>> specs(2);
+  run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    const int rank = world->rank();
+    RankLayers mine(model, whole, roles, {rank, 2});
+    const TensorParallelPlan plan(world, roles);
+    auto& result = results[static_cast<std::size_t>(rank)];
+    result = run_pass(model, mine, x, targets, &plan);
+    result.grads = mine.grads;
+    specs[static_cast<std::size_t>(rank)] = mine.specs;
+  });
+
+  for (const auto& result : results) {
+    ASSERT_EQ(result.logits.size(), expected.logits.size());
+    for (std::size_t i = 0; i < expected.logits.size(); ++i) {
+      EXPECT_NEAR(result.logits[i], expected.logits[i], 1e-6F) << "logit " << i;
+    }
+    ASSERT_EQ(result.input_gradient.size(), expected.input_gradient.size());
+    for (std::size_t i = 0; i < expected.input_gradient.size(); ++i) {
+      EXPECT_NEAR(result.input_gradient[i], expected.input_gradient[i], 1e-6F) << "dx " << i;
+    }
+  }
+  // The sums give both tensor ranks the same bits, so replicated parameters stay in step.
+  EXPECT_EQ(results[0].logits, results[1].logits);
+  EXPECT_EQ(results[0].input_gradient, results[1].input_gradient);
+  for (std::size_t p = 0; p < whole.size(); ++p) {
+    std::vector<float> reassembled(whole[p].size(), std::nanf(""));
+    for (std::size_t r = 0; r < 2; ++r) {
+      if (specs[r][p].slice.whole()) {
+        EXPECT_EQ(results[r].grads[p], results[0].grads[p]);
+      }
+      copy_slice_into_whole(specs[r][p], results[r].grads[p], reassembled);
+    }
+    for (std::size_t i = 0; i < reassembled.size(); ++i) {
+      EXPECT_NEAR(reassembled[i], expected.grads[p][i], 1e-6F) << specs[0][p].name << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
