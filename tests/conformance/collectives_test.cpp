@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "reference.hpp"
+#include "tessera/base/error.hpp"
 #include "world.hpp"
 
 namespace tessera::conformance {
@@ -268,7 +269,9 @@ TEST_P(Collectives, ABufferOnADeviceTheTransportDoesNotMoveIsRefusedAtIssueTime)
   const BufferView host{&value, 1, DType::f32, Device::cpu()};
   EXPECT_THROW((void)rank0.all_gather(on_device, host), InvalidArgument);
   EXPECT_THROW((void)rank0.broadcast(on_device, 0), InvalidArgument);
-  if (size() > 1) EXPECT_THROW((void)rank0.send(on_device, 1, 0), InvalidArgument);
+  if (size() > 1) {
+    EXPECT_THROW((void)rank0.send(on_device, 1, 0), InvalidArgument);
+  }
   // Nothing was issued, so a collective on every rank still works.
   std::vector<float> values(static_cast<std::size_t>(size()), 2.0F);
   std::vector<std::shared_ptr<Work>> works;
