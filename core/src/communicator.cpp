@@ -27,13 +27,24 @@ std::shared_ptr<Work> Communicator::anchored(std::shared_ptr<Work> work) const {
       });
 }
 
+void Communicator::check_device(const char* operation, const BufferView& buffer) const {
+  if (!moves(buffer.device)) {
+    throw InvalidArgument(std::string(operation) + ": a buffer on " + to_string(buffer.device) +
+                          ", which this transport does not move: keep communication buffers in "
+                          "host memory, or use a transport for that device");
+  }
+}
+
 std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
+  check_device("all_reduce", data);
   TESSERA_CHECK(data.data != nullptr || data.count == 0, "all_reduce: null buffer");
   return anchored(do_all_reduce(data, op));
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output,
                                                    ReduceOp op) {
+  check_device("reduce_scatter", input);
+  check_device("reduce_scatter", output);
   TESSERA_CHECK(input.dtype == output.dtype, "reduce_scatter: input " + describe(input) +
                                                  " and output " + describe(output) +
                                                  " differ in dtype");
@@ -45,6 +56,8 @@ std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView 
 }
 
 std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView output) {
+  check_device("all_gather", input);
+  check_device("all_gather", output);
   TESSERA_CHECK(input.dtype == output.dtype, "all_gather: input " + describe(input) +
                                                  " and output " + describe(output) +
                                                  " differ in dtype");
@@ -56,18 +69,21 @@ std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView outp
 }
 
 std::shared_ptr<Work> Communicator::broadcast(BufferView data, int root) {
+  check_device("broadcast", data);
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
                                                 " is outside [0, " + std::to_string(size()) + ")");
   return anchored(do_broadcast(data, root));
 }
 
 std::shared_ptr<Work> Communicator::send(BufferView data, int peer, std::uint32_t tag) {
+  check_device("send", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "send: peer " + std::to_string(peer) + " is not another rank of this group");
   return anchored(do_send(data, peer, tag));
 }
 
 std::shared_ptr<Work> Communicator::recv(BufferView data, int peer, std::uint32_t tag) {
+  check_device("recv", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "recv: peer " + std::to_string(peer) + " is not another rank of this group");
   return anchored(do_recv(data, peer, tag));

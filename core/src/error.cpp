@@ -10,6 +10,7 @@ TransportError::~TransportError() = default;
 CheckpointError::~CheckpointError() = default;
 DataError::~DataError() = default;
 InvalidArgument::~InvalidArgument() = default;
+OutOfMemory::~OutOfMemory() = default;
 
 }  // namespace tessera
 

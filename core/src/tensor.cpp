@@ -14,19 +14,27 @@ std::size_t element_count(const Shape& shape) noexcept {
   return std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
 }
 
-void Tensor::FreeAligned::operator()(void* p) const noexcept {
-  std::free(p);
+Tensor::Tensor(Shape shape, DType dtype) : Tensor(std::move(shape), dtype, cpu_allocator()) {}
+
+Tensor::Tensor(Shape shape, DType dtype, std::shared_ptr<DeviceAllocator> allocator)
+    : shape_(std::move(shape)), dtype_(dtype), count_(element_count(shape_)) {
+  TESSERA_CHECK(allocator != nullptr, "Tensor: no allocator");
+  device_ = allocator->device();
+  allocator_ = allocator;
+  const std::size_t bytes = count_ * dtype_size(dtype_);
+  void* p = allocator->allocate(bytes);
+  // The deleter keeps the allocator alive for as long as the storage.
+  storage_.reset(p, [allocator, bytes](void* q) noexcept { allocator->deallocate(q, bytes); });
 }
 
-Tensor::Tensor(Shape shape, DType dtype)
-    : shape_(std::move(shape)), dtype_(dtype), count_(element_count(shape_)) {
-  constexpr std::size_t kAlignment = 64;  // a cache line: SIMD loads never straddle two
-  const std::size_t bytes = count_ * dtype_size(dtype_);
-  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
-  storage_.reset(p, FreeAligned{});
+Tensor Tensor::copy_to(std::shared_ptr<DeviceAllocator> allocator) const {
+  TESSERA_CHECK(allocator != nullptr, "Tensor::copy_to: no allocator");
+  if (!storage_) return {};
+  Tensor copy(shape_, dtype_, allocator);
+  // The allocator of whichever side is not the host can copy across; host to host either can.
+  const auto& by = allocator->device() != Device::cpu() ? *allocator : *allocator_;
+  by.copy(copy.view(), view());
+  return copy;
 }
 
 Tensor Tensor::alias() const {
@@ -34,11 +42,17 @@ Tensor Tensor::alias() const {
   other.shape_ = shape_;
   other.dtype_ = dtype_;
   other.count_ = count_;
+  other.device_ = device_;
+  other.allocator_ = allocator_;
   other.storage_ = storage_;
   return other;
 }
 
-void Tensor::check_dtype(DType wanted) const {
+void Tensor::check_host_access(DType wanted) const {
+  if (device_ != Device::cpu()) {
+    throw InvalidArgument("tensor lives on " + to_string(device_) +
+                          ", not in host memory: copy it to the host first (Tensor::copy_to)");
+  }
   if (wanted != dtype_) {
     throw InvalidArgument("tensor holds " + std::string(dtype_name(dtype_)) + ", accessed as " +
                           std::string(dtype_name(wanted)));

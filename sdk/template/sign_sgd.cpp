@@ -10,8 +10,12 @@ SignSgd::SignSgd(const tessera::Options& options)
   TESSERA_CHECK(weight_decay_ >= 0.0F, "sign_sgd: weight_decay must not be negative");
 }
 
-void SignSgd::step(std::span<float> params, std::span<const float> grads,
-                   std::span<float> /*state*/, const tessera::StepInfo& info) const {
+void SignSgd::step(tessera::BufferView param_view, tessera::BufferView grad_view,
+                   tessera::BufferView /*state*/, const tessera::StepInfo& info) const {
+  // Host memory only (runs_on keeps the default): host_span throws for device buffers.
+  const auto params = param_view.host_span<float>("sign_sgd parameters");
+  const auto grads = grad_view.host_span<const float>("sign_sgd gradients");
+  TESSERA_CHECK(grads.size() == params.size(), "sign_sgd: as many gradients as parameters");
   const float lr = info.learning_rate;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const float sign = grads[i] > 0.0F ? 1.0F : (grads[i] < 0.0F ? -1.0F : 0.0F);

@@ -16,7 +16,8 @@ class SignSgd final : public tessera::Optimizer {
   explicit SignSgd(const tessera::Options& options);
 
   [[nodiscard]] std::size_t state_per_param() const noexcept override { return 0; }
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+  using tessera::Optimizer::step;
+  void step(tessera::BufferView params, tessera::BufferView grads, tessera::BufferView state,
             const tessera::StepInfo& info) const override;
 
  private:

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "reference.hpp"
+#include "tessera/base/error.hpp"
 #include "world.hpp"
 
 namespace tessera::conformance {
@@ -249,6 +250,37 @@ TEST_P(Collectives, ALateRankWakesThePeersAsleepWaitingForIt) {
   EXPECT_LT(extra_ms[kRounds / 2], 50.0)
       << "median time past the late rank's arrival, in ms; the slowest round took "
       << extra_ms.back();
+}
+
+// Every transport here moves host memory only; a buffer on a device it does not move is refused
+// when the operation is issued, naming the device, and the communicator stays usable.
+TEST_P(Collectives, ABufferOnADeviceTheTransportDoesNotMoveIsRefusedAtIssueTime) {
+  float value = 1.0F;
+  const BufferView on_device{&value, 1, DType::f32, Device::cuda(0)};
+  auto& rank0 = world_->rank(0);
+  ASSERT_FALSE(rank0.moves(Device::cuda(0)));
+  ASSERT_TRUE(rank0.moves(Device::cpu()));
+  try {
+    (void)rank0.all_reduce(on_device, ReduceOp::sum);
+    FAIL() << "a cuda:0 buffer was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+  const BufferView host{&value, 1, DType::f32, Device::cpu()};
+  EXPECT_THROW((void)rank0.all_gather(on_device, host), InvalidArgument);
+  EXPECT_THROW((void)rank0.broadcast(on_device, 0), InvalidArgument);
+  if (size() > 1) {
+    EXPECT_THROW((void)rank0.send(on_device, 1, 0), InvalidArgument);
+  }
+  // Nothing was issued, so a collective on every rank still works.
+  std::vector<float> values(static_cast<std::size_t>(size()), 2.0F);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < size(); ++r) {
+    works.push_back(world_->rank(r).all_reduce(
+        {&values[static_cast<std::size_t>(r)], 1, DType::f32, Device::cpu()}, ReduceOp::sum));
+  }
+  wait_all(works);
+  for (float v : values) EXPECT_EQ(v, 2.0F * static_cast<float>(size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Collectives, ::testing::ValuesIn(every_transport_and_size()),

@@ -13,8 +13,11 @@ class ConfigTestSgd final : public tessera::Optimizer {
 
   [[nodiscard]] std::size_t state_per_param() const noexcept override { return 0; }
 
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> /*state*/,
-            const tessera::StepInfo& /*info*/) const override {
+  using tessera::Optimizer::step;
+  void step(tessera::BufferView param_view, tessera::BufferView grad_view,
+            tessera::BufferView /*state*/, const tessera::StepInfo& /*info*/) const override {
+    const auto params = param_view.host_span<float>("parameters");
+    const auto grads = grad_view.host_span<const float>("gradients");
     for (std::size_t i = 0; i < params.size(); ++i) params[i] -= lr_ * grads[i];
   }
 

@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessera/base/error.hpp"
@@ -70,6 +72,34 @@ TEST(OperationQueue, WaitPastTheDeadlineThrowsTimeoutAndAbortsNamingTheOperation
   }
   std::lock_guard lock(mutex);
   EXPECT_NE(abort_reason.find("all_reduce"), std::string::npos);
+}
+
+// Host work has no stream to join: wait_on_stream must not return before the bytes are in place,
+// or a device kernel queued after it could read them half-written.
+TEST(OperationQueue, HostWorkWaitsOnAStreamByFinishing) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<bool> finished{false};
+  OperationQueue queue(kLong, nullptr);
+  auto work = queue.submit("all_reduce", [&] {
+    std::unique_lock lock(mutex);
+    cv.wait_for(lock, kLong, [&] { return release; });
+    finished = true;
+  });
+  EXPECT_FALSE(work->on_device());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    std::lock_guard lock(mutex);
+    release = true;
+    cv.notify_all();
+  });
+  work->wait_on_stream(Stream{Device::cuda(0), nullptr});
+  EXPECT_TRUE(finished);
+  releaser.join();
+  // And errors come out of it like out of wait().
+  auto failing = queue.submit("broadcast", [] { throw TransportError("gone", 1, "broadcast"); });
+  EXPECT_THROW(failing->wait_on_stream(Stream{Device::cuda(0), nullptr}), TransportError);
 }
 
 TEST(OperationQueue, ShutdownFailsQueuedAndLaterOperations) {

@@ -13,10 +13,11 @@ AdamOptimizer::AdamOptimizer(const AdamConfig& config) : config_(config) {
   TESSERA_CHECK(config.weight_decay >= 0.0F, "adam: weight_decay must not be negative");
 }
 
-void AdamOptimizer::step(std::span<float> params, std::span<const float> grads,
-                         std::span<float> state, const StepInfo& info) const {
-  optimizers::check_step_spans(config_.decoupled_weight_decay ? "adamw" : "adam", params, grads,
-                               state, 2, info);
+void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView state_view,
+                         const StepInfo& info) const {
+  const auto [params, grads, state] =
+      optimizers::check_step_spans(config_.decoupled_weight_decay ? "adamw" : "adam", param_view,
+                                   grad_view, state_view, 2, info);
   const std::size_t n = params.size();
   // Step scalars in double, rounded once to float, as PyTorch does with its Python scalars.
   const auto t = static_cast<double>(info.step);

@@ -27,7 +27,8 @@ class AdamOptimizer : public Optimizer {
   explicit AdamOptimizer(const AdamConfig& config);
 
   [[nodiscard]] std::size_t state_per_param() const noexcept final { return 2; }
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+  using Optimizer::step;
+  void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const final;
 
  private:

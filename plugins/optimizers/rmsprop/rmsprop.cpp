@@ -13,9 +13,10 @@ RmspropOptimizer::RmspropOptimizer(const RmspropConfig& config) : config_(config
   TESSERA_CHECK(config.weight_decay >= 0.0F, "rmsprop: weight_decay must not be negative");
 }
 
-void RmspropOptimizer::step(std::span<float> params, std::span<const float> grads,
-                            std::span<float> state, const StepInfo& info) const {
-  optimizers::check_step_spans("rmsprop", params, grads, state, state_per_param(), info);
+void RmspropOptimizer::step(BufferView param_view, BufferView grad_view, BufferView state_view,
+                            const StepInfo& info) const {
+  const auto [params, grads, state] = optimizers::check_step_spans(
+      "rmsprop", param_view, grad_view, state_view, state_per_param(), info);
   const std::size_t n = params.size();
   const float lr = info.learning_rate;
   const float alpha = config_.alpha;

@@ -31,7 +31,8 @@ class RmspropOptimizer final : public Optimizer {
   [[nodiscard]] std::size_t state_per_param() const noexcept override {
     return 1 + (config_.momentum > 0.0F ? 1 : 0) + (config_.centered ? 1 : 0);
   }
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+  using Optimizer::step;
+  void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const override;
 
  private:

@@ -18,9 +18,10 @@ SgdOptimizer::SgdOptimizer(const SgdConfig& config) : config_(config) {
   }
 }
 
-void SgdOptimizer::step(std::span<float> params, std::span<const float> grads,
-                        std::span<float> state, const StepInfo& info) const {
-  optimizers::check_step_spans("sgd", params, grads, state, state_per_param(), info);
+void SgdOptimizer::step(BufferView param_view, BufferView grad_view, BufferView state_view,
+                        const StepInfo& info) const {
+  const auto [params, grads, state] = optimizers::check_step_spans(
+      "sgd", param_view, grad_view, state_view, state_per_param(), info);
   const float lr = info.learning_rate;
   const float wd = config_.weight_decay;
   const std::size_t n = params.size();

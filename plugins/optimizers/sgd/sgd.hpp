@@ -28,7 +28,8 @@ class SgdOptimizer final : public Optimizer {
   [[nodiscard]] std::size_t state_per_param() const noexcept override {
     return config_.momentum != 0.0F ? 1 : 0;
   }
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+  using Optimizer::step;
+  void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const override;
 
  private:

@@ -65,11 +65,15 @@ class ScaledAdd final : public tessera::Optimizer {
     return 0;
   }
 
-  void step(std::span<float> params, std::span<const float> grads, std::span<float> /*state*/,
+  using tessera::Optimizer::step;
+  void step(tessera::BufferView param_view, tessera::BufferView grad_view,
+            tessera::BufferView /*state*/,
             [[maybe_unused]] const tessera::StepInfo& info) const override {
 #ifdef TEST_STEP_THROWS_LOCAL
     throw_plugin_local(TEST_NAME " refuses step " + std::to_string(info.step));
 #endif
+    const auto params = param_view.host_span<float>("parameters");
+    const auto grads = grad_view.host_span<const float>("gradients");
     for (std::size_t i = 0; i < params.size(); ++i) params[i] += scale_ * grads[i];
   }
 

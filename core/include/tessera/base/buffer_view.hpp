@@ -21,6 +21,11 @@ struct BufferView {
   [[nodiscard]] std::size_t bytes() const noexcept { return count * dtype_size(dtype); }
   [[nodiscard]] std::byte* byte_data() const noexcept { return static_cast<std::byte*>(data); }
 
+  // The elements as host memory of type T; throws InvalidArgument, naming `what`, when the view
+  // is on a device or holds another dtype.
+  template <class T>
+  [[nodiscard]] std::span<T> host_span(const char* what) const;
+
   // Elements [offset, offset + n) of this view.
   [[nodiscard]] BufferView slice(std::size_t offset, std::size_t n) const noexcept {
     return {byte_data() + offset * dtype_size(dtype), n, dtype, device};
@@ -49,6 +54,14 @@ template <>
 struct dtype_of<std::uint8_t> {
   static constexpr DType value = DType::u8;
 };
+
+void check_host_view(const BufferView& view, DType wanted, const char* what);
+
+template <class T>
+std::span<T> BufferView::host_span(const char* what) const {
+  check_host_view(*this, dtype_of<std::remove_const_t<T>>::value, what);
+  return {static_cast<T*>(data), count};
+}
 
 // A CPU view of a span of a plain arithmetic type.
 template <class T>

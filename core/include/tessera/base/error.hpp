@@ -83,6 +83,14 @@ class TESSERA_ERROR_API InvalidArgument : public Error {
   ~InvalidArgument() override;
 };
 
+// A device (the host included) could not supply the memory asked for. The message names the
+// device and the size; recoverable only by asking for less (a smaller batch or model).
+class TESSERA_ERROR_API OutOfMemory : public Error {
+ public:
+  using Error::Error;
+  ~OutOfMemory() override;
+};
+
 namespace detail {
 [[noreturn]] void throw_check_failure(const char* expression, const std::string& message);
 // Plugins built before ABI 1.1 call this one; the place is not used (no source path reaches a

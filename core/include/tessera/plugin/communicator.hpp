@@ -23,7 +23,11 @@ namespace tessera {
 // Thread-safety: issuing operations from several threads at once on one communicator is not
 // allowed (their order would be undefined); abort() and the Work methods are thread-safe.
 //
-// Errors: argument mistakes throw InvalidArgument at issue time. Failures at run time (a peer
+// Devices: buffers live where moves() allows (the host for every CPU transport); the Work of an
+// operation on device buffers is device work (Work::on_device, Work::wait_on_stream).
+//
+// Errors: argument mistakes (a buffer on a device this communicator does not move) throw
+// InvalidArgument at issue time. Failures at run time (a peer
 // died, abort, timeout) surface through Work::wait as TransportError naming the peer and the
 // operation; after one, every pending and later operation fails the same way.
 //
@@ -34,6 +38,9 @@ class Communicator : public PluginObject {
   [[nodiscard]] virtual int size() const noexcept = 0;
   // The default deadline of Work::wait() and of blocking calls on this communicator.
   [[nodiscard]] virtual Duration timeout() const noexcept = 0;
+  // Whether operations may read and write buffers on `device`. Every operation checks its
+  // buffers against it at issue time; host memory only unless a transport says otherwise.
+  [[nodiscard]] virtual bool moves(Device device) const noexcept { return device == Device::cpu(); }
 
   // In place: every rank's `data` ends as the reduction over all ranks.
   std::shared_ptr<Work> all_reduce(BufferView data, ReduceOp op);
@@ -72,6 +79,7 @@ class Communicator : public PluginObject {
 
  private:
   std::shared_ptr<Work> anchored(std::shared_ptr<Work> work) const;
+  void check_device(const char* operation, const BufferView& buffer) const;
 };
 
 }  // namespace tessera

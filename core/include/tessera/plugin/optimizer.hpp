@@ -1,10 +1,11 @@
 #pragma once
-// Optimizer: an element-wise update over flat fp32 spans, so that any strategy can shard it.
+// Optimizer: an element-wise update over flat fp32 buffers, so that any strategy can shard it.
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "tessera/base/buffer_view.hpp"
 #include "tessera/plugin/plugin_object.hpp"
 
 namespace tessera {
@@ -27,10 +28,25 @@ class Optimizer : public PluginObject {
   // fp32 state values per parameter element (SGD with momentum: 1, Adam: 2).
   [[nodiscard]] virtual std::size_t state_per_param() const noexcept = 0;
 
-  // Updates params in place. state holds state_per_param() consecutive blocks of
-  // params.size() floats (slot-major), zero before the first step; owned by the caller.
-  virtual void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+  // Whether step() can update buffers on `device`: the host always; another device only where
+  // the optimizer has an implementation for it. A strategy asks before it places state there.
+  [[nodiscard]] virtual bool runs_on(Device device) const noexcept {
+    return device == Device::cpu();
+  }
+
+  // Updates params in place. All three views are f32 and on one device the optimizer runs_on;
+  // grads has params.count elements, state state_per_param() consecutive blocks of params.count
+  // (slot-major), zero before the first step. The caller owns the memory. Device work is
+  // ordered on the device's default stream and complete when step() returns. Throws
+  // InvalidArgument for views that break this.
+  virtual void step(BufferView params, BufferView grads, BufferView state,
                     const StepInfo& info) const = 0;
+
+  // The same over host memory.
+  void step(std::span<float> params, std::span<const float> grads, std::span<float> state,
+            const StepInfo& info) const {
+    step(view_of(params), view_of(grads), view_of(state), info);
+  }
 };
 
 }  // namespace tessera
