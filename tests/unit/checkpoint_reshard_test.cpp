@@ -122,7 +122,8 @@ void expect_every_strategy_loads(const CheckpointReader& checkpoint,
 class CheckpointReshard : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
-  const auto& [writer, ranks] = GetParam();
+  const std::string writer = std::get<0>(GetParam());
+  const int ranks = std::get<1>(GetParam());
   const auto model = mlp_of({60, 96, 10});
   const auto data = data_of(60, 10);
   testing::MemoryCheckpoint checkpoint(ranks);
@@ -146,9 +147,9 @@ TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
 INSTANTIATE_TEST_SUITE_P(WritersAndWorlds, CheckpointReshard,
                          ::testing::Combine(::testing::ValuesIn(kStrategies),
                                             ::testing::Values(1, 2, 3, 4)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_at_" +
-                                  std::to_string(std::get<1>(info.param));
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_at_" +
+                                  std::to_string(std::get<1>(param_info.param));
                          });
 
 // Round one's checkpoints (tests/unit/data/checkpoint_v1/written_by.ini: an MLP 6-5-3, Adam,

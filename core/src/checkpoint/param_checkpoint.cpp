@@ -18,7 +18,6 @@ using checkpoint::Json;
 
 constexpr const char* kIndexBlob = "parameters";
 constexpr const char* kIndexFormat = "tessera-parameters";
-constexpr std::size_t kNobody = std::numeric_limits<std::size_t>::max();
 
 std::string shape_text(const Shape& shape) {
   std::string text;
@@ -62,7 +61,8 @@ struct BoxMap {
     const std::size_t at = v % inner;
     const std::size_t o = row / width;
     const std::size_t c = row % width;
-    return {(o * extent + begin + c) * inner + at, inner - at};
+    // Within one index of the dimensions before `dim`, the rest of the box is contiguous.
+    return {(o * extent + begin + c) * inner + at, (width - c) * inner - at};
   }
   // Box index of parameter element g (nullopt when outside the box), and how many parameter
   // elements from g on share that answer contiguously.
@@ -72,8 +72,9 @@ struct BoxMap {
     const std::size_t row = g / inner;
     const std::size_t c = row % extent;
     const std::size_t o = row / extent;
-    if (c < begin || c >= begin + width) return {std::nullopt, inner - at};
-    return {(o * width + c - begin) * inner + at, inner - at};
+    if (c < begin) return {std::nullopt, (begin - c) * inner - at};
+    if (c >= begin + width) return {std::nullopt, (extent - c) * inner - at};
+    return {(o * width + c - begin) * inner + at, (begin + width - c) * inner - at};
   }
 };
 
@@ -145,6 +146,13 @@ struct SliceReader::Entry {
   [[nodiscard]] std::string name() const {
     return flat_blob.empty() ? slice_blob_name(slice) : flat_blob;
   }
+};
+
+// Part [begin, end) of a box, held by entries_[entry].
+struct SliceReader::Covered {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t entry = 0;
 };
 
 std::string describe(const ParamId& param) {
@@ -385,35 +393,46 @@ std::vector<float> SliceReader::read_slice(const ParamId& param, StateKind kind,
   last = std::min(last, box.size);
   if (first >= last) return {};
   std::vector<float> out(last - first);
-  std::vector<std::size_t> owner(out.size(), kNobody);
+  std::vector<Covered> covered;
   for (std::size_t e = 0; e < entries_.size(); ++e) {
     const auto& entry = entries_[e];
     if (entry.param != p || entry.slice.kind != kind || entry.slice.slot != slot) continue;
     std::optional<std::vector<float>> values;
     intersect(entry.slice, box, first, last, [&](std::size_t from, std::size_t to, std::size_t n) {
       if (!values) values = values_of(entry);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (owner[to + i] != kNobody) {
-          throw CheckpointError("checkpoint blobs '" + entries_[owner[to + i]].name() + "' and '" +
-                                entry.name() + "' both hold element " +
-                                std::to_string(first + to + i) + " of the requested slice of " +
-                                what + ": the checkpoint's slices overlap");
-        }
-        owner[to + i] = e;
-      }
       std::copy_n(values->begin() + static_cast<std::ptrdiff_t>(from), n,
                   out.begin() + static_cast<std::ptrdiff_t>(to));
+      covered.push_back({to, to + n, e});
     });
   }
-  const auto gap = std::find(owner.begin(), owner.end(), kNobody);
-  if (gap != owner.end()) {
-    throw CheckpointError("checkpoint holds no blob for element " +
-                          std::to_string(first + static_cast<std::size_t>(gap - owner.begin())) +
-                          " of dimension " + std::to_string(dim) + " [" + std::to_string(begin) +
-                          ", " + std::to_string(end) + ") of " + what +
+  check_coverage(covered, out.size(), first,
+                 "dimension " + std::to_string(dim) + " [" + std::to_string(begin) + ", " +
+                     std::to_string(end) + ") of " + what);
+  return out;
+}
+
+void SliceReader::check_coverage(std::vector<Covered>& covered, std::size_t size, std::size_t first,
+                                 const std::string& what) const {
+  std::sort(covered.begin(), covered.end(),
+            [](const Covered& a, const Covered& b) { return a.begin < b.begin; });
+  std::size_t next = 0;
+  std::size_t last_entry = 0;
+  for (const auto& c : covered) {
+    if (c.begin < next) {
+      throw CheckpointError("checkpoint blobs '" + entries_[last_entry].name() + "' and '" +
+                            entries_[c.entry].name() + "' both hold element " +
+                            std::to_string(first + c.begin) + " of " + what +
+                            ": the checkpoint's slices overlap");
+    }
+    if (c.begin > next) break;
+    next = c.end;
+    last_entry = c.entry;
+  }
+  if (next < size) {
+    throw CheckpointError("checkpoint holds no blob for element " + std::to_string(first + next) +
+                          " of " + what +
                           ": a rank's blobs are missing or the checkpoint is incomplete");
   }
-  return out;
 }
 
 void SliceReader::verify() const {
@@ -434,12 +453,11 @@ void SliceReader::verify() const {
         !problem.empty()) {
       throw CheckpointError("checkpoint parameter " + describe(param) + " " + problem);
     }
-    std::vector<std::size_t> owner;
     for (std::size_t k = 0; k <= index_.state_per_param; ++k) {
       const auto kind = k == 0 ? StateKind::parameter : StateKind::optimizer_state;
       const std::size_t slot = k == 0 ? 0 : k - 1;
       const std::string what = describe(param) + " " + state_text(kind, slot);
-      // The blobs' sizes bound what is allocated here, not the index's claims.
+      // Fewer elements described than the parameter has: say so before walking anything.
       std::size_t described = 0;
       for (const auto& entry : entries_) {
         if (entry.param == p && entry.slice.kind == kind && entry.slice.slot == slot &&
@@ -451,27 +469,20 @@ void SliceReader::verify() const {
                               std::to_string(box.size) + " elements of " + what +
                               ": a rank's blobs are missing or the checkpoint is incomplete");
       }
-      owner.assign(box.size, kNobody);
+      std::vector<Covered> covered;
       for (std::size_t e = 0; e < entries_.size(); ++e) {
         const auto& entry = entries_[e];
         if (entry.param != p || entry.slice.kind != kind || entry.slice.slot != slot) continue;
         intersect(entry.slice, box, 0, box.size, [&](std::size_t, std::size_t to, std::size_t n) {
-          for (std::size_t i = to; i < to + n; ++i) {
-            if (owner[i] != kNobody) {
-              throw CheckpointError("checkpoint blobs '" + entries_[owner[i]].name() + "' and '" +
-                                    entry.name() + "' both hold element " + std::to_string(i) +
-                                    " of " + what + ": the checkpoint's slices overlap");
-            }
-            owner[i] = e;
+          // Runs of one entry that continue each other count as one.
+          if (!covered.empty() && covered.back().entry == e && covered.back().end == to) {
+            covered.back().end += n;
+          } else {
+            covered.push_back({to, to + n, e});
           }
         });
       }
-      const auto gap = std::find(owner.begin(), owner.end(), kNobody);
-      if (gap != owner.end()) {
-        throw CheckpointError("checkpoint holds no blob for element " +
-                              std::to_string(gap - owner.begin()) + " of " + what +
-                              ": a rank's blobs are missing or the checkpoint is incomplete");
-      }
+      check_coverage(covered, box.size, 0, what);
     }
   }
 }

@@ -80,8 +80,9 @@ void check_strategy_name(const FileCheckpointReader& reader, const TrainerCompon
                           "', which no loaded plugin provides (known: " + list + ")");
   }
   // The parameter index (a format-1 sharded manifest) names its writer too; ddp's of format 1
-  // names none.
-  const auto writer = SliceReader(reader).index().strategy;
+  // names none, and a strategy may keep its state in blobs of its own.
+  const bool indexed = reader.contains("parameters") || reader.contains("sharded/manifest");
+  const auto writer = indexed ? SliceReader(reader).index().strategy : std::string();
   if (name != "unknown" && !writer.empty() && writer != name) {
     throw CheckpointError(where + "its metadata names strategy '" + name +
                           "', its parameter index '" + writer +

@@ -91,9 +91,14 @@ class SliceReader {
   void verify() const;
 
   struct Entry;
+  struct Covered;
 
  private:
   [[nodiscard]] std::vector<float> values_of(const Entry& entry) const;
+  // Throws CheckpointError unless `covered` (parts of a box of `size` elements, sorted here)
+  // tiles it exactly, naming the first element in no part or in two (offset by `first`).
+  void check_coverage(std::vector<Covered>& covered, std::size_t size, std::size_t first,
+                      const std::string& what) const;
 
   const CheckpointReader& reader_;
   int format_version_ = 2;
