@@ -108,6 +108,7 @@ void expect_every_strategy_loads(const CheckpointReader& checkpoint,
                                  const std::string& what) {
   for (int ranks = 1; ranks <= 4; ++ranks) {
     const auto reference = load_and_step("ddp", ranks, checkpoint, model, data, step);
+    ASSERT_EQ(reference.after.size(), written.size()) << what;
     EXPECT_TRUE(reference.params == written) << what << " loaded by ddp at " << ranks;
     for (const auto& loader : kStrategies) {
       if (loader == "ddp") continue;
@@ -137,6 +138,7 @@ TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
     auto params = parameters_of(*s, total);
     if (world->rank() == 0) written = std::move(params);
   });
+  ASSERT_EQ(written.size(), total);
   const SliceReader reader(checkpoint);
   EXPECT_EQ(reader.index().strategy, writer);
   reader.verify();
