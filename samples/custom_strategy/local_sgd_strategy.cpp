@@ -6,6 +6,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/init.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 
 namespace acme {
 
@@ -137,9 +138,9 @@ void LocalSgdStrategy::save(tessera::CheckpointWriter& writer) {
     steps_since_average_ = 0;
   }
   if (setup_.world->rank() != 0) return;
-  const tessera::FlatShard whole{0, layout_.total};
-  tessera::save_flat_shard(writer, layout_, std::span<const tessera::FlatShard>(&whole, 1), 0,
-                           params_, state_, setup_.optimizer->state_per_param(), true);
+  const std::size_t slots = setup_.optimizer->state_per_param();
+  tessera::save_param_index(writer, {"local_sgd", slots, tessera::params_of(layout_)});
+  tessera::save_flat_range(writer, layout_, 0, layout_.total, params_, state_, slots);
 }
 
 void LocalSgdStrategy::load(const tessera::CheckpointReader& reader) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -98,12 +99,31 @@ TEST_F(CheckpointConsolidate, AZero3CheckpointBecomesOneASingleRankRunResumesFro
   // A checkpoint root of its own: `latest` names a step-5 checkpoint of world size 1 that
   // keeps the source's trainer metadata.
   ASSERT_TRUE(fs::exists(whole / "latest")) << output();
-  const auto manifest = text_of(latest_folder(whole) / "manifest");
-  EXPECT_NE(manifest.find("\nstep 5\n"), std::string::npos) << manifest;
-  EXPECT_NE(manifest.find("\nworld_size 1\n"), std::string::npos) << manifest;
-  EXPECT_NE(manifest.find("\nmeta seed 3\n"), std::string::npos) << manifest;
-  EXPECT_NE(manifest.find("\nmeta consolidated_from_world_size 2\n"), std::string::npos)
-      << manifest;
+  const auto manifest = nlohmann::json::parse(text_of(latest_folder(whole) / "manifest"));
+  EXPECT_EQ(manifest["step"], 5) << manifest;
+  EXPECT_EQ(manifest["world_size"], 1) << manifest;
+  EXPECT_EQ(manifest["metadata"]["seed"], "3") << manifest;
+  EXPECT_EQ(manifest["metadata"]["consolidated_from_world_size"], "2") << manifest;
+  // Every parameter whole: each slice blob takes dimension 0 and all its elements.
+  for (const auto& blob : manifest["blobs"]) {
+    if (!blob.contains("slice")) continue;
+    const auto& slice = blob["slice"];
+    EXPECT_EQ(slice["begin"], 0) << blob;
+    EXPECT_EQ(slice["end"], slice["shape"][0]) << blob;
+    EXPECT_EQ(slice["elements"][0], 0) << blob;
+  }
+
+  // inspect shows who wrote which slice of the sharded one, and checks both cover everything.
+  ASSERT_EQ(cli("checkpoint inspect " + sharded.string()), 0) << output();
+  EXPECT_NE(output().find("format 2, step 5, written by 2 rank(s) of strategy zero3"),
+            std::string::npos)
+      << output();
+  EXPECT_NE(output().find("    rank 1  optimizer slot 1  dim 0 ["), std::string::npos) << output();
+  EXPECT_NE(output().find("every parameter and optimizer slot is covered exactly once"),
+            std::string::npos)
+      << output();
+  ASSERT_EQ(cli("checkpoint inspect " + whole.string()), 0) << output();
+  EXPECT_NE(output().find("written by 1 rank(s)"), std::string::npos) << output();
 
   // The sharded original loads into ddp at world size 1 too (resharding on load); both resumed
   // runs must then see the same parameters and Adam state, so take bitwise the same steps.

@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::forge_manifest;
+using testing::Json;
 using testing::read_text;
 using testing::replaced;
 
@@ -149,7 +150,7 @@ TEST_F(CheckpointFiles, AnEditedManifestFailsItsOwnChecksum) {
   std::ifstream in(manifest);
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   in.close();
-  content.replace(content.find("step 1"), 6, "step 9");
+  content = replaced(content, "\"step\": 1,", "\"step\": 9,");
   std::ofstream(manifest) << content;
   EXPECT_THROW(FileCheckpointReader{folder}, CheckpointError);
 }
@@ -158,44 +159,60 @@ TEST_F(CheckpointFiles, TheCrcErrorShowsTheStoredAndTheComputedChecksum) {
   const auto folder = write(1);
   const auto manifest = folder / "manifest";
   std::string content = read_text(manifest);
-  const auto stored = content.substr(content.rfind("manifest-crc32 ") + 15, 8);
-  content = replaced(content, "step 1", "step 9");
+  const auto stored = content.substr(content.rfind("\"manifest_crc32\": \"") + 19, 8);
+  content = replaced(content, "\"step\": 1,", "\"step\": 9,");
   std::ofstream(manifest, std::ios::binary | std::ios::trunc) << content;
   const auto message = refusal(folder);
   EXPECT_NE(message.find("stored " + stored), std::string::npos) << message;
-  const auto computed_at = message.find(" bytes ");
+  const auto computed_at = message.find("computed ");
   ASSERT_NE(computed_at, std::string::npos) << message;
-  EXPECT_NE(message.substr(computed_at + 7, 8), stored) << message;
+  EXPECT_NE(message.substr(computed_at + 9, 8), stored) << message;
 }
 
-TEST_F(CheckpointFiles, BytesAfterTheCrcLineAreReportedAsSuch) {
-  // Before: "fails its CRC-32 (stored 1a2b3c4d<junk>, computed 1a2b3c4d)", two equal sums.
+TEST_F(CheckpointFiles, BytesAfterTheManifestAreRefusedWithTheirLineAndColumn) {
   const auto folder = write(1);
+  const auto original = read_text(folder / "manifest");
+  const auto lines = std::count(original.begin(), original.end(), '\n');
   std::ofstream(folder / "manifest", std::ios::binary | std::ios::app) << "junk";
   const auto message = refusal(folder);
-  EXPECT_NE(message.find("4 unexpected bytes after its manifest-crc32 line"), std::string::npos)
+  // The JSON ends on line `lines`; the junk starts the next one.
+  EXPECT_NE(message.find("manifest:" + std::to_string(lines + 1) + ":1: not valid JSON"),
+            std::string::npos)
       << message;
+  EXPECT_NE(message.find("truncated or corrupted"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, AManifestThatRepeatsAKeyIsRefused) {
+  // The JSON library would keep the last "step" silently.
+  const auto folder = write(1);
+  forge_manifest(folder, [](Json&) {});
+  auto content = read_text(folder / "manifest");
+  content = replaced(content, "\"step\": 1,", "\"step\": 1,\n  \"step\": 1,");
+  std::ofstream(folder / "manifest", std::ios::binary | std::ios::trunc) << content;
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("field \"step\" appears twice"), std::string::npos) << message;
 }
 
 TEST_F(CheckpointFiles, AManifestWhoseStepDisagreesWithItsFolderIsRefused) {
   const auto folder = write(1);
-  forge_manifest(folder, [](std::string m) { return replaced(m, "\nstep 1\n", "\nstep 7\n"); });
+  forge_manifest(folder, [](Json& m) { m["step"] = 7; });
   const auto message = refusal(folder);
   EXPECT_NE(message.find("step 7, the folder's name step 1"), std::string::npos) << message;
 }
 
 TEST_F(CheckpointFiles, AManifestWithoutAStepOrWorldSizeIsRefused) {
   const auto folder = write(1);
-  forge_manifest(folder, [](std::string m) { return replaced(m, "\nstep 1\n", "\n"); });
+  forge_manifest(folder, [](Json& m) { m.erase("step"); });
   const auto message = refusal(folder);
-  EXPECT_NE(message.find("no step line"), std::string::npos) << message;
+  EXPECT_NE(message.find("field \"step\" is missing"), std::string::npos) << message;
 }
 
 TEST_F(CheckpointFiles, AManifestOfASmallerWorldThanItsRankFilesIsRefused) {
   const auto folder = write(1);
   // Rank 1's blob relabelled as rank 0's, so every blob line names a rank of the world.
-  forge_manifest(folder, [](std::string m) {
-    return replaced(replaced(m, "world_size 2", "world_size 1"), "blob 1 ", "blob 0 ");
+  forge_manifest(folder, [](Json& m) {
+    m["world_size"] = 1;
+    for (auto& blob : m["blobs"]) blob["rank"] = 0;
   });
   const auto message = refusal(folder);
   EXPECT_NE(message.find("r1-0.bin"), std::string::npos) << message;
@@ -203,14 +220,18 @@ TEST_F(CheckpointFiles, AManifestOfASmallerWorldThanItsRankFilesIsRefused) {
 
 TEST_F(CheckpointFiles, AManifestOfALargerWorldThanItsRankFilesIsRefused) {
   const auto folder = write(1);
-  forge_manifest(folder, [](std::string m) { return replaced(m, "world_size 2", "world_size 3"); });
+  forge_manifest(folder, [](Json& m) { m["world_size"] = 3; });
   const auto message = refusal(folder);
   EXPECT_NE(message.find("rank-2.blobs is missing"), std::string::npos) << message;
 }
 
 TEST_F(CheckpointFiles, ABlobOfARankOutsideTheWorldIsRefused) {
   const auto folder = write(1);
-  forge_manifest(folder, [](std::string m) { return replaced(m, "blob 1 ", "blob 5 "); });
+  forge_manifest(folder, [](Json& m) {
+    for (auto& blob : m["blobs"]) {
+      if (blob["rank"] == 1) blob["rank"] = 5;
+    }
+  });
   const auto message = refusal(folder);
   EXPECT_NE(message.find("rank 5, outside the manifest's world of 2"), std::string::npos)
       << message;
@@ -218,12 +239,85 @@ TEST_F(CheckpointFiles, ABlobOfARankOutsideTheWorldIsRefused) {
 
 TEST_F(CheckpointFiles, AManifestThatDropsABlobOfItsRanksIsRefused) {
   const auto folder = write(1);
-  forge_manifest(folder, [](std::string m) {
-    const auto at = m.find("blob 1 ");
-    return m.erase(at, m.find('\n', at) + 1 - at);
+  forge_manifest(folder, [](Json& m) {
+    auto& blobs = m["blobs"];
+    for (std::size_t i = 0; i < blobs.size(); ++i) {
+      if (blobs[i]["rank"] == 1) {
+        blobs.erase(i);
+        break;
+      }
+    }
   });
   const auto message = refusal(folder);
   EXPECT_NE(message.find("rank 1 wrote 1 blobs"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointFiles, SlicesAreWrittenWithTheirDescriptionAndReadBack) {
+  const StateSlice column{3, "fc.weight", {4, 6}, StateKind::optimizer_state, 1, 1, 3, 6, 2, 10};
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6, 7, 8};
+  testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    (void)write_checkpoint(
+        root_, 1, {}, *world,
+        [&](CheckpointWriter& w) {
+          if (world->rank() == 1) w.put_slice(column, values);
+          EXPECT_THROW(w.put_slice(column, std::span(values).first(7)), InvalidArgument);
+        },
+        {}, testing::kTestTimeout);
+  });
+  const FileCheckpointReader reader(root_ / "step-000000000001");
+  ASSERT_EQ(reader.slices(), std::vector<StateSlice>{column});
+  EXPECT_EQ(reader.slice_values(0), values);
+  EXPECT_EQ(reader.manifest().blobs.at(0).rank, 1);
+  EXPECT_EQ(reader.manifest().blobs.at(0).name, "3.fc.weight/optimizer_state1/d1[3:6]/e[2:10]");
+  const auto manifest = Json::parse(read_text(root_ / "step-000000000001" / "manifest"));
+  EXPECT_EQ(manifest["blobs"][0]["slice"]["dim"], 1);
+  EXPECT_EQ(manifest["blobs"][0]["slice"]["elements"], Json::array({2, 10}));
+}
+
+TEST_F(CheckpointFiles, ASliceWhoseDescriptionDisagreesWithItsBlobIsRefused) {
+  const StateSlice rows{0, "w", {4, 6}, StateKind::parameter, 0, 0, 0, 4, 0, 24};
+  testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+    (void)write_checkpoint(
+        root_, 1, {}, *world,
+        [&](CheckpointWriter& w) { w.put_slice(rows, std::vector<float>(24)); }, {},
+        testing::kTestTimeout);
+  });
+  const auto folder = root_ / "step-000000000001";
+  forge_manifest(folder, [](Json& m) {
+    m["blobs"][0]["slice"]["elements"] = Json::array({0, 12});
+  });
+  auto message = refusal(folder);
+  EXPECT_NE(message.find("does not match its slice (0.w/parameter/d0[0:4]/e[0:12])"),
+            std::string::npos)
+      << message;
+  forge_manifest(folder, [](Json& m) { m["blobs"][0]["slice"]["dim"] = 2; });
+  message = refusal(folder);
+  EXPECT_NE(message.find("slices dimension 2 of a parameter with 2"), std::string::npos) << message;
+}
+
+// A checkpoint of format 1 (round one's line manifest), as users have them on disk.
+TEST(CheckpointFormatOne, RoundOneCheckpointsStillVerifyAndARenamedStepIsStillCaught) {
+  const auto source =
+      fs::path(TESSERA_TEST_DATA_DIR) / "checkpoint_v1" / "zero2-n2" / "step-000000000002";
+  const FileCheckpointReader reader(source);
+  EXPECT_EQ(reader.manifest().format_version, 1);
+  EXPECT_EQ(reader.saved_world_size(), 2);
+  EXPECT_EQ(reader.manifest().metadata.at("strategy"), "zero2");
+  EXPECT_TRUE(reader.contains("sharded/manifest"));
+  EXPECT_TRUE(reader.slices().empty());
+  const auto copy = fs::temp_directory_path() /
+                    ("tessera-format-one-" + std::to_string(::getpid())) / "step-000000000003";
+  fs::create_directories(copy.parent_path());
+  fs::copy(source, copy);
+  try {
+    const FileCheckpointReader renamed(copy);
+    ADD_FAILURE() << "a format-1 manifest in a folder of another step was accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("the manifest says step 2, the folder's name step 3"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(copy.parent_path());
 }
 
 TEST_F(CheckpointFiles, AFailedWriteLeavesNoNewCheckpointVisible) {
@@ -260,7 +354,7 @@ TEST_F(CheckpointFiles, AFailedWriteLeavesNoNewCheckpointVisible) {
   };
   const auto in_blob = attempt(2, 1, 4096);
   EXPECT_NE(in_blob.find("File too large"), std::string::npos) << in_blob;
-  const auto in_manifest = attempt(3, 4, 8);
+  const auto in_manifest = attempt(3, 2, 8);  // each rank's list fits, the manifest does not
   EXPECT_NE(in_manifest.find("manifest"), std::string::npos) << in_manifest;
   std::signal(SIGXFSZ, previous_handler);
 

@@ -241,22 +241,25 @@ TEST_F(TrainerRuns, AResumeAtAnotherWorldSizeTrainsOnEverySampleOfTheEpochOnce) 
 TEST_F(TrainerRuns, ACheckpointThatKeptABatchIndexResumesAtItsWritersWorldSize) {
   // Checkpoints written before epoch_samples_done: "batch 5" at two ranks of 16 is sample 160.
   const auto result = resume_at(3, [](const fs::path& folder) {
-    forge_manifest(folder, [](std::string m) {
-      return replaced(m, "meta epoch_samples_done 160\n", "meta batch 5\n");
+    forge_manifest(folder, [](testing::Json& m) {
+      m["metadata"].erase("epoch_samples_done");
+      m["metadata"]["batch"] = "5";
     });
   });
   EXPECT_EQ(result.counts, std::vector<int>(500, 1));
 }
 
 TEST_F(TrainerRuns, APositionThatDoesNotAddUpIsRefusedBeforeLoading) {
+  // (metadata key, its new value, what the refusal says); "batch" replaces epoch_samples_done.
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
-      {"meta epoch_samples_done 160", "meta epoch_samples_done 500", "training split has 500"},
-      {"meta epoch_samples_done 160", "meta epoch_samples_done -3", "not a whole number"},
-      {"meta epoch_samples_done 160", "meta batch 16", "training split has 500"},
-      {"meta epoch 0", "meta epoch 9", "epoch 10 after only 5 steps"},
-      {"meta epoch 0", "meta epoch x", "'epoch' is 'x'"},
-      {"meta strategy ddp", "meta strategy bogus", "strategy 'bogus'"},
-      {"meta seed 11", "meta seed 12", "seed 12"},
+      {"epoch_samples_done", "500", "training split has 500"},
+      {"epoch_samples_done", "-3", "not a whole number"},
+      {"batch", "16", "training split has 500"},
+      {"epoch", "9", "epoch 10 after only 5 steps"},
+      {"epoch", "x", "'epoch' is 'x'"},
+      {"strategy", "bogus", "strategy 'bogus'"},
+      {"strategy", "zero2", "names strategy 'zero2', its parameter index 'ddp'"},
+      {"seed", "12", "seed 12"},
   };
   auto first = options();
   first.checkpoint_dir = root_;
@@ -265,9 +268,14 @@ TEST_F(TrainerRuns, APositionThatDoesNotAddUpIsRefusedBeforeLoading) {
   run(first, false);
   const auto folder = root_ / "step-000000000005";
   const auto original = testing::read_text(folder / "manifest");
-  for (const auto& [from, to, expected] : cases) {
+  for (const auto& [key, value, expected] : cases) {
     std::ofstream(folder / "manifest", std::ios::binary | std::ios::trunc) << original;
-    forge_manifest(folder, [&](std::string m) { return replaced(m, from + "\n", to + "\n"); });
+    forge_manifest(folder, [&](testing::Json& m) {
+      EXPECT_TRUE(m["metadata"].contains(key) || key == "batch") << key;
+      if (key == "batch") m["metadata"].erase("epoch_samples_done");
+      m["metadata"][key] = value;
+    });
+    const auto to = key + " " + value;
     auto second = first;
     second.max_steps = 0;
     try {

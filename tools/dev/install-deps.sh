@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libboost-dev libboost-program-options-dev libboost-filesystem-dev
-  libtbb-dev libopenblas-dev zlib1g-dev
+  libtbb-dev libopenblas-dev zlib1g-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   libucx-dev ucx-utils iproute2
@@ -30,6 +30,15 @@ fi
 # from a package above or from Debian's required set (what debootstrap --variant=minbase
 # installs); tools/dev/fresh-debian-check.sh holds this list true on such a system. A script or
 # test that starts calling another program adds it here and its package above.
+# Libraries found by header or CMake package rather than by a program: each must be there too.
+headers=(/usr/include/nlohmann/json.hpp /usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake)
+for header in "${headers[@]}"; do
+  if [[ ! -f $header ]]; then
+    echo "tessera: install-deps.sh: $header is missing after installing (package nlohmann-json3-dev)" >&2
+    exit 1
+  fi
+done
+
 programs=(
   bash sh env timeout sed awk grep tr head cat cp rm mkdir mktemp nproc id dpkg-query apt-get
   cmake ctest ninja c++ g++ pkg-config git readelf nm ldd ip

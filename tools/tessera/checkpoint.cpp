@@ -3,40 +3,37 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <limits>
-#include <sstream>
 
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/registry.hpp"
-#include "tessera/strategy_kit/flat_state.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
 
 namespace {
 
-constexpr const char* kUsage = "usage: tessera checkpoint consolidate SRC DST";
+constexpr const char* kUsage =
+    "usage: tessera checkpoint consolidate SRC DST\n"
+    "       tessera checkpoint inspect CHECKPOINT";
 
-std::string text_of(const std::vector<std::byte>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+std::string shape_text(const Shape& shape) {
+  std::string text;
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
+  return text.empty() ? "scalar" : text;
 }
 
-// The optimizer-state slot count from the "flat/shards" header ("shards N state_per_param S").
-std::size_t state_slots(const CheckpointReader& reader) {
-  if (!reader.contains("flat/shards")) {
-    throw CheckpointError("checkpoint holds no flat parameter state (flat/shards)");
+// A checkpoint folder, or a root whose newest checkpoint is taken (as --resume takes it).
+std::filesystem::path checkpoint_folder(const std::filesystem::path& source) {
+  // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.
+  if (!std::filesystem::is_directory(source)) {
+    throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
   }
-  std::istringstream in(text_of(reader.get("flat/shards")));
-  std::string word1, word2;
-  std::size_t count = 0, slots = 0;
-  if (!(in >> word1 >> count >> word2 >> slots) || word1 != "shards" ||
-      word2 != "state_per_param") {
-    throw CheckpointError("checkpoint blob 'flat/shards' is malformed");
-  }
-  return slots;
+  const auto in_root = list_checkpoints(source);
+  return in_root.empty() ? source : in_root.back();
 }
 
 // write_checkpoint is collective; a consolidated checkpoint is written by a group of one.
@@ -49,13 +46,7 @@ std::shared_ptr<Communicator> group_of_one() {
 }
 
 int consolidate(const std::filesystem::path& source, const std::filesystem::path& destination) {
-  // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.
-  if (!std::filesystem::is_directory(source)) {
-    throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
-  }
-  // A root: its newest checkpoint, as --resume takes it (`latest` is not needed).
-  const auto in_root = list_checkpoints(source);
-  const FileCheckpointReader reader(in_root.empty() ? source : in_root.back());
+  const FileCheckpointReader reader(checkpoint_folder(source));
   // The destination's checkpoints are never replaced: consolidating twice into one root is
   // a mistake worth hearing about, not a silent overwrite.
   char step_name[32];
@@ -65,42 +56,85 @@ int consolidate(const std::filesystem::path& source, const std::filesystem::path
     throw CheckpointError("checkpoint " + destination.string() + " already holds " + step_name +
                           ": choose another destination or remove it; nothing was changed");
   }
-  const auto layout = FlatLayout::parse(text_of(reader.get("flat/layout")));
-  const std::size_t slots = state_slots(reader);
-  // Both sizes come from the checkpoint: before allocating by them, the blobs on disk (sizes
-  // verified by the reader) must hold that much, so a forged layout cannot ask for terabytes.
-  std::uint64_t param_bytes = 0;
-  std::uint64_t state_bytes = 0;
-  for (const auto& blob : reader.manifest().blobs) {
-    if (blob.name.rfind("flat/params/", 0) == 0) param_bytes += blob.bytes;
-    if (blob.name.rfind("flat/optimizer_state/", 0) == 0) state_bytes += blob.bytes;
+  const SliceReader slices(reader);
+  // Before anything is allocated by the index's shapes: the blobs on disk (sizes verified by
+  // the reader) must cover every parameter and slot exactly, so a forged index cannot ask
+  // for terabytes.
+  slices.verify();
+  const auto& index = slices.index();
+  struct Whole {
+    StateSlice slice;
+    std::vector<float> values;
+  };
+  std::vector<Whole> wholes;
+  std::size_t elements = 0;
+  for (const auto& p : index.params) {
+    const std::size_t rows = p.shape.empty() ? 1 : p.shape[0];
+    StateSlice slice{p.layer, p.name, p.shape, StateKind::parameter, 0, 0, 0, rows, 0, 0};
+    for (std::size_t k = 0; k <= index.state_per_param; ++k) {
+      slice.kind = k == 0 ? StateKind::parameter : StateKind::optimizer_state;
+      slice.slot = k == 0 ? 0 : k - 1;
+      auto values = slices.read_slice(p, slice.kind, slice.slot, 0, 0, rows);
+      slice.last = values.size();
+      wholes.push_back({slice, std::move(values)});
+    }
+    elements += wholes.back().values.size();
   }
-  if (layout.total > param_bytes / sizeof(float) ||
-      (slots > 0 && layout.total > state_bytes / sizeof(float) / slots)) {
-    throw CheckpointError("checkpoint " + reader.folder().string() + ": its layout has " +
-                          std::to_string(layout.total) + " parameters with " +
-                          std::to_string(slots) + " optimizer slots each, but its blobs hold " +
-                          std::to_string(param_bytes) + " and " + std::to_string(state_bytes) +
-                          " bytes");
-  }
-  std::vector<float> params(layout.total);
-  std::vector<float> state(layout.total * slots);
-  load_flat_range(reader, layout, 0, layout.total, params, state, slots);
 
   auto metadata = reader.manifest().metadata;
   metadata["consolidated_from_world_size"] = std::to_string(reader.saved_world_size());
-  const FlatShard whole{0, layout.total};
   auto group = group_of_one();
   const auto written = write_checkpoint(
       destination, reader.manifest().step, metadata, *group,
       [&](CheckpointWriter& writer) {
-        save_flat_shard(writer, layout, std::span<const FlatShard>(&whole, 1), 0, params, state,
-                        slots, true);
+        save_param_index(writer, index);
+        for (const auto& w : wholes) writer.put_slice(w.slice, w.values);
       },
       CheckpointRetention{}, group->timeout());
-  std::cout << "consolidated " << reader.folder().string() << " (world size "
-            << reader.saved_world_size() << ", " << layout.total << " parameters, " << slots
-            << " optimizer slots each) into " << written.string() << "\n";
+  std::cout << "consolidated " << reader.folder().string() << " (format "
+            << reader.manifest().format_version << ", world size " << reader.saved_world_size()
+            << ", " << index.params.size() << " parameters of " << elements << " elements, "
+            << index.state_per_param << " optimizer slots each) into " << written.string() << "\n";
+  return 0;
+}
+
+std::string kind_text(const StateSlice& s) {
+  return s.kind == StateKind::parameter ? std::string("values")
+                                        : "optimizer slot " + std::to_string(s.slot);
+}
+
+// What a checkpoint holds, for a person: its manifest's fields, then every parameter with the
+// blobs that hold it (format 2) or the flat shards (format 1), after checking that they cover it.
+int inspect(const std::filesystem::path& source) {
+  const FileCheckpointReader reader(checkpoint_folder(source));
+  const auto& manifest = reader.manifest();
+  const SliceReader slices(reader);
+  slices.verify();
+  const auto& index = slices.index();
+  std::cout << "checkpoint " << reader.folder().string() << "\n"
+            << "  format " << manifest.format_version << ", step " << manifest.step
+            << ", written by " << manifest.world_size << " rank(s)"
+            << (index.strategy.empty() ? std::string() : " of strategy " + index.strategy) << ", "
+            << index.state_per_param << " optimizer slot(s) per element, " << manifest.blobs.size()
+            << " blobs\n";
+  for (const auto& [key, value] : manifest.metadata) {
+    std::cout << "  meta " << key << " = " << value << "\n";
+  }
+  for (const auto& p : index.params) {
+    std::cout << "  parameter " << p.layer << "." << p.name << " [" << shape_text(p.shape) << "]\n";
+    for (const auto& blob : manifest.blobs) {
+      if (!blob.slice || blob.slice->layer != p.layer || blob.slice->param != p.name) continue;
+      const auto& s = *blob.slice;
+      std::cout << "    rank " << blob.rank << "  " << kind_text(s) << "  dim " << s.dim << " ["
+                << s.begin << ", " << s.end << ") elements [" << s.first << ", " << s.last << ")  "
+                << blob.file << "\n";
+    }
+  }
+  if (manifest.format_version == 1) {
+    std::cout << "  (format 1: parameters are cut from flat shards; consolidate writes format "
+                 "2)\n";
+  }
+  std::cout << "every parameter and optimizer slot is covered exactly once\n";
   return 0;
 }
 
@@ -111,11 +145,15 @@ int run_checkpoint(const std::vector<std::string>& args) {
     std::cout << kUsage << "\n";
     return 0;
   }
-  if (args.empty() || args[0] != "consolidate") {
-    throw UsageError(std::string("unknown checkpoint command; ") + kUsage);
+  if (!args.empty() && args[0] == "consolidate") {
+    if (args.size() != 3) throw UsageError(kUsage);
+    return consolidate(args[1], args[2]);
   }
-  if (args.size() != 3) throw UsageError(kUsage);
-  return consolidate(args[1], args[2]);
+  if (!args.empty() && args[0] == "inspect") {
+    if (args.size() != 2) throw UsageError(kUsage);
+    return inspect(args[1]);
+  }
+  throw UsageError(std::string("unknown checkpoint command; ") + kUsage);
 }
 
 }  // namespace tessera::cli

@@ -1,5 +1,6 @@
 #pragma once
-// `tessera checkpoint consolidate SRC DST`: one full, unsharded checkpoint for export.
+// `tessera checkpoint consolidate SRC DST`: one full, unsharded checkpoint for export;
+// `tessera checkpoint inspect CHECKPOINT`: what a checkpoint holds and who wrote which slice.
 
 #include <string>
 #include <vector>
@@ -7,11 +8,12 @@
 namespace tessera::cli {
 
 // `args` are the words after "checkpoint". SRC is a checkpoint folder or a checkpoint root
-// (its newest checkpoint is taken, as --resume does); the flat parameters and optimizer state are
-// read from whatever shards and world size wrote them and written to the root DST as one shard at
-// world size 1, the form ddp writes, with the source's step and metadata. Returns 0. Throws
-// UsageError on bad arguments and CheckpointError for an unreadable source, a DST that already
-// holds a checkpoint of that step, or a failed write.
+// (its newest checkpoint is taken, as --resume does); every parameter and optimizer slot is read
+// from whatever slices (or format-1 shards) and world size wrote them and written to the root DST
+// whole, at world size 1, the form ddp writes, with the source's step and metadata. inspect
+// prints the manifest and each parameter's blobs after checking they cover it exactly. Returns 0.
+// Throws UsageError on bad arguments and CheckpointError for an unreadable source, a DST that
+// already holds a checkpoint of that step, or a failed write.
 int run_checkpoint(const std::vector<std::string>& args);
 
 }  // namespace tessera::cli

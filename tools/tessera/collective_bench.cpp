@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "tessera/base/error.hpp"
@@ -165,20 +167,25 @@ bool run_collective_bench(Communicator& world, const CollectiveBenchOptions& opt
       const auto row = measure(world, op, bytes, options.repetitions);
       all_ok = all_ok && row.ok;
       if (!printer) continue;
-      char line[256];
       if (options.json) {
-        std::snprintf(line, sizeof line,
-                      "{\"op\":\"%s\",\"bytes\":%llu,\"time_us_median\":%.3f,\"time_us_min\":%.3f,"
-                      "\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,\"ok\":%s}\n",
-                      collective_name(op).data(), static_cast<unsigned long long>(row.bytes),
-                      row.time_us_median, row.time_us_min, row.algbw_gbps, row.busbw_gbps,
-                      row.ok ? "true" : "false");
-      } else {
-        std::snprintf(line, sizeof line, "  %-14s %12llu %12.2f %12.2f %11.3f %11.3f %6s\n",
-                      collective_name(op).data(), static_cast<unsigned long long>(row.bytes),
-                      row.time_us_median, row.time_us_min, row.algbw_gbps, row.busbw_gbps,
-                      row.ok ? "ok" : "WRONG");
+        // Microseconds and GB/s to three decimals, as the table prints them.
+        const auto milli = [](double value) { return std::round(value * 1000.0) / 1000.0; };
+        nlohmann::ordered_json j;
+        j["op"] = std::string(collective_name(op));
+        j["bytes"] = row.bytes;
+        j["time_us_median"] = milli(row.time_us_median);
+        j["time_us_min"] = milli(row.time_us_min);
+        j["algbw_gbps"] = milli(row.algbw_gbps);
+        j["busbw_gbps"] = milli(row.busbw_gbps);
+        j["ok"] = row.ok;
+        out << j.dump() << "\n" << std::flush;
+        continue;
       }
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-14s %12llu %12.2f %12.2f %11.3f %11.3f %6s\n",
+                    collective_name(op).data(), static_cast<unsigned long long>(row.bytes),
+                    row.time_us_median, row.time_us_min, row.algbw_gbps, row.busbw_gbps,
+                    row.ok ? "ok" : "WRONG");
       out << line << std::flush;
     }
   }

@@ -43,7 +43,7 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_selfcheck},
     {"bench", "measure collectives over a transport (the nccl-tests table)",
      &tessera::cli::run_bench},
-    {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint for export",
+    {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint, or inspect one",
      &tessera::cli::run_checkpoint},
 };
 

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
-#include "tessera/runtime/json_text.hpp"
 #include "tessera/runtime/registry.hpp"
 #include "usage_error.hpp"
 
@@ -59,37 +60,37 @@ void print_text(const std::vector<const PluginInfo*>& plugins) {
 
 void print_json(const std::vector<const PluginInfo*>& plugins,
                 const std::vector<PluginLoadFailure>& failures) {
-  std::cout << "{\"plugins\": [";
-  for (std::size_t i = 0; i < plugins.size(); ++i) {
-    const auto* p = plugins[i];
-    std::vector<std::string> aliases;
-    for (const auto& a : p->aliases) aliases.push_back(json_string(a));
-    std::cout << (i ? ",\n  " : "\n  ") << "{\"kind\": " << json_string(plugin_kind_name(p->kind))
-              << ", \"name\": " << json_string(p->name) << ", \"aliases\": [" << join(aliases, ", ")
-              << "], \"version\": " << json_string(p->version)
-              << ", \"description\": " << json_string(p->description)
-              << ", \"file\": " << json_string(p->file.string()) << ", \"options\": [";
-    for (std::size_t j = 0; j < p->options.size(); ++j) {
-      const auto& o = p->options[j];
-      std::vector<std::string> choices;
-      for (const auto& c : o.choices) choices.push_back(json_string(c));
-      std::cout << (j ? ", " : "") << "{\"name\": " << json_string(o.name)
-                << ", \"type\": " << json_string(option_type_name(o.type))
-                << ", \"default\": " << (o.default_value ? json_string(*o.default_value) : "null")
-                << ", \"help\": " << json_string(o.help) << ", \"choices\": ["
-                << join(choices, ", ")
-                << "], \"minimum\": " << (o.minimum ? json_string(*o.minimum) : "null")
-                << ", \"maximum\": " << (o.maximum ? json_string(*o.maximum) : "null") << "}";
+  using Json = nlohmann::ordered_json;
+  const auto optional = [](const std::optional<std::string>& value) {
+    return value ? Json(*value) : Json(nullptr);
+  };
+  Json out;
+  out["plugins"] = Json::array();
+  for (const auto* p : plugins) {
+    Json options = Json::array();
+    for (const auto& o : p->options) {
+      options.push_back({{"name", o.name},
+                         {"type", option_type_name(o.type)},
+                         {"default", optional(o.default_value)},
+                         {"help", o.help},
+                         {"choices", o.choices},
+                         {"minimum", optional(o.minimum)},
+                         {"maximum", optional(o.maximum)}});
     }
-    std::cout << "]}";
+    out["plugins"].push_back({{"kind", plugin_kind_name(p->kind)},
+                              {"name", p->name},
+                              {"aliases", p->aliases},
+                              {"version", p->version},
+                              {"description", p->description},
+                              {"file", p->file.string()},
+                              {"options", std::move(options)}});
   }
-  std::cout << "\n], \"failures\": [";
-  for (std::size_t i = 0; i < failures.size(); ++i) {
-    std::cout << (i ? ",\n  " : "\n  ") << "{\"file\": " << json_string(failures[i].file.string())
-              << ", \"reason\": " << json_string(failures[i].reason)
-              << ", \"shadowed\": " << (failures[i].shadowed ? "true" : "false") << "}";
+  out["failures"] = Json::array();
+  for (const auto& f : failures) {
+    out["failures"].push_back(
+        {{"file", f.file.string()}, {"reason", f.reason}, {"shadowed", f.shadowed}});
   }
-  std::cout << "\n]}\n";
+  std::cout << out.dump(1, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace

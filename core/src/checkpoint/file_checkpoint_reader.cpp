@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string_view>
@@ -49,7 +50,7 @@ std::optional<std::int64_t> numbered_name(const std::string& name, std::string_v
 
 bool same_blob(const CheckpointBlob& a, const CheckpointBlob& b) {
   return a.name == b.name && a.file == b.file && a.bytes == b.bytes && a.crc32 == b.crc32 &&
-         a.rank == b.rank;
+         a.rank == b.rank && a.slice == b.slice;
 }
 
 // The manifest against the folder it sits in, before any blob is read: the step agrees with a
@@ -112,7 +113,27 @@ FileCheckpointReader::FileCheckpointReader(std::filesystem::path folder)
   manifest_ = checkpoint::parse_manifest(text_of(checkpoint::read_file(manifest_path)),
                                          manifest_path.string());
   check_manifest_against_folder(folder_, manifest_);
-  for (const auto& blob : manifest_.blobs) (void)read_verified(blob);
+  for (std::size_t i = 0; i < manifest_.blobs.size(); ++i) {
+    (void)read_verified(manifest_.blobs[i]);
+    if (manifest_.blobs[i].slice) slice_blobs_.push_back(i);
+  }
+}
+
+std::vector<StateSlice> FileCheckpointReader::slices() const {
+  std::vector<StateSlice> out;
+  out.reserve(slice_blobs_.size());
+  for (const auto i : slice_blobs_) out.push_back(*manifest_.blobs[i].slice);
+  return out;
+}
+
+std::vector<float> FileCheckpointReader::slice_values(std::size_t index) const {
+  TESSERA_CHECK(index < slice_blobs_.size(), "slice_values: no slice " + std::to_string(index));
+  const auto& blob = manifest_.blobs[slice_blobs_[index]];
+  const auto bytes = read_verified(blob);
+  // The manifest tied bytes to the slice's element count; read_verified checked the size.
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
 }
 
 std::vector<std::byte> FileCheckpointReader::read_verified(const CheckpointBlob& blob) const {

@@ -31,7 +31,16 @@ class FileCheckpointWriter final : public CheckpointWriter {
     const std::string file =
         "r" + std::to_string(rank_) + "-" + std::to_string(blobs_.size()) + ".bin";
     checkpoint::write_file_synced(folder_ / file, bytes);
-    blobs_.push_back({name, file, bytes.size(), crc32(bytes), rank_});
+    blobs_.push_back({name, file, bytes.size(), crc32(bytes), rank_, std::nullopt});
+  }
+  void put_slice(const StateSlice& slice, std::span<const float> values) override {
+    const auto problem = slice_problem(slice);
+    TESSERA_CHECK(problem.empty(), "put_slice: the slice " + problem);
+    TESSERA_CHECK(values.size() == slice.elements(), "put_slice: " + std::to_string(values.size()) +
+                                                         " values for a slice of " +
+                                                         std::to_string(slice.elements()));
+    put(slice_blob_name(slice), std::as_bytes(values));
+    blobs_.back().slice = slice;
   }
   [[nodiscard]] const std::vector<CheckpointBlob>& blobs() const noexcept { return blobs_; }
 

@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/json_text.hpp"
 
 namespace tessera::trainer {
 
@@ -114,14 +114,17 @@ void ProgressReporter::step(const StepReport& r) {
   samples_ += r.samples;
   if (!active_) return;
   if (metrics_fd_ >= 0) {
-    write_metrics(
-        "{\"step\":" + std::to_string(r.step) + ",\"epoch\":" + std::to_string(r.epoch + 1) +
-            ",\"loss\":" + json_number(r.stats.loss) + ",\"lr\":" + json_number(r.learning_rate) +
-            ",\"grad_norm\":" + json_number(r.stats.grad_norm) +
-            (r.stats.skipped ? ",\"skipped\":true" : "") + ",\"samples\":" +
-            std::to_string(r.samples) + ",\"samples_per_s\":" + json_number(samples_per_s()) +
-            ",\"time_s\":" + json_number(seconds()) + "}\n",
-        "step " + std::to_string(r.step));
+    nlohmann::ordered_json line;
+    line["step"] = r.step;
+    line["epoch"] = r.epoch + 1;
+    line["loss"] = r.stats.loss;
+    line["lr"] = r.learning_rate;
+    line["grad_norm"] = r.stats.grad_norm;
+    if (r.stats.skipped) line["skipped"] = true;
+    line["samples"] = r.samples;
+    line["samples_per_s"] = samples_per_s();
+    line["time_s"] = seconds();
+    write_metrics(line.dump() + "\n", "step " + std::to_string(r.step));
   }
   // A terminal gets ~10 updates a second; a log file a line every 5 s and at each epoch's end.
   const auto now = Clock::now();
@@ -145,10 +148,12 @@ void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double 
                                   double loss) {
   if (!active_) return;
   if (metrics_fd_ >= 0) {
-    write_metrics("{\"step\":" + std::to_string(step) + ",\"epoch\":" + std::to_string(epoch + 1) +
-                      ",\"test_accuracy\":" + json_number(accuracy) +
-                      ",\"test_loss\":" + json_number(loss) + "}\n",
-                  "the evaluation at step " + std::to_string(step));
+    nlohmann::ordered_json line;
+    line["step"] = step;
+    line["epoch"] = epoch + 1;
+    line["test_accuracy"] = accuracy;
+    line["test_loss"] = loss;
+    write_metrics(line.dump() + "\n", "the evaluation at step " + std::to_string(step));
   }
   char text[160];
   std::snprintf(text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",

@@ -10,7 +10,7 @@
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/data_order.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
-#include "tessera/strategy_kit/sharded_checkpoint.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "trainer/progress_reporter.hpp"
 
 namespace tessera {
@@ -54,10 +54,6 @@ T metadata_number(const std::map<std::string, std::string>& meta, const std::str
   return value;
 }
 
-std::string checkpoint_text(const std::vector<std::byte>& bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
 // Without --resume a run starts at step 0 and would replace and prune what is there.
 void refuse_to_overwrite(const std::filesystem::path& dir) {
   const auto existing = list_checkpoints(dir);
@@ -70,7 +66,7 @@ void refuse_to_overwrite(const std::filesystem::path& dir) {
                         "afresh; nothing was changed");
 }
 
-// The strategy a checkpoint names must exist and agree with its sharded manifest; which
+// The strategy a checkpoint names must exist and agree with its parameter index; which
 // strategy loads it is free (every data-parallel strategy reads every other's checkpoints).
 void check_strategy_name(const FileCheckpointReader& reader, const TrainerComponents& parts) {
   const auto where = "checkpoint " + reader.folder().string() + ": ";
@@ -84,13 +80,14 @@ void check_strategy_name(const FileCheckpointReader& reader, const TrainerCompon
     throw CheckpointError(where + "was written by strategy '" + name +
                           "', which no loaded plugin provides (known: " + list + ")");
   }
-  if (reader.contains("sharded/manifest")) {
-    const auto sharded = ShardedManifest::parse(checkpoint_text(reader.get("sharded/manifest")));
-    if (name != "unknown" && sharded.strategy != name) {
-      throw CheckpointError(where + "its metadata names strategy '" + name +
-                            "', its sharded manifest '" + sharded.strategy +
-                            "': the manifest was edited or belongs to another checkpoint");
-    }
+  // The parameter index (a format-1 sharded manifest) names its writer too; ddp's of format 1
+  // names none, and a strategy may keep its state in blobs of its own.
+  const bool indexed = reader.contains("parameters") || reader.contains("sharded/manifest");
+  const auto writer = indexed ? SliceReader(reader).index().strategy : std::string();
+  if (name != "unknown" && !writer.empty() && writer != name) {
+    throw CheckpointError(where + "its metadata names strategy '" + name +
+                          "', its parameter index '" + writer +
+                          "': the manifest was edited or belongs to another checkpoint");
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/init.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 
 namespace tessera::ddp {
 
@@ -143,11 +144,11 @@ StepStats DdpStrategy::evaluate(const Batch& batch) {
 }
 
 void DdpStrategy::save(CheckpointWriter& writer) {
-  // Replicated state: rank 0 writes it all, as one shard covering the whole flat vector.
+  // Replicated state: rank 0 writes each parameter whole.
   if (setup_.world->rank() != 0) return;
-  const FlatShard whole{0, layout_.total};
-  save_flat_shard(writer, layout_, std::span<const FlatShard>(&whole, 1), 0, params_,
-                  sync_->optimizer_state(), setup_.optimizer->state_per_param(), true);
+  const std::size_t slots = setup_.optimizer->state_per_param();
+  save_param_index(writer, {"ddp", slots, params_of(layout_)});
+  save_flat_range(writer, layout_, 0, layout_.total, params_, sync_->optimizer_state(), slots);
 }
 
 void DdpStrategy::load(const CheckpointReader& reader) {

@@ -7,7 +7,7 @@
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
 #include "tessera/strategy_kit/init.hpp"
-#include "tessera/strategy_kit/sharded_checkpoint.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 
 namespace tessera::zero {
 
@@ -408,29 +408,20 @@ std::vector<float> ZeroStrategy::consolidated_optimizer_state() {
 }
 
 void ZeroStrategy::save(CheckpointWriter& writer) {
-  const int world = setup_.world->size();
-  const int rank = setup_.world->rank();
-  ShardedManifest manifest;
-  manifest.strategy = stage_two() ? "zero2" : "zero1";
-  manifest.world_size = world;
-  manifest.padded_total = shards_.padded_total();
-  manifest.state_per_param = state_slots();
-  const auto ranges = shards_.checkpoint_shards();
-  for (std::size_t k = 0; k < ranges.size(); ++k) {
-    manifest.pieces.push_back({static_cast<int>(k % static_cast<std::size_t>(world)), ranges[k]});
+  if (setup_.world->rank() == 0) {
+    save_param_index(writer, {stage_two() ? "zero2" : "zero1", state_slots(), params_of(layout_)});
   }
   // This rank's own pieces are final after its update; only other ranks' pieces may still be
-  // arriving, and they are not written here.
-  save_sharded(writer, layout_, manifest, rank, [&](std::size_t k) {
-    const auto piece = shards_.piece(k / static_cast<std::size_t>(world), rank);
-    return std::pair<std::span<const float>, std::span<const float>>{
-        std::span<const float>(params_.data() + piece.begin, piece.size()), piece_state(piece)};
-  });
+  // arriving, and they are not written here. Padding past the last parameter is not saved.
+  for (const auto& piece : my_pieces_) {
+    save_flat_range(writer, layout_, piece.begin, piece.end,
+                    std::span<const float>(params_.data() + piece.begin, piece.size()),
+                    piece_state(piece), state_slots());
+  }
 }
 
 void ZeroStrategy::load(const CheckpointReader& reader) {
   wait_gathers_below(shards_.padded_total());
-  verify_sharded_checkpoint(reader);
   // Every parameter (each rank computes with all of them), and this rank's optimizer state.
   std::vector<FlatRangeTarget> targets;
   targets.push_back({0, shards_.padded_total(), params_, {}});

@@ -1,9 +1,10 @@
-// zero3's checkpoints: the flat-layout family every data-parallel strategy shares
-// (tessera/strategy_kit/flat_state.hpp), one shard per (unit, rank) piece, so that ddp, zero1/2 and
-// zero3 checkpoints load into each other at any world size.
+// zero3's checkpoints: each rank writes the slices of parameters its shard of every unit covers
+// (tessera/strategy_kit/param_checkpoint.hpp), so that ddp, zero1/2 and zero3 checkpoints load
+// into each other at any world size.
 #include <algorithm>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "zero3_strategy.hpp"
 
 namespace tessera::zero3 {
@@ -30,6 +31,7 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
   const int world = setup_.world->size();
   const auto shards = shards_of(plan_, world);
   const std::size_t slots = setup_.optimizer->state_per_param();
+  if (rank == 0) save_param_index(writer, {"zero3", slots, params_of(layout_)});
   std::vector<float> state;
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
     const auto& unit = plan_.units[u];
@@ -42,9 +44,9 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
           state_.begin() + static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset),
           length, state.begin() + static_cast<std::ptrdiff_t>(s * length));
     }
-    save_flat_shard(writer, layout_, shards, k,
+    save_flat_range(writer, layout_, shards[k].begin, shards[k].end,
                     std::span<const float>(params_).subspan(unit.shard_offset, length), state,
-                    slots, rank == 0 && u == 0);
+                    slots);
   }
 }
 
@@ -52,17 +54,25 @@ void Zero3Strategy::load(const CheckpointReader& reader) {
   TESSERA_CHECK(pool_ != nullptr, "zero3: load before setup");
   const int rank = setup_.world->rank();
   const std::size_t slots = setup_.optimizer->state_per_param();
-  std::vector<float> state;
-  for (const auto& unit : plan_.units) {
+  // One read of the checkpoint for every unit: each unit's optimizer state lands slot-major in
+  // its own buffer first, because state_ is slot-major over the whole shard.
+  std::vector<std::vector<float>> states(plan_.units.size());
+  std::vector<FlatRangeTarget> targets;
+  for (std::size_t u = 0; u < plan_.units.size(); ++u) {
+    const auto& unit = plan_.units[u];
     const std::size_t begin = unit.flat_begin + unit.owned_begin(rank);
     const std::size_t end = unit.flat_begin + unit.owned_end(rank);
-    const std::size_t length = end - begin;
-    state.assign(length * slots, 0.0F);
-    load_flat_range(reader, layout_, begin, end,
-                    std::span<float>(params_).subspan(unit.shard_offset, length), state, slots);
+    states[u].assign((end - begin) * slots, 0.0F);
+    targets.push_back(
+        {begin, end, std::span<float>(params_).subspan(unit.shard_offset, end - begin), states[u]});
+  }
+  load_flat_ranges(reader, layout_, targets, slots);
+  for (std::size_t u = 0; u < plan_.units.size(); ++u) {
+    const auto& unit = plan_.units[u];
+    const std::size_t length = targets[u].end - targets[u].begin;
     for (std::size_t s = 0; s < slots; ++s) {
       std::copy_n(
-          state.begin() + static_cast<std::ptrdiff_t>(s * length), length,
+          states[u].begin() + static_cast<std::ptrdiff_t>(s * length), length,
           state_.begin() + static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset));
     }
   }

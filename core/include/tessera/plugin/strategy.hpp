@@ -104,14 +104,14 @@ class Strategy : public PluginObject {
   // gathers parameters in forward, like zero3, must still take part). Returns the mean loss
   // over this rank's rows, not a global one.
   virtual StepStats evaluate(const Batch& batch) = 0;
-  // Writes this rank's part of the state as named blobs. Data-parallel strategies write the
-  // canonical flat layout (tessera/strategy_kit/flat_state.hpp: save_flat_shard, or
-  // sharded_checkpoint.hpp for one piece per rank) so that any strategy at any world size can load
-  // it; replicated state is written by rank 0 alone. Blob names must not collide across ranks.
+  // Writes this rank's part of the state: parameters and optimizer state as slices of named
+  // parameters (CheckpointWriter::put_slice; tessera/strategy_kit/param_checkpoint.hpp), so
+  // that any strategy at any world size or mesh can load it, anything else as named blobs.
+  // Replicated state is written by rank 0 alone; no slice or name may be written twice.
   virtual void save(CheckpointWriter& writer) = 0;
   // Called after setup(), before the first step; reads what this rank needs whatever world
   // size wrote it (reader.saved_world_size()), or throws CheckpointError naming what does not
-  // fit (another layout, another number of optimizer state slots).
+  // fit (another model, another number of optimizer state slots, slices that leave a gap).
   virtual void load(const CheckpointReader& reader) = 0;
   // The world changed between steps (ranks left or joined): called on every rank of new_world,
   // after setup() and between steps, never inside one. The strategy lets work still in flight

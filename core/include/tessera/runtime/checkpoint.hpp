@@ -1,7 +1,8 @@
 #pragma once
-// Checkpoints on disk: a directory per checkpoint with one file per blob and a manifest of
-// every blob's size and CRC-32, committed atomically so a crash never leaves a half-written
-// checkpoint where a good one was. docs/training.md describes the format.
+// Checkpoints on disk: a directory per checkpoint with one file per blob and a manifest (JSON)
+// of every blob's size, CRC-32 and, for a slice of a parameter, its description; committed
+// atomically so a crash never leaves a half-written checkpoint where a good one was.
+// docs/training.md describes the format.
 
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/plugin/checkpoint_io.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/strategy.hpp"
 
@@ -24,6 +26,7 @@ struct CheckpointBlob {
   std::uint64_t bytes = 0;
   std::uint32_t crc32 = 0;
   int rank = 0;
+  std::optional<StateSlice> slice;  // set for a blob written by put_slice (format 2)
 };
 
 struct CheckpointManifest {
@@ -31,6 +34,7 @@ struct CheckpointManifest {
   int world_size = 1;
   std::map<std::string, std::string> metadata;  // the trainer's (epoch, seed, strategy, ...)
   std::vector<CheckpointBlob> blobs;
+  int format_version = 2;  // 1: the line format of round one, still read (never written)
 };
 
 // CRC-32 (IEEE, as zlib and gzip compute it), continuing from `crc` (0 to start).
@@ -81,6 +85,8 @@ class FileCheckpointReader final : public CheckpointReader {
 
   [[nodiscard]] std::vector<std::byte> get(const std::string& name) const override;
   [[nodiscard]] bool contains(const std::string& name) const override;
+  [[nodiscard]] std::vector<StateSlice> slices() const override;
+  [[nodiscard]] std::vector<float> slice_values(std::size_t index) const override;
   [[nodiscard]] int saved_world_size() const override { return manifest_.world_size; }
 
   [[nodiscard]] const CheckpointManifest& manifest() const noexcept { return manifest_; }
@@ -90,6 +96,7 @@ class FileCheckpointReader final : public CheckpointReader {
   [[nodiscard]] std::vector<std::byte> read_verified(const CheckpointBlob& blob) const;
   std::filesystem::path folder_;
   CheckpointManifest manifest_;
+  std::vector<std::size_t> slice_blobs_;  // indices into manifest_.blobs, slices() order
 };
 
 // The checkpoint `--resume` continues from: the newest of list_checkpoints(root), opened and

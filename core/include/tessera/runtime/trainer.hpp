@@ -166,8 +166,7 @@ class Trainer {
 };
 
 // Writes `result` as the --summary JSON (docs/training.md).
-void write_summary_json(const std::filesystem::path& file, const TrainResult& result,
-                        const std::string& extra_json_fields = {});
+void write_summary_json(const std::filesystem::path& file, const TrainResult& result);
 
 // Peak resident set size of this process (VmHWM from /proc/self/status), 0 if unknown.
 [[nodiscard]] std::uint64_t peak_rss_bytes();
