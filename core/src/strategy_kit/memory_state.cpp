@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "tessera/base/buffer_view.hpp"
 #include "tessera/base/error.hpp"
@@ -25,6 +26,11 @@ void append_bytes(std::vector<std::uint8_t>& out, const void* data, std::size_t 
   if (n > 0) std::memcpy(out.data() + at, data, n);
 }
 
+void append_text(std::vector<std::uint8_t>& out, const std::string& text) {
+  append_u64(out, text.size());
+  append_bytes(out, text.data(), text.size());
+}
+
 std::vector<std::uint8_t> pack(const MemoryCheckpoint& state) {
   std::vector<std::uint8_t> out;
   out.reserve(state.bytes() + 64 * (state.blobs().size() + 1));
@@ -34,6 +40,22 @@ std::vector<std::uint8_t> pack(const MemoryCheckpoint& state) {
     append_bytes(out, name.data(), name.size());
     append_u64(out, bytes.size());
     append_bytes(out, bytes.data(), bytes.size());
+  }
+  // Then the slices: each description field by field, then its values.
+  const auto slices = state.slices();
+  append_u64(out, slices.size());
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const StateSlice& d = slices[i];
+    append_u64(out, d.layer);
+    append_text(out, d.param);
+    append_u64(out, d.shape.size());
+    for (const auto extent : d.shape) append_u64(out, extent);
+    append_u64(out, d.kind == StateKind::parameter ? 0 : 1);
+    for (const auto field : {d.slot, d.dim, d.begin, d.end, d.first, d.last}) {
+      append_u64(out, field);
+    }
+    const auto values = state.slice_values(i);
+    append_bytes(out, values.data(), values.size() * sizeof(float));
   }
   return out;
 }
@@ -87,9 +109,41 @@ bool MemoryCheckpoint::contains(const std::string& name) const {
   return blobs_.count(name) != 0;
 }
 
+void MemoryCheckpoint::put_slice(const StateSlice& slice, std::span<const float> values) {
+  const auto problem = slice_problem(slice);
+  TESSERA_CHECK(problem.empty(), "MemoryCheckpoint::put_slice: the slice " + problem);
+  TESSERA_CHECK(values.size() == slice.elements(),
+                "MemoryCheckpoint::put_slice: " + std::to_string(values.size()) +
+                    " values for a slice of " + std::to_string(slice.elements()));
+  for (const auto& held : slices_) {
+    if (held.slice == slice) {
+      throw CheckpointError("strategy state: slice '" + slice_blob_name(slice) +
+                            "' written twice (by two ranks or twice by one); ranks must write "
+                            "disjoint parts of each parameter");
+    }
+  }
+  slices_.push_back({slice, std::vector<float>(values.begin(), values.end())});
+}
+
+std::vector<StateSlice> MemoryCheckpoint::slices() const {
+  std::vector<StateSlice> out;
+  out.reserve(slices_.size());
+  for (const auto& held : slices_) out.push_back(held.slice);
+  return out;
+}
+
+std::vector<float> MemoryCheckpoint::slice_values(std::size_t index) const {
+  if (index >= slices_.size()) {
+    throw CheckpointError("strategy state held in memory has " + std::to_string(slices_.size()) +
+                          " slices, not one numbered " + std::to_string(index));
+  }
+  return slices_[index].values;
+}
+
 std::size_t MemoryCheckpoint::bytes() const noexcept {
   std::size_t total = 0;
   for (const auto& [name, bytes] : blobs_) total += bytes.size();
+  for (const auto& held : slices_) total += held.values.size() * sizeof(float);
   return total;
 }
 
@@ -122,6 +176,23 @@ std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strateg
       const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
       const auto blob = in.take(in.u64());
       state->put(name, std::as_bytes(blob));
+    }
+    const auto slice_count = in.u64();
+    for (std::uint64_t k = 0; k < slice_count; ++k) {
+      StateSlice d;
+      d.layer = in.u64();
+      const auto param = in.take(in.u64());
+      d.param.assign(reinterpret_cast<const char*>(param.data()), param.size());
+      d.shape.resize(in.u64());
+      for (auto& extent : d.shape) extent = in.u64();
+      d.kind = in.u64() == 0 ? StateKind::parameter : StateKind::optimizer_state;
+      for (std::size_t* field : {&d.slot, &d.dim, &d.begin, &d.end, &d.first, &d.last}) {
+        *field = in.u64();
+      }
+      const auto raw = in.take(d.elements() * sizeof(float));
+      std::vector<float> values(d.elements());
+      if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());
+      state->put_slice(d, values);
     }
   }
   return state;

@@ -16,7 +16,8 @@
 
 namespace tessera {
 
-// Named blobs in memory, written by save() and read by load() or reconfigure(). Not
+// Named blobs and parameter slices in memory, written by save() and read by load() or
+// reconfigure(). Not
 // thread-safe: one rank's thread writes it, then any number of threads may read it.
 class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader {
  public:
@@ -29,16 +30,26 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
   // Throws CheckpointError naming a blob that is not there.
   [[nodiscard]] std::vector<std::byte> get(const std::string& name) const override;
   [[nodiscard]] bool contains(const std::string& name) const override;
+  // Copies `values`. Throws InvalidArgument for a slice that does not describe a part of its
+  // parameter or a value count that differs from it, CheckpointError for a slice written twice.
+  void put_slice(const StateSlice& slice, std::span<const float> values) override;
+  [[nodiscard]] std::vector<StateSlice> slices() const override;
+  [[nodiscard]] std::vector<float> slice_values(std::size_t index) const override;
   [[nodiscard]] int saved_world_size() const override { return saved_world_size_; }
 
   [[nodiscard]] const std::map<std::string, std::vector<std::byte>>& blobs() const noexcept {
     return blobs_;
   }
-  // Bytes of all blobs together.
+  // Bytes of all blobs and slice values together.
   [[nodiscard]] std::size_t bytes() const noexcept;
 
  private:
+  struct HeldSlice {
+    StateSlice slice;
+    std::vector<float> values;
+  };
   std::map<std::string, std::vector<std::byte>> blobs_;
+  std::vector<HeldSlice> slices_;  // in the order written
   int saved_world_size_;
 };
 
