@@ -1,7 +1,5 @@
 #include "transport.hpp"
 
-#include <iterator>
-
 #include "communicator.hpp"
 #include "tags.hpp"
 #include "tessera/base/error.hpp"
@@ -30,10 +28,6 @@ UcxTransport::UcxTransport(const Options& options) {
   TESSERA_CHECK(settings_.segment_bytes > 0, "[transport.ucx] segment_size must be positive");
   TESSERA_CHECK(settings_.liveness_interval.count() > 0,
                 "[transport.ucx] liveness_interval must be positive");
-}
-
-TransportCapabilities UcxTransport::capabilities() const {
-  return {{DeviceType::cpu}, {std::begin(kAllDTypes), std::end(kAllDTypes)}, true, true};
 }
 
 // Ranks take tickets from a store counter, as in every transport: the k-th world connected
