@@ -14,17 +14,11 @@ std::string describe(const BufferView& v) {
 
 }  // namespace
 
-// Every Work and child communicator leaves through here, so that each keeps the transport's
-// library loaded (see PluginObject).
-std::shared_ptr<Work> Communicator::anchored(std::shared_ptr<Work> work) const {
+// Every Work leaves through here: a transport that returns none broke its contract, and the
+// caller would dereference null.
+std::shared_ptr<Work> Communicator::checked(std::shared_ptr<Work> work) {
   TESSERA_CHECK(work != nullptr, "transport returned no Work");
-  if (!library_anchor()) return work;
-  auto anchor = library_anchor();
-  Work* raw = work.get();
-  return std::shared_ptr<Work>(
-      raw, [inner = std::move(work), anchor = std::move(anchor)](Work*) mutable {
-        inner.reset();  // runs the plugin's destructor while `anchor` still holds the library
-      });
+  return work;
 }
 
 void Communicator::check_device(const char* operation, const BufferView& buffer) const {
@@ -38,7 +32,7 @@ void Communicator::check_device(const char* operation, const BufferView& buffer)
 std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
   check_device("all_reduce", data);
   TESSERA_CHECK(data.data != nullptr || data.count == 0, "all_reduce: null buffer");
-  return anchored(do_all_reduce(data, op));
+  return checked(do_all_reduce(data, op));
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output,
@@ -52,7 +46,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView 
                 "reduce_scatter: input must hold size() * output.count = " +
                     std::to_string(output.count * static_cast<std::size_t>(size())) +
                     " elements, got " + std::to_string(input.count));
-  return anchored(do_reduce_scatter(input, output, op));
+  return checked(do_reduce_scatter(input, output, op));
 }
 
 std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView output) {
@@ -65,39 +59,36 @@ std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView outp
                 "all_gather: output must hold size() * input.count = " +
                     std::to_string(input.count * static_cast<std::size_t>(size())) +
                     " elements, got " + std::to_string(output.count));
-  return anchored(do_all_gather(input, output));
+  return checked(do_all_gather(input, output));
 }
 
 std::shared_ptr<Work> Communicator::broadcast(BufferView data, int root) {
   check_device("broadcast", data);
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
                                                 " is outside [0, " + std::to_string(size()) + ")");
-  return anchored(do_broadcast(data, root));
+  return checked(do_broadcast(data, root));
 }
 
 std::shared_ptr<Work> Communicator::send(BufferView data, int peer, std::uint32_t tag) {
   check_device("send", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "send: peer " + std::to_string(peer) + " is not another rank of this group");
-  return anchored(do_send(data, peer, tag));
+  return checked(do_send(data, peer, tag));
 }
 
 std::shared_ptr<Work> Communicator::recv(BufferView data, int peer, std::uint32_t tag) {
   check_device("recv", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "recv: peer " + std::to_string(peer) + " is not another rank of this group");
-  return anchored(do_recv(data, peer, tag));
+  return checked(do_recv(data, peer, tag));
 }
 
 std::shared_ptr<Work> Communicator::barrier() {
-  return anchored(do_barrier());
+  return checked(do_barrier());
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
-  auto child = do_split(color, key);
-  if (!child) return nullptr;
-  child->set_library_anchor(library_anchor());
-  return adopt_plugin_object(child.release(), library_anchor());
+  return do_split(color, key);
 }
 
 }  // namespace tessera

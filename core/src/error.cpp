@@ -23,9 +23,4 @@ void throw_check_failure(const char* expression, const std::string& message) {
   throw InvalidArgument(message + " (internal check '" + expression + "' failed)");
 }
 
-void throw_check_failure(const char* /*file*/, int /*line*/, const char* expression,
-                         const std::string& message) {
-  throw_check_failure(expression, message);
-}
-
 }  // namespace tessera::detail

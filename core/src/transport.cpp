@@ -10,9 +10,7 @@ std::shared_ptr<Communicator> Transport::connect(std::shared_ptr<Store> store, i
   TESSERA_CHECK(size >= 1, "world size must be at least 1, got " + std::to_string(size));
   TESSERA_CHECK(rank >= 0 && rank < size,
                 "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(size) + ")");
-  auto communicator = do_connect(std::move(store), rank, size, timeout);
-  communicator->set_library_anchor(library_anchor());
-  return adopt_plugin_object(communicator.release(), library_anchor());
+  return do_connect(std::move(store), rank, size, timeout);
 }
 
 }  // namespace tessera

@@ -15,4 +15,4 @@ constexpr tessera_option_desc kOptions[] = {
 
 TESSERA_PLUGIN(strategy, "local_sgd", "1.0.0",
                "Local SGD: ranks step alone, parameters averaged every sync_every steps",
-               TESSERA_NO_ALIASES, kOptions, acme::LocalSgdStrategy)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, acme::LocalSgdStrategy)

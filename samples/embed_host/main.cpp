@@ -197,9 +197,6 @@ int main(int argc, char** argv) {
     // process started alone is rank 0 of 1.
     const tessera::LaunchInfo launch = tessera::launch_info_from_environment();
 
-    tessera::PluginRegistry registry;
-    registry.scan(tessera::PluginRegistry::default_search_path());
-
     // Launched processes meet over shared memory through the launcher's tcp store; a lone
     // process needs no store at all. Flags on the command line override either choice.
     tessera::ConfigSources sources;
@@ -207,13 +204,19 @@ int main(int argc, char** argv) {
                      launch.world_size > 1 ? "--runtime.store=tcp" : "--runtime.store=memory"};
     sources.flags.insert(sources.flags.end(), options.tessera_flags.begin(),
                          options.tessera_flags.end());
+
+    // The plugins first (the config may name more folders in --plugins.path), then the config
+    // validated against them, then how this process joins the job.
+    tessera::PluginRegistry registry;
+    registry.scan(tessera::Config::plugin_search_path(sources));
     const tessera::Config config = tessera::Config::load(sources, registry);
+    const tessera::WorldPlan plan = tessera::plan_world(config, registry, launch);
 
     // The data set comes from a tessera plugin; only the model and its training are the host's.
     const auto data = registry.create<tessera::Dataset>(
         options.dataset, registry.default_options(tessera::PluginKind::dataset, options.dataset));
 
-    tessera::run_world(config, registry, launch, [&](std::shared_ptr<tessera::Communicator> world) {
+    tessera::run_world(config, registry, plan, [&](std::shared_ptr<tessera::Communicator> world) {
       train_rank(options, *data, std::move(world));
     });
     return 0;

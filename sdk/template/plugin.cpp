@@ -17,4 +17,4 @@ constexpr const char* kAliases[] = {"signsgd", nullptr};
 }  // namespace
 
 TESSERA_PLUGIN(optimizer, "sign_sgd", "1.0.0", "signSGD: steps by the sign of the gradient",
-               kAliases, kOptions, my_plugin::SignSgd)
+               kAliases, kOptions, TESSERA_NO_CAPABILITIES, my_plugin::SignSgd)

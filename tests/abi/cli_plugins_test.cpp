@@ -61,11 +61,27 @@ TEST(CliPlugins, ListsGoodPluginsAsJsonAndWarnsAboutEachRefusedFile) {
               good->at("options").end())
       << r.out;
   EXPECT_FALSE(listing.at("failures").empty()) << r.out;
-  EXPECT_TRUE(
-      contains(r.err, "tessera: warning: " + abi_test::plugin_file("abi_major_two").string() +
-                          ": abi_major is 2, this libtessera speaks 1"));
+  EXPECT_EQ(good->at("capabilities"),
+            nlohmann::ordered_json::parse(
+                R"({"spans_processes": false, "spans_hosts": false, "devices": ["cpu"]})"));
+  EXPECT_TRUE(contains(r.err, "tessera: warning: " + abi_test::plugin_file("abi_one").string() +
+                                  ": exports tessera_plugin_descriptor_v1: it was built for "
+                                  "plugin ABI 1"));
   EXPECT_TRUE(contains(
       r.err, abi_test::plugin_file("not_a_library").string() + ": not a loadable shared object"));
+}
+
+TEST(CliPlugins, TransportsAndStoresShowTheirCapabilities) {
+  const auto transports = run_cli("plugins --kind transport --json");
+  EXPECT_EQ(transports.exit_code, 0) << transports.err;
+  EXPECT_TRUE(contains(transports.out, R"("name": "shm", "aliases": ["shared_memory"])"));
+  EXPECT_TRUE(contains(transports.out, R"("capabilities": {"spans_processes": true, )"
+                                       R"("spans_hosts": false, "devices": ["cpu"]})"));
+  const auto stores = run_cli("plugins --kind store");
+  EXPECT_EQ(stores.exit_code, 0) << stores.err;
+  EXPECT_TRUE(contains(stores.out, "store.memory 1.0.0\n"));
+  EXPECT_TRUE(contains(stores.out, "  capabilities: one process only\n"));
+  EXPECT_TRUE(contains(stores.out, "  capabilities: spans processes, spans hosts\n"));
 }
 
 TEST(CliPlugins, UnknownKindIsAUsageErrorWithASuggestion) {

@@ -33,7 +33,6 @@ TEST(PluginLifetime, ObjectStillWorksAfterTheRegistryIsDestroyed) {
   optimizer->step(params, grads, {}, StepInfo{1, 0.1F});  // virtual call into the plugin
   EXPECT_EQ(params, (std::vector<float>{2.0F, 0.0F}));
   EXPECT_EQ(optimizer->state_per_param(), 0U);
-  EXPECT_NE(optimizer->library_anchor(), nullptr);
 }
 
 TEST(PluginLifetime, ResolvedOptionsReachTheConstructor) {

@@ -45,22 +45,10 @@ TEST(PluginRefusal, GoodPluginLoadsWithEveryDescriptorField) {
   EXPECT_EQ(info.options[0].minimum, "0");
   EXPECT_EQ(info.options[0].maximum, "4");
   EXPECT_FALSE(info.options[1].minimum.has_value());
+  EXPECT_FALSE(info.capabilities.spans_processes);
+  EXPECT_FALSE(info.capabilities.spans_hosts);
+  EXPECT_TRUE(info.capabilities.devices.empty());
   EXPECT_TRUE(registry.failures().empty());
-}
-
-TEST(PluginRefusal, AnAbi10PluginLoadsWithItsShorterOptionEntries) {
-  PluginRegistry registry;
-  const PluginInfo& info = registry.load_file(plugin_file("abi_one_zero"));
-  EXPECT_EQ(info.name, "abi_one_zero");
-  ASSERT_EQ(info.options.size(), 2U);
-  EXPECT_EQ(info.options[0].name, "scale");
-  EXPECT_EQ(info.options[0].default_value, "0.5");
-  EXPECT_FALSE(info.options[0].minimum.has_value());
-  EXPECT_FALSE(info.options[0].maximum.has_value());
-  EXPECT_EQ(info.options[1].name, "mode");
-  EXPECT_EQ(info.options[1].choices, (std::vector<std::string>{"plain", "fancy"}));
-  const Options options("optimizer.abi_one_zero", info.options, {{"scale", "2"}});
-  EXPECT_NE(registry.create<Optimizer>("abi_one_zero", options), nullptr);
 }
 
 TEST(PluginRefusal, ARangeWhoseMinimumIsAboveItsMaximumIsRefused) {
@@ -74,9 +62,57 @@ TEST(PluginRefusal, ADefaultOutsideItsOwnRangeIsRefused) {
                            "options[0] 'scale': default_value is invalid: '0.5' is out of range"));
 }
 
-TEST(PluginRefusal, WrongAbiMajorSaysBothVersions) {
-  EXPECT_TRUE(contains(refusal_of("abi_major_two"),
-                       prefix("abi_major_two") + "abi_major is 2, this libtessera speaks 1"));
+TEST(PluginRefusal, AnAbi1PluginIsRefusedSayingWhatToRebuildAgainst) {
+  EXPECT_TRUE(contains(refusal_of("abi_one"),
+                       prefix("abi_one") +
+                           "exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, "
+                           "this libtessera speaks ABI 2; rebuild the plugin against this "
+                           "tessera's SDK"));
+}
+
+TEST(PluginRefusal, APluginOfANewerMajorIsRefusedAsNewer) {
+  EXPECT_TRUE(contains(refusal_of("abi_major_three"),
+                       prefix("abi_major_three") +
+                           "exports tessera_plugin_descriptor_v3: it was built for plugin ABI 3, "
+                           "newer than this libtessera's ABI 2"));
+}
+
+TEST(PluginRefusal, AMajorFieldThatContradictsTheSymbolIsRefused) {
+  EXPECT_TRUE(contains(refusal_of("abi_major_field_one"),
+                       prefix("abi_major_field_one") +
+                           "abi_major is 1 but the descriptor is exported as "
+                           "tessera_plugin_descriptor_v2 (ABI 2)"));
+}
+
+TEST(PluginRefusal, CapabilitiesOfAnotherKindAreRefused) {
+  EXPECT_TRUE(contains(refusal_of("optimizer_spans_processes"),
+                       prefix("optimizer_spans_processes") +
+                           "capabilities.flags is 0x1, but a plugin of kind optimizer declares "
+                           "none"));
+  EXPECT_TRUE(contains(refusal_of("optimizer_with_devices"),
+                       prefix("optimizer_with_devices") +
+                           "capabilities.devices is 0x1, but a plugin of kind optimizer declares "
+                           "none"));
+}
+
+TEST(PluginRefusal, InTreeTransportsAndStoresDeclareWhatTheyCanDo) {
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  const auto capabilities = [&](PluginKind kind, const char* name) {
+    return registry.find(kind, name).capabilities;
+  };
+  const auto local = capabilities(PluginKind::transport, "local");
+  EXPECT_FALSE(local.spans_processes);
+  EXPECT_EQ(local.devices, std::vector<DeviceType>{DeviceType::cpu});
+  const auto shm = capabilities(PluginKind::transport, "shm");
+  EXPECT_TRUE(shm.spans_processes);
+  EXPECT_FALSE(shm.spans_hosts);
+  if (registry.try_find(PluginKind::transport, "ucx") != nullptr) {
+    EXPECT_TRUE(capabilities(PluginKind::transport, "ucx").spans_hosts);
+  }
+  EXPECT_FALSE(capabilities(PluginKind::store, "memory").spans_processes);
+  EXPECT_TRUE(capabilities(PluginKind::store, "tcp").spans_hosts);
+  EXPECT_TRUE(capabilities(PluginKind::store, "file").spans_processes);
 }
 
 TEST(PluginRefusal, WrongBuildIdShowsBothIds) {
@@ -88,7 +124,7 @@ TEST(PluginRefusal, WrongBuildIdShowsBothIds) {
 
 TEST(PluginRefusal, MissingDescriptorSymbolIsNotAPlugin) {
   EXPECT_TRUE(contains(refusal_of("no_descriptor"),
-                       prefix("no_descriptor") + "no tessera_plugin_descriptor_v1 symbol"));
+                       prefix("no_descriptor") + "no tessera_plugin_descriptor_v2 symbol"));
 }
 
 TEST(PluginRefusal, UnknownKindSuggestsTheNearestKind) {
@@ -145,7 +181,7 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
   registry.scan_directory(TESSERA_ABI_PLUGIN_DIR);
   std::vector<std::string> names;
   for (const auto* info : registry.plugins(PluginKind::optimizer)) names.push_back(info->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"abi_factory_throws_local", "abi_good", "abi_one_zero",
+  EXPECT_EQ(names, (std::vector<std::string>{"abi_factory_throws_local", "abi_good",
                                              "abi_step_throws_local", "abi_throws"}));
   std::vector<std::string> refused;
   for (const auto& failure : registry.failures()) {
@@ -154,9 +190,11 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
   }
   EXPECT_EQ(refused,
             (std::vector<std::string>{
-                "libabi_major_two.so", "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
+                "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
+                "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
                 "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
-                "libnot_a_library.so", "libwrong_build_id.so", "libwrong_kind.so"}));
+                "libnot_a_library.so", "liboptimizer_spans_processes.so",
+                "liboptimizer_with_devices.so", "libwrong_build_id.so", "libwrong_kind.so"}));
 }
 
 TEST(PluginRefusal, MissingFolderIsSkippedSilently) {

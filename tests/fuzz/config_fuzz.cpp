@@ -23,10 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   sources.file = scratch.write("fuzz.ini", tessera::fuzz::as_text(data, size));
   sources.use_environment = false;
   // The file may name any plugins.path; the flag wins, so no library outside the test is
-  // ever loaded.
+  // ever loaded (and the default search path is not scanned).
   sources.flags = {"--plugins.path=" + no_plugins.string()};
   tessera::PluginRegistry registry;
   try {
+    const auto path = tessera::Config::plugin_search_path(sources);
+    registry.scan_named(path.named, path.named_origin);
     const auto config = tessera::Config::load(sources, registry);
     for (const auto& name : config.section_names()) (void)config.section(name);
   } catch (const tessera::ConfigError&) {

@@ -30,7 +30,7 @@ build_against() {
 exports_only_the_descriptor() {
   local symbols
   symbols=$(nm -D --defined-only "$1" | awk '{print $3}')
-  [[ "$symbols" == "tessera_plugin_descriptor_v1" ]] ||
+  [[ "$symbols" == "tessera_plugin_descriptor_v2" ]] ||
     fail "$1 exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
 }
 
@@ -236,19 +236,22 @@ embed_host_on_two_processes_matches_one)
   ;;
 
 plugin_of_another_abi_major_is_refused_by_name)
-  # What a plugin author gets when building against a tessera whose plugin ABI has another
-  # major: a copy of the prefix whose plugin_abi.h says 2, the template built against it.
-  cp -a "$prefix" "$scratch/abi2"
-  sed -i 's/^#define TESSERA_PLUGIN_ABI_MAJOR 1$/#define TESSERA_PLUGIN_ABI_MAJOR 2/' \
-    "$scratch/abi2/include/tessera/plugin/plugin_abi.h"
-  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 2$" "$scratch/abi2/include/tessera/plugin/plugin_abi.h" ||
+  # What a user gets from a plugin built for plugin ABI 1: the template built against a copy
+  # of the prefix whose plugin_abi.h says major 1, so that it exports
+  # tessera_plugin_descriptor_v1 as the ABI 1 SDK did.
+  cp -a "$prefix" "$scratch/abi1"
+  sed -i 's/^#define TESSERA_PLUGIN_ABI_MAJOR 2$/#define TESSERA_PLUGIN_ABI_MAJOR 1/' \
+    "$scratch/abi1/include/tessera/plugin/plugin_abi.h"
+  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 1$" "$scratch/abi1/include/tessera/plugin/plugin_abi.h" ||
     fail "could not patch the ABI major"
-  build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/abi2"
+  build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/abi1"
   plugin="$scratch/build/plugins/libsign_sgd.so"
+  [[ $(nm -D --defined-only "$plugin" | awk '{print $3}') == "tessera_plugin_descriptor_v1" ]] ||
+    fail "the ABI 1 build does not export tessera_plugin_descriptor_v1"
   run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins" >"$scratch/out" 2>"$scratch/err" ||
     fail "tessera plugins failed on a refused plugin"
-  grep -qF "tessera: warning: $plugin: abi_major is 2, this libtessera speaks 1" "$scratch/err" ||
-    fail "no refusal naming the file and the field: $(cat "$scratch/err")"
+  grep -qF "tessera: warning: $plugin: exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, this libtessera speaks ABI 2; rebuild the plugin against this tessera's SDK" "$scratch/err" ||
+    fail "no refusal naming the file, its ABI and what to do: $(cat "$scratch/err")"
   if grep -q sign_sgd "$scratch/out"; then fail "the refused plugin was listed"; fi
   if run "$tessera" train --plugins.path="$scratch/build/plugins" --train.optimizer=sign_sgd \
     --train.dataset=synthetic --train.max_steps=1 --train.progress=off >"$scratch/train.log" 2>&1; then

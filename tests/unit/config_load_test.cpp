@@ -70,6 +70,10 @@ TEST(ConfigLoad, PluginsPathInTheFileIsRelativeToTheFileAndScannedFirst) {
   const auto file = dir.write("run.ini", "[plugins]\npath = " + relative.string() +
                                              "\n[optimizer.cfg_sgd]\nlr = 0.25\nmode = exact\n");
   PluginRegistry registry;  // empty: only plugins.path can make [optimizer.cfg_sgd] known
+  const PluginSearchPath path = Config::plugin_search_path(sources(file));
+  EXPECT_EQ(path.named, std::vector<std::filesystem::path>{kPluginDir.lexically_normal()});
+  EXPECT_EQ(path.named_origin, file.string() + ":2 (plugins.path)");
+  scan_plugins_path(registry, sources(file));
   const Config config = Config::load(sources(file), registry);
   const Options& sgd = config.plugin(PluginKind::optimizer, "cfg_sgd");
   EXPECT_DOUBLE_EQ(sgd.get_float("lr"), 0.25);
@@ -92,18 +96,50 @@ TEST(ConfigLoad, PluginOptionsComeFromTheEnvironment) {
                                                {"TESSERA_LAUNCH_ID", "abc"},
                                                {"TESSERA_PLUGIN_PATH", "/nowhere"},
                                                {"PATH", "/usr/bin"}};
+  scan_plugins_path(registry, sources({}, env));
   const Config config = Config::load(sources({}, env), registry);
   EXPECT_TRUE(config.plugin(PluginKind::optimizer, "cfg_sgd").get_bool("nesterov"));
 }
 
 TEST(ConfigLoad, CoreOptionSelectsAndCreatesThePlugin) {
   PluginRegistry registry;
-  const Config config = Config::load(
-      sources({}, {}, {"--plugins.path=" + kPluginDir.string(), "--runtime.store=cfg_store"}),
-      registry);
+  const auto s =
+      sources({}, {}, {"--plugins.path=" + kPluginDir.string(), "--runtime.store=cfg_store"});
+  scan_plugins_path(registry, s);
+  const Config config = Config::load(s, registry);
   std::shared_ptr<Store> store = config.create<Store>(registry, "runtime", "store");
   store->set("k", "v");
   EXPECT_EQ(store->get("k", std::chrono::milliseconds(100)), "v");
+}
+
+TEST(ConfigLoad, LoadingScansNothingAndRefusesAPluginsPathTheHostDidNotScan) {
+  PluginRegistry registry;
+  const auto s = sources({}, {}, {"--plugins.path=" + kPluginDir.string()});
+  try {
+    (void)Config::load(s, registry);
+    FAIL() << "a plugins.path nobody scanned was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "flag --plugins.path names the plugin folder '" +
+                                       kPluginDir.string() +
+                                       "', which the registry has not scanned"));
+  }
+  EXPECT_TRUE(registry.plugins().empty());
+  EXPECT_TRUE(registry.scanned_directories().empty());
+}
+
+TEST(ConfigLoad, PluginsPathFlagBeatsEnvironmentBeatsFileAndSplitsAtColons) {
+  const ScratchDir dir;
+  const auto file = dir.write("run.ini", "[plugins]\npath = a::b\n");
+  EXPECT_EQ(Config::plugin_search_path(sources(file)).named,
+            (std::vector<std::filesystem::path>{dir.path() / "a", dir.path() / "b"}));
+  const std::map<std::string, std::string> env{{"TESSERA_PLUGINS_PATH", "/e1:/e2"}};
+  const auto from_env = Config::plugin_search_path(sources(file, env));
+  EXPECT_EQ(from_env.named, (std::vector<std::filesystem::path>{"/e1", "/e2"}));
+  EXPECT_EQ(from_env.named_origin, "environment TESSERA_PLUGINS_PATH");
+  const auto from_flag = Config::plugin_search_path(sources(file, env, {"--plugins.path=/f"}));
+  EXPECT_EQ(from_flag.named, std::vector<std::filesystem::path>{"/f"});
+  EXPECT_EQ(from_flag.named_origin, "flag --plugins.path");
+  EXPECT_EQ(from_flag.defaults, PluginRegistry::default_search_path());
 }
 
 }  // namespace

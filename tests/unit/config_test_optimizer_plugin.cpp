@@ -37,4 +37,5 @@ constexpr const char* kAliases[] = {"cfgsgd", nullptr};
 
 }  // namespace
 
-TESSERA_PLUGIN(optimizer, "cfg_sgd", "0.1.0", "config-test SGD", kAliases, kOptions, ConfigTestSgd)
+TESSERA_PLUGIN(optimizer, "cfg_sgd", "0.1.0", "config-test SGD", kAliases, kOptions,
+               TESSERA_NO_CAPABILITIES, ConfigTestSgd)

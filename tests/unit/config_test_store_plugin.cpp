@@ -46,4 +46,4 @@ class ConfigTestStore final : public tessera::Store {
 }  // namespace
 
 TESSERA_PLUGIN(store, "cfg_store", "0.1.0", "config-test in-memory store", TESSERA_NO_ALIASES,
-               TESSERA_NO_OPTIONS, ConfigTestStore)
+               TESSERA_NO_OPTIONS, TESSERA_NO_CAPABILITIES, ConfigTestStore)

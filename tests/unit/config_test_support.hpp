@@ -59,11 +59,20 @@ inline ::testing::AssertionResult contains(const std::string& text, const std::s
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
-// The ConfigError message Config::load gives, or a test failure if it loads.
+// Scans the folders `s` names in plugins.path, as a host does before Config::load, but not
+// the default search path, whose plugins would change the outcome of these tests.
+inline void scan_plugins_path(PluginRegistry& registry, const ConfigSources& s) {
+  const PluginSearchPath path = Config::plugin_search_path(s);
+  if (!path.named.empty()) registry.scan_named(path.named, path.named_origin);
+}
+
+// The ConfigError message scanning `s`'s plugins.path and Config::load give, or a test failure
+// if it loads.
 inline std::string load_error(const ConfigSources& s) {
   PluginRegistry registry;
   registry.scan_directory(kPluginDir);
   try {
+    scan_plugins_path(registry, s);
     (void)Config::load(s, registry);
   } catch (const ConfigError& e) {
     return e.what();

@@ -13,7 +13,6 @@
 #include "collective_bench.hpp"
 #include "self_launch.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/config.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/launcher.hpp"
@@ -76,24 +75,22 @@ int run_bench(const std::vector<std::string>& args) {
   ConfigSources sources;
   sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
   sources.flags.push_back("--runtime.transport=" + transport);
-  PluginRegistry registry;
-  registry.scan(PluginRegistry::default_search_path());
   const LaunchInfo launch = launch_info_from_environment();
   if (processes > 0 && launch.source == "none") {
     sources.flags.push_back("--runtime.world_size=" + std::to_string(processes));
   }
+  PluginRegistry registry;
+  registry.scan(Config::plugin_search_path(sources));
   const Config config = Config::load(sources, registry);
 
-  std::shared_ptr<Transport> probe = config.create<Transport>(registry, "runtime", "transport");
-  if (probe->capabilities().multi_process && launch.source == "none" && processes > 1) {
-    probe.reset();
-    return relaunch_as_workers({"bench", "collectives"}, processes, rest, registry, true);
+  const WorldPlan plan = plan_world(config, registry, launch);
+  if (plan.needs_workers) {
+    return relaunch_as_workers({"bench", "collectives"}, plan.size, rest, registry, true);
   }
-  probe.reset();
 
   bench.transport = transport;
   bool all_ok = true;
-  run_world(config, registry, launch, [&](std::shared_ptr<Communicator> world) {
+  run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
     const bool ok = run_collective_bench(*world, bench, std::cout);
     if (world->rank() == 0) all_ok = ok;
   });

@@ -51,7 +51,7 @@ int check(const std::vector<std::string>& args) {
   }
 
   PluginRegistry registry;
-  registry.scan(PluginRegistry::default_search_path());
+  registry.scan(Config::plugin_search_path(sources));
   const Config config = Config::load(sources, registry);
   for (const auto& failure : registry.failures()) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason

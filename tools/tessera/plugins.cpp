@@ -31,12 +31,35 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
+const char* device_name(DeviceType device) {
+  return device == DeviceType::cuda ? "cuda" : "cpu";
+}
+
+// What the descriptor says the plugin can do, for the kinds that declare capabilities:
+// "spans processes, spans hosts, devices cpu", "one process only".
+std::vector<std::string> capability_words(const PluginInfo& p) {
+  std::vector<std::string> words;
+  if (p.kind != PluginKind::transport && p.kind != PluginKind::store) return words;
+  if (p.capabilities.spans_processes) words.emplace_back("spans processes");
+  if (p.capabilities.spans_hosts) words.emplace_back("spans hosts");
+  if (words.empty()) words.emplace_back("one process only");
+  if (p.kind == PluginKind::transport) {
+    std::vector<std::string> devices;
+    for (DeviceType d : p.capabilities.devices) devices.emplace_back(device_name(d));
+    words.push_back("devices " + join(devices, " "));
+  }
+  return words;
+}
+
 void print_text(const std::vector<const PluginInfo*>& plugins) {
   for (const auto* p : plugins) {
     const std::string section = std::string(plugin_kind_name(p->kind)) + "." + p->name;
     std::cout << section << " " << p->version;
     if (!p->aliases.empty()) std::cout << " (aliases: " << join(p->aliases, ", ") << ")";
     std::cout << "\n  " << p->description << "\n  file: " << p->file.string() << "\n";
+    if (const auto words = capability_words(*p); !words.empty()) {
+      std::cout << "  capabilities: " << join(words, ", ") << "\n";
+    }
     if (p->options.empty()) std::cout << "  no options\n";
     std::size_t width = 0;
     for (const auto& o : p->options) width = std::max(width, o.name.size());
@@ -67,6 +90,11 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
   Json out;
   out["plugins"] = Json::array();
   for (const auto* p : plugins) {
+    Json devices = Json::array();
+    for (DeviceType d : p->capabilities.devices) devices.push_back(device_name(d));
+    Json capabilities = {{"spans_processes", p->capabilities.spans_processes},
+                         {"spans_hosts", p->capabilities.spans_hosts},
+                         {"devices", std::move(devices)}};
     Json options = Json::array();
     for (const auto& o : p->options) {
       options.push_back({{"name", o.name},
@@ -83,6 +111,7 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
                               {"version", p->version},
                               {"description", p->description},
                               {"file", p->file.string()},
+                              {"capabilities", std::move(capabilities)},
                               {"options", std::move(options)}});
   }
   out["failures"] = Json::array();
@@ -128,12 +157,14 @@ int run_plugins(const std::vector<std::string>& args) {
     }
   }
 
-  PluginRegistry registry;
-  registry.scan(PluginRegistry::default_search_path());
+  PluginSearchPath search{PluginRegistry::default_search_path(), {}, "flag --path"};
   if (vm.count("path")) {
-    const auto& dirs = vm["path"].as<std::vector<std::string>>();
-    registry.scan_named({dirs.begin(), dirs.end()}, "flag --path");
+    for (const auto& list : vm["path"].as<std::vector<std::string>>()) {
+      for (auto& dir : PluginRegistry::split_folder_list(list)) search.named.push_back(dir);
+    }
   }
+  PluginRegistry registry;
+  registry.scan(search);
   for (const auto& failure : registry.failures()) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
               << "\n";

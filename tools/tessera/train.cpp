@@ -11,7 +11,6 @@
 #include <iostream>
 
 #include "self_launch.hpp"
-#include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/config.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/launcher.hpp"
@@ -77,22 +76,17 @@ int run_train(const std::vector<std::string>& args) {
     sources.flags.push_back("--runtime.world_size=" + processes_text);
   }
   PluginRegistry registry;
-  registry.scan(PluginRegistry::default_search_path());
+  registry.scan(Config::plugin_search_path(sources));
   const Config config = Config::load(sources, registry);
   // Every mistake a config can hold is found here, before a worker or a rank thread starts;
   // launched workers skip it, their launcher's process did it.
   if (launch.source == "none") (void)check_run(config, registry);
 
-  auto probe = config.create<Transport>(registry, "runtime", "transport");
-  const bool multi_process = probe->capabilities().multi_process;
-  probe.reset();
-  const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
-  if (multi_process && launch.source == "none" && world_size > 1) {
-    return relaunch_as_workers({"train"}, world_size, args, registry, false);
-  }
+  const WorldPlan plan = plan_world(config, registry, launch);
+  if (plan.needs_workers) return relaunch_as_workers({"train"}, plan.size, args, registry, false);
 
   const TrainerOptions options = TrainerOptions::from(config.section("train"));
-  run_world(config, registry, launch, [&](std::shared_ptr<Communicator> world) {
+  run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
     const int rank = world->rank();
     Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
     const TrainResult result = trainer.run(resume);

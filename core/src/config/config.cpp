@@ -120,41 +120,67 @@ std::vector<Setting> environment_settings(const std::map<std::string, std::strin
 
 }  // namespace
 
-Config Config::load(const ConfigSources& sources, PluginRegistry& registry) {
-  std::vector<Setting> from_file;
-  if (sources.file) from_file = detail::file_settings(*sources.file);
-  const auto env = sources.use_environment ? detail::environment_snapshot(sources.environment)
-                                           : std::map<std::string, std::string>{};
+namespace {
 
-  // plugins.path decides which plugin sections exist, so it is resolved (file, environment,
-  // flag; later wins) and scanned before anything else is validated.
+// The folders plugins.path names, and where: file, then environment, then flag (later wins).
+struct NamedFolders {
+  std::vector<std::filesystem::path> dirs;
+  std::string origin;
+};
+
+NamedFolders named_plugin_folders(const std::vector<Setting>& from_file,
+                                  const std::map<std::string, std::string>& env,
+                                  const std::vector<std::string>& flags) {
   std::optional<std::string> plugin_path;
-  std::string plugin_path_origin;
+  std::string origin;
   for (const auto& s : from_file) {
     if (s.section == "plugins" && s.key == "path") {
       plugin_path = s.value;
-      plugin_path_origin = s.origin + " (plugins.path)";
+      origin = s.origin + " (plugins.path)";
     }
   }
   const std::string env_name = detail::environment_name("plugins", "path");
   if (auto it = env.find(env_name); it != env.end()) {
     plugin_path = it->second;
-    plugin_path_origin = "environment " + env_name;
+    origin = "environment " + env_name;
   }
-  if (auto flag = detail::find_plugins_path_flag(sources.flags)) {
+  if (auto flag = detail::find_plugins_path_flag(flags)) {
     plugin_path = *flag;
-    plugin_path_origin = "flag --plugins.path";
+    origin = "flag --plugins.path";
   }
-  if (plugin_path) {
-    std::vector<std::filesystem::path> dirs;
-    std::string_view rest(*plugin_path);
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
+  if (!plugin_path) return {};
+  return {PluginRegistry::split_folder_list(*plugin_path), origin};
+}
+
+std::map<std::string, std::string> environment_of(const ConfigSources& sources) {
+  return sources.use_environment ? detail::environment_snapshot(sources.environment)
+                                 : std::map<std::string, std::string>{};
+}
+
+}  // namespace
+
+PluginSearchPath Config::plugin_search_path(const ConfigSources& sources) {
+  std::vector<Setting> from_file;
+  if (sources.file) from_file = detail::file_settings(*sources.file);
+  auto named = named_plugin_folders(from_file, environment_of(sources), sources.flags);
+  return {PluginRegistry::default_search_path(), std::move(named.dirs), std::move(named.origin)};
+}
+
+Config Config::load(const ConfigSources& sources, const PluginRegistry& registry) {
+  std::vector<Setting> from_file;
+  if (sources.file) from_file = detail::file_settings(*sources.file);
+  const auto env = environment_of(sources);
+
+  // plugins.path decides which plugin sections exist; the host scanned it before (the config
+  // only reads): a folder it did not scan would make this config's plugins unknown names.
+  const auto& scanned = registry.scanned_directories();
+  const auto named = named_plugin_folders(from_file, env, sources.flags);
+  for (const auto& dir : named.dirs) {
+    if (std::find(scanned.begin(), scanned.end(), dir) == scanned.end()) {
+      throw InvalidArgument(named.origin + " names the plugin folder '" + dir.string() +
+                            "', which the registry has not scanned: scan "
+                            "Config::plugin_search_path(sources) before Config::load");
     }
-    registry.scan_named(dirs, plugin_path_origin);
   }
 
   const Schemas schemas(registry);

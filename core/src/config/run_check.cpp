@@ -271,9 +271,11 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
     check_required_options(config, registry, s.section, s.key, s.kind);
   }
 
-  const auto transport = create_plugin<Transport>(config, registry, "runtime", "transport");
+  (void)create_plugin<Transport>(config, registry, "runtime", "transport");
   const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
-  const bool processes = transport->capabilities().multi_process;
+  const bool processes =
+      registry.find(PluginKind::transport, value_of(config, "runtime", "transport"))
+          .capabilities.spans_processes;
   check_host_can_run(
       world_size, processes,
       lead(config, "runtime", "world_size") + described(config, "runtime", "world_size"));

@@ -4,6 +4,7 @@
 
 #include "config/ini_file.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/runtime/registry.hpp"
 
 extern char** environ;  // NOLINT: POSIX declares it nowhere in a header
 
@@ -20,15 +21,9 @@ constexpr std::string_view kReservedPrefix = "TESSERA_LAUNCH_";
 
 std::string relative_to(const std::filesystem::path& base, const std::string& colon_list) {
   std::string out;
-  std::string_view rest(colon_list);
-  while (true) {
-    const auto colon = rest.find(':');
-    std::filesystem::path entry(rest.substr(0, colon));
-    if (!entry.empty() && entry.is_relative()) entry = (base / entry).lexically_normal();
-    out += entry.string();
-    if (colon == std::string_view::npos) break;
-    out += ':';
-    rest.remove_prefix(colon + 1);
+  for (auto entry : PluginRegistry::split_folder_list(colon_list)) {
+    if (entry.is_relative()) entry = (base / entry).lexically_normal();
+    out += (out.empty() ? "" : ":") + entry.string();
   }
   return out;
 }

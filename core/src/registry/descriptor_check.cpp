@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -16,16 +17,19 @@ namespace {
 constexpr std::size_t kMaxAliases = 64;
 constexpr std::uint32_t kMaxOptions = 1024;
 
-constexpr std::size_t kV1Size =
-    offsetof(tessera_plugin_descriptor, create) + sizeof(tessera_plugin_descriptor::create);
-// The 1.1 descriptor ends with option_desc_size; the 1.0 option entry ends with choices.
-constexpr std::size_t kV1_1Size = offsetof(tessera_plugin_descriptor, option_desc_size) +
-                                  sizeof(tessera_plugin_descriptor::option_desc_size);
-constexpr std::size_t kV1_0OptionSize =
-    offsetof(tessera_option_desc, choices) + sizeof(tessera_option_desc::choices);
+// The sizes of ABI 2.0's descriptor and option entry: a plugin of this major has at least
+// these; a later minor appends fields, which this host does not read.
+constexpr std::size_t kV2_0Size = sizeof(tessera_plugin_descriptor);
+constexpr std::size_t kV2_0OptionSize = sizeof(tessera_option_desc);
 
 std::string quoted(const char* text) {
   return "'" + std::string(text) + "'";
+}
+
+std::string hex(std::uint32_t value) {
+  char text[16];
+  (void)std::snprintf(text, sizeof(text), "0x%x", static_cast<unsigned>(value));
+  return text;
 }
 
 bool is_valid_option_name(std::string_view name) noexcept {
@@ -50,6 +54,7 @@ class DescriptorCheck {
     info.version = check_text(d_.version, "version");
     info.description = check_text(d_.description, "description");
     info.options = check_options();
+    info.capabilities = check_capabilities(info.kind);
     if (d_.create == nullptr) refuse("create is NULL: the plugin has no factory");
     return info;
   }
@@ -61,19 +66,23 @@ class DescriptorCheck {
 
   void check_abi() const {
     // The first three fields keep their place in every ABI version, so they are safe to read
-    // before struct_size is trusted.
+    // before struct_size is trusted. The symbol's name already says the major (the registry
+    // looks up only this host's); a field that disagrees is a hand-made, broken descriptor.
+    const std::string host =
+        std::to_string(TESSERA_PLUGIN_ABI_MAJOR) + "." + std::to_string(TESSERA_PLUGIN_ABI_MINOR);
     if (d_.abi_major != TESSERA_PLUGIN_ABI_MAJOR) {
-      refuse("abi_major is " + std::to_string(d_.abi_major) + ", this libtessera speaks " +
-             std::to_string(TESSERA_PLUGIN_ABI_MAJOR));
+      refuse("abi_major is " + std::to_string(d_.abi_major) +
+             " but the descriptor is exported as " + TESSERA_PLUGIN_DESCRIPTOR_SYMBOL + " (ABI " +
+             std::to_string(TESSERA_PLUGIN_ABI_MAJOR) + "); declare the plugin with " +
+             "TESSERA_PLUGIN and rebuild it against this tessera");
     }
     if (d_.abi_minor > TESSERA_PLUGIN_ABI_MINOR) {
       refuse("abi_minor is " + std::to_string(d_.abi_minor) + ", newer than this libtessera's " +
-             std::to_string(TESSERA_PLUGIN_ABI_MAJOR) + "." +
-             std::to_string(TESSERA_PLUGIN_ABI_MINOR));
+             host + "; use a newer tessera, or rebuild the plugin against this one");
     }
-    if (d_.struct_size < kV1Size) {
+    if (d_.struct_size < kV2_0Size) {
       refuse("struct_size is " + std::to_string(d_.struct_size) + ", smaller than the " +
-             std::to_string(kV1Size) + " bytes of an ABI 1 descriptor");
+             std::to_string(kV2_0Size) + " bytes of an ABI 2.0 descriptor");
     }
     if (d_.build_id == nullptr) refuse("build_id is NULL");
     if (host_build_id() != d_.build_id) {
@@ -81,6 +90,39 @@ class DescriptorCheck {
              std::string(host_build_id()) + "' (rebuild the plugin with the same compiler, " +
              "C++ library and tessera major)");
     }
+  }
+
+  PluginCapabilities check_capabilities(PluginKind kind) const {
+    const auto& c = d_.capabilities;
+    const std::string kind_name(plugin_kind_name(kind));
+    constexpr std::uint32_t kSpans = TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS;
+    constexpr std::uint32_t kDevices = TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA;
+    const bool spanning_kind = kind == PluginKind::transport || kind == PluginKind::store;
+    if ((c.flags & ~(spanning_kind ? kSpans : 0U)) != 0) {
+      refuse("capabilities.flags is " + hex(c.flags) + ", but a plugin of kind " + kind_name +
+             (spanning_kind ? " declares only TESSERA_SPANS_PROCESSES and TESSERA_SPANS_HOSTS (0x3)"
+                            : " declares none (TESSERA_NO_CAPABILITIES)"));
+    }
+    if ((c.flags & TESSERA_SPANS_HOSTS) != 0 && (c.flags & TESSERA_SPANS_PROCESSES) == 0) {
+      refuse("capabilities.flags is " + hex(c.flags) +
+             ": TESSERA_SPANS_HOSTS without TESSERA_SPANS_PROCESSES (ranks on two hosts are two "
+             "processes)");
+    }
+    if (kind == PluginKind::transport && (c.devices == 0 || (c.devices & ~kDevices) != 0)) {
+      refuse("capabilities.devices is " + hex(c.devices) +
+             ": a transport declares where its buffers may live, TESSERA_DEVICE_CPU (0x1) and/or "
+             "TESSERA_DEVICE_CUDA (0x2)");
+    }
+    if (kind != PluginKind::transport && c.devices != 0) {
+      refuse("capabilities.devices is " + hex(c.devices) + ", but a plugin of kind " + kind_name +
+             " declares none: only a transport declares devices");
+    }
+    PluginCapabilities out;
+    out.spans_processes = (c.flags & TESSERA_SPANS_PROCESSES) != 0;
+    out.spans_hosts = (c.flags & TESSERA_SPANS_HOSTS) != 0;
+    if ((c.devices & TESSERA_DEVICE_CPU) != 0) out.devices.push_back(DeviceType::cpu);
+    if ((c.devices & TESSERA_DEVICE_CUDA) != 0) out.devices.push_back(DeviceType::cuda);
+    return out;
   }
 
   PluginKind check_kind() const {
@@ -134,23 +176,18 @@ class DescriptorCheck {
     if (d_.option_count > 0 && d_.options == nullptr) {
       refuse("options is NULL but option_count is " + std::to_string(d_.option_count));
     }
-    // A 1.0 plugin's entries are shorter: walk its table with its own stride and read the
-    // fields appended since only where its entries have them.
-    std::size_t stride = kV1_0OptionSize;
-    if (d_.abi_minor >= 1 && d_.struct_size >= kV1_1Size) {
-      stride = d_.option_desc_size;
-      if (stride < kV1_0OptionSize || stride % alignof(tessera_option_desc) != 0) {
-        refuse("option_desc_size is " + std::to_string(stride) + ", not the size of an option " +
-               "entry (" + std::to_string(sizeof(tessera_option_desc)) + " in ABI " +
-               std::to_string(TESSERA_PLUGIN_ABI_MAJOR) + "." +
-               std::to_string(TESSERA_PLUGIN_ABI_MINOR) + ")");
-      }
+    // Walked with the plugin's own stride: a later minor's entries are longer, and this host
+    // reads the fields it knows.
+    const std::size_t stride = d_.option_desc_size;
+    if (stride < kV2_0OptionSize || stride % alignof(tessera_option_desc) != 0) {
+      refuse("option_desc_size is " + std::to_string(stride) + ", not the size of an option " +
+             "entry (" + std::to_string(kV2_0OptionSize) + " in ABI 2.0)");
     }
     const auto* table = reinterpret_cast<const unsigned char*>(d_.options);
     std::vector<OptionSpec> specs;
     for (std::uint32_t i = 0; i < d_.option_count; ++i) {
       tessera_option_desc entry{};
-      std::memcpy(&entry, table + i * stride, std::min(stride, sizeof(entry)));
+      std::memcpy(&entry, table + i * stride, sizeof(entry));
       specs.push_back(check_option(entry, "options[" + std::to_string(i) + "]"));
       const auto& name = specs.back().name;
       if (std::count_if(specs.begin(), specs.end(),

@@ -5,25 +5,18 @@
 #include <algorithm>
 #include <boost/dll/shared_library.hpp>
 #include <exception>
-#include <type_traits>
 
 #include "registry/descriptor_check.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/plugin/dataset.hpp"
-#include "tessera/plugin/model.hpp"
-#include "tessera/plugin/optimizer.hpp"
 #include "tessera/plugin/plugin_abi.h"
-#include "tessera/plugin/store.hpp"
-#include "tessera/plugin/strategy.hpp"
-#include "tessera/plugin/transport.hpp"
 
 namespace tessera {
 
 struct PluginRegistry::Loaded {
   PluginInfo info;
   std::filesystem::path canonical_file;
-  // Shared with every object created from this plugin (see PluginObject::library_anchor).
-  std::shared_ptr<const boost::dll::shared_library> library;
+  // Opened RTLD_NODELETE: destroying it leaves the plugin mapped (see open_library).
+  std::unique_ptr<const boost::dll::shared_library> library;
   const tessera_plugin_descriptor* descriptor = nullptr;
   // Found in a folder the user named (scan_named): wins over copies on the default path.
   bool named = false;
@@ -73,40 +66,29 @@ boost::dll::shared_library open_library(const std::filesystem::path& file) {
   refuse(file, "not a loadable shared object: " + why);
 }
 
-// A plugin built for another ABI exports a descriptor under another name; saying so beats
-// "symbol missing".
+// A plugin built for another ABI major exports its descriptor under that major's name
+// (plugin_abi.h); saying which major, and what to do, beats "symbol missing".
 [[noreturn]] void refuse_missing_descriptor(const std::filesystem::path& file,
                                             const boost::dll::shared_library& library) {
-  for (int v = 2; v <= 9; ++v) {
-    const std::string other = "tessera_plugin_descriptor_v" + std::to_string(v);
-    if (library.has(other)) {
-      refuse(file, "exports " + other + " (plugin ABI " + std::to_string(v) +
-                       "), this libtessera speaks ABI " + std::to_string(TESSERA_PLUGIN_ABI_MAJOR));
+  constexpr int kMaxMajor = 16;
+  const std::string host = std::to_string(TESSERA_PLUGIN_ABI_MAJOR);
+  for (int major = 1; major <= kMaxMajor; ++major) {
+    const std::string other = "tessera_plugin_descriptor_v" + std::to_string(major);
+    if (major == TESSERA_PLUGIN_ABI_MAJOR || !library.has(other)) continue;
+    const std::string theirs = std::to_string(major);
+    if (major < TESSERA_PLUGIN_ABI_MAJOR) {
+      refuse(file, "exports " + other + ": it was built for plugin ABI " + theirs +
+                       ", this libtessera speaks ABI " + host +
+                       "; rebuild the plugin against this tessera's SDK (docs/plugin-guide.md, " +
+                       "\"Porting a plugin from ABI " + theirs + "\")");
     }
+    refuse(file, "exports " + other + ": it was built for plugin ABI " + theirs +
+                     ", newer than this libtessera's ABI " + host +
+                     "; run it with a tessera whose plugin ABI is " + theirs +
+                     ", or rebuild it against this tessera's SDK");
   }
   refuse(file, std::string("no ") + TESSERA_PLUGIN_DESCRIPTOR_SYMBOL +
                    " symbol: not a tessera plugin (declare it with TESSERA_PLUGIN)");
-}
-
-template <class Interface>
-void set_anchor_as(void* object, const std::shared_ptr<const void>& anchor) {
-  // Interfaces that are not PluginObjects (Store) are kept alive by adopt_plugin_object's
-  // deleter alone; they have no children to hand the anchor on to.
-  if constexpr (std::is_base_of_v<PluginObject, Interface>) {
-    static_cast<Interface*>(object)->set_library_anchor(anchor);
-  }
-}
-
-void set_anchor(PluginKind kind, void* object, const std::shared_ptr<const void>& anchor) {
-  // The factory returned the kind's interface as void*; the cast goes back to that exact type.
-  switch (kind) {
-    case PluginKind::transport: set_anchor_as<Transport>(object, anchor); break;
-    case PluginKind::store: set_anchor_as<Store>(object, anchor); break;
-    case PluginKind::strategy: set_anchor_as<Strategy>(object, anchor); break;
-    case PluginKind::optimizer: set_anchor_as<Optimizer>(object, anchor); break;
-    case PluginKind::model: set_anchor_as<Model>(object, anchor); break;
-    case PluginKind::dataset: set_anchor_as<Dataset>(object, anchor); break;
-  }
 }
 
 std::string section_name(const PluginInfo& info) {
@@ -124,6 +106,11 @@ void PluginRegistry::scan_directory(const std::filesystem::path& dir) {
 
 void PluginRegistry::scan(const std::vector<std::filesystem::path>& dirs) {
   for (const auto& dir : dirs) scan_directory(dir);
+}
+
+void PluginRegistry::scan(const PluginSearchPath& path) {
+  scan(path.defaults);
+  if (!path.named.empty()) scan_named(path.named, path.named_origin);
 }
 
 void PluginRegistry::scan_named(const std::vector<std::filesystem::path>& dirs,
@@ -183,7 +170,7 @@ const PluginInfo& PluginRegistry::load(const std::filesystem::path& file,
     return loaded->info;
   }
 
-  auto library = std::make_shared<const boost::dll::shared_library>(open_library(file));
+  auto library = std::make_unique<const boost::dll::shared_library>(open_library(file));
   if (!library->has(TESSERA_PLUGIN_DESCRIPTOR_SYMBOL)) refuse_missing_descriptor(file, *library);
   const auto& descriptor =
       library->get<const tessera_plugin_descriptor>(TESSERA_PLUGIN_DESCRIPTOR_SYMBOL);
@@ -284,8 +271,8 @@ Options PluginRegistry::default_options(PluginKind kind, std::string_view name) 
   return Options(section_name(info), info.options, {});
 }
 
-std::pair<void*, std::shared_ptr<const void>> PluginRegistry::create_raw(
-    PluginKind kind, std::string_view name, const Options& options) const {
+void* PluginRegistry::create_raw(PluginKind kind, std::string_view name,
+                                 const Options& options) const {
   const Loaded* loaded = nullptr;
   for (const auto& entry : loaded_) {
     if (entry->answers_to(kind, name)) loaded = entry.get();
@@ -308,9 +295,7 @@ std::pair<void*, std::shared_ptr<const void>> PluginRegistry::create_raw(
     if (error) std::rethrow_exception(error);
     throw PluginError(loaded->info.file.string() + ": create returned no object and no error");
   }
-  std::shared_ptr<const void> anchor = loaded->library;
-  set_anchor(kind, object, anchor);
-  return {object, std::move(anchor)};
+  return object;
 }
 
 }  // namespace tessera

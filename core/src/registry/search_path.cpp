@@ -21,25 +21,29 @@ std::optional<std::filesystem::path> library_folder() {
 
 }  // namespace
 
+std::vector<std::filesystem::path> PluginRegistry::split_folder_list(std::string_view list) {
+  std::vector<std::filesystem::path> dirs;
+  while (!list.empty()) {
+    const auto colon = list.find(':');
+    if (colon != 0) dirs.emplace_back(list.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    list.remove_prefix(colon + 1);
+  }
+  return dirs;
+}
+
 std::vector<std::filesystem::path> PluginRegistry::default_search_path() {
   std::vector<std::filesystem::path> dirs;
   if (const char* env = std::getenv("TESSERA_PLUGIN_PATH")) {
-    std::string_view rest(env);
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      const auto entry = rest.substr(0, colon);
-      if (!entry.empty()) {
-        std::error_code ec;
-        if (!std::filesystem::is_directory(entry, ec)) {
-          throw ConfigError(
-              "environment TESSERA_PLUGIN_PATH: plugin folder '" + std::string(entry) + "' " +
-              (std::filesystem::exists(entry, ec) ? "is not a folder" : "does not exist") +
-              "; correct the path, or remove it from TESSERA_PLUGIN_PATH");
-        }
-        dirs.emplace_back(entry);
+    for (auto& dir : split_folder_list(env)) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir, ec)) {
+        throw ConfigError(
+            "environment TESSERA_PLUGIN_PATH: plugin folder '" + dir.string() + "' " +
+            (std::filesystem::exists(dir, ec) ? "is not a folder" : "does not exist") +
+            "; correct the path, or remove it from TESSERA_PLUGIN_PATH");
       }
-      if (colon == std::string_view::npos) break;
-      rest.remove_prefix(colon + 1);
+      dirs.push_back(std::move(dir));
     }
   }
   if (auto folder = library_folder()) dirs.push_back(*folder / "tessera" / "plugins");

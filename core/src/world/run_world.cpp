@@ -11,10 +11,10 @@ namespace tessera {
 
 namespace {
 
-bool is_multi_process(const Config& config, const PluginRegistry& registry,
-                      std::shared_ptr<Transport>& transport) {
-  transport = config.create<Transport>(registry, "runtime", "transport");
-  return transport->capabilities().multi_process;
+// The plugin a core option selects, as the registry knows it from its descriptor.
+const PluginInfo& selected(const Config& config, const PluginRegistry& registry, PluginKind kind,
+                           const std::string& key) {
+  return registry.find(kind, config.section("runtime").get_string(key));
 }
 
 // Ranks as threads: one Transport object, one in-memory store, one thread per rank.
@@ -62,72 +62,92 @@ void run_threads(std::shared_ptr<Transport> transport, int size, Duration timeou
   }
 }
 
-// A world must add up: the ranks the config asks for are the ranks that meet. Two ways it
-// would not, each running independent copies of the job that all "succeed".
-void check_world_adds_up(const Config& config, const LaunchInfo& launch, bool multi_process) {
+// A world must add up: the ranks the config asks for are the ranks that meet. Each way it
+// would not runs independent copies of the job that all "succeed", or hangs at the rendezvous.
+void check_world_adds_up(const Config& config, const PluginRegistry& registry,
+                         const LaunchInfo& launch, bool processes) {
   const auto& runtime = config.section("runtime");
   const auto origin = [&](const std::string& key) { return config.origin("runtime", key).text; };
+  const auto lead = [&](const std::string& key) {
+    return origin(key) == "default" ? std::string() : origin(key) + ": ";
+  };
   const std::string launched =
       launch.source == "none"
           ? std::string("no launcher started this process (it is a world of 1)")
           : "this process is rank " + std::to_string(launch.rank) + " of " +
                 std::to_string(launch.world_size) + " started by " +
                 (launch.source == "tessera" ? std::string("tessera launch") : launch.source);
-  if (!multi_process && launch.source != "none" && launch.world_size > 1) {
-    const std::string where = origin("transport") == "default" ? "" : origin("transport") + ": ";
-    throw ConfigError(where + "[runtime] transport = " + runtime.get_string("transport") + " (" +
-                      origin("transport") + ") runs every rank as a thread of one process, but " +
-                      launched +
-                      ", so each process would train alone; use a multi-process transport "
-                      "(shm, ucx) or start one process");
+  if (!processes && launch.source != "none" && launch.world_size > 1) {
+    throw ConfigError(
+        lead("transport") + "[runtime] transport = " + runtime.get_string("transport") + " (" +
+        origin("transport") + ") runs every rank as a thread of one process, but " + launched +
+        ", so each process would train alone; use a multi-process transport "
+        "(shm, ucx) or start one process");
   }
+  if (!processes || launch.source == "none") return;
   const auto size = runtime.get_int("world_size");
-  if (multi_process && origin("world_size") != "default" && size != launch.world_size) {
+  if (origin("world_size") != "default" && size != launch.world_size) {
     throw ConfigError(origin("world_size") + ": [runtime] world_size = " + std::to_string(size) +
                       " but " + launched + "; start " + std::to_string(size) +
                       " processes (tessera launch -n " + std::to_string(size) +
                       ") or remove world_size");
   }
+  const auto& store = selected(config, registry, PluginKind::store, "store");
+  if (launch.world_size > 1 && !store.capabilities.spans_processes) {
+    throw ConfigError(lead("store") + "[runtime] store = " + runtime.get_string("store") + " (" +
+                      origin("store") + ") keeps its keys inside one process and cannot join " +
+                      std::to_string(launch.world_size) +
+                      " processes; use a store that spans processes (tcp, the launcher's, or "
+                      "file)");
+  }
 }
 
 }  // namespace
 
-int world_size_of(const Config& config, const PluginRegistry& registry, const LaunchInfo& launch) {
-  std::shared_ptr<Transport> transport;
-  if (is_multi_process(config, registry, transport)) return launch.world_size;
-  return static_cast<int>(config.section("runtime").get_int("world_size"));
+WorldPlan plan_world(const Config& config, const PluginRegistry& registry,
+                     const LaunchInfo& launch) {
+  const auto& transport = selected(config, registry, PluginKind::transport, "transport");
+  const bool processes = transport.capabilities.spans_processes;
+  check_world_adds_up(config, registry, launch, processes);
+  WorldPlan plan;
+  const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
+  if (!processes) {
+    plan.layout = WorldPlan::Layout::threads;
+    plan.size = world_size;
+  } else if (launch.source != "none") {
+    plan.layout = WorldPlan::Layout::processes;
+    plan.size = launch.world_size;
+    plan.rank = launch.rank;
+  } else {
+    plan.layout = WorldPlan::Layout::processes;
+    plan.size = world_size;
+    plan.needs_workers = world_size > 1;
+  }
+  return plan;
 }
 
-void run_world(const Config& config, const PluginRegistry& registry, const LaunchInfo& launch,
+void run_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                const RankBody& body) {
   const auto& runtime = config.section("runtime");
+  if (plan.needs_workers) {
+    const std::string size = std::to_string(plan.size);
+    throw ConfigError(config.origin("runtime", "world_size").text + ": [runtime] world_size = " +
+                      size + " with transport " + runtime.get_string("transport") +
+                      " needs one process per rank, but no launcher started this process; " +
+                      "start them with tessera launch -n " + size + ", or remove world_size");
+  }
+  if (plan.size < 1) {
+    throw ConfigError("runtime.world_size must be at least 1 (" +
+                      config.origin("runtime", "world_size").text + ")");
+  }
   const Duration timeout = runtime.get_duration("timeout");
-  std::shared_ptr<Transport> transport;
-  const bool multi_process = is_multi_process(config, registry, transport);
-  check_world_adds_up(config, launch, multi_process);
-  if (!multi_process) {
-    const auto size = runtime.get_int("world_size");
-    if (size < 1) {
-      throw ConfigError("runtime.world_size must be at least 1 (" +
-                        config.origin("runtime", "world_size").text + ")");
-    }
-    run_threads(std::move(transport), static_cast<int>(size), timeout, body);
+  auto transport = config.create<Transport>(registry, "runtime", "transport");
+  if (plan.layout == WorldPlan::Layout::threads) {
+    run_threads(std::move(transport), plan.size, timeout, body);
     return;
   }
-
-  std::shared_ptr<Store> store;
-  const auto& store_name = runtime.get_string("store");
-  if (store_name == "memory") {
-    if (launch.world_size > 1) {
-      throw ConfigError("runtime.store = memory cannot join " + std::to_string(launch.world_size) +
-                        " processes (" + config.origin("runtime", "store").text +
-                        "); use tcp (the launcher's store) or file");
-    }
-    store = make_memory_store();
-  } else {
-    store = config.create<Store>(registry, "runtime", "store");
-  }
-  body(transport->connect(std::move(store), launch.rank, launch.world_size, timeout));
+  auto store = config.create<Store>(registry, "runtime", "store");
+  body(transport->connect(std::move(store), plan.rank, plan.size, timeout));
 }
 
 }  // namespace tessera

@@ -19,4 +19,4 @@ constexpr const char* kAliases[] = {"fashion_mnist", nullptr};
 
 TESSERA_PLUGIN(dataset, "fashion-mnist", "1.0.0",
                "Fashion-MNIST: 60000/10000 28x28 grey images, 10 classes", kAliases, kOptions,
-               tessera::fashion_mnist::FashionMnist)
+               TESSERA_NO_CAPABILITIES, tessera::fashion_mnist::FashionMnist)

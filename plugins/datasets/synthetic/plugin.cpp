@@ -19,4 +19,5 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(dataset, "synthetic", "1.0.0", "seeded random inputs with linearly separable labels",
-               TESSERA_NO_ALIASES, kOptions, tessera::synthetic::SyntheticDataset)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES,
+               tessera::synthetic::SyntheticDataset)

@@ -18,4 +18,4 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(model, "mlp", "1.0.0", "multi-layer perceptron with softmax cross-entropy",
-               TESSERA_NO_ALIASES, kOptions, tessera::mlp::MlpModel)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, tessera::mlp::MlpModel)

@@ -20,4 +20,4 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(optimizer, "adam", "1.0.0", "Adam with L2 weight decay", TESSERA_NO_ALIASES,
-               kOptions, AdamPlugin)
+               kOptions, TESSERA_NO_CAPABILITIES, AdamPlugin)

@@ -21,4 +21,4 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(optimizer, "adamw", "1.0.0", "Adam with decoupled weight decay (AdamW)",
-               TESSERA_NO_ALIASES, kOptions, AdamWPlugin)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, AdamWPlugin)

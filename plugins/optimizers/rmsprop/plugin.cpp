@@ -37,4 +37,5 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(optimizer, "rmsprop", "1.0.0", "RMSprop, optionally centered, with momentum",
-               TESSERA_NO_ALIASES, kOptions, tessera::rmsprop::RmspropOptimizer)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES,
+               tessera::rmsprop::RmspropOptimizer)

@@ -35,4 +35,4 @@ constexpr tessera_option_desc kOptions[] = {
 }  // namespace
 
 TESSERA_PLUGIN(optimizer, "sgd", "1.0.0", "SGD with momentum, Nesterov and weight decay",
-               TESSERA_NO_ALIASES, kOptions, tessera::sgd::SgdOptimizer)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, tessera::sgd::SgdOptimizer)

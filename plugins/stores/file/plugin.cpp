@@ -12,7 +12,11 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr},
 };
 
+// Every process that sees the folder, on any host of a shared file system.
+constexpr tessera_plugin_capabilities kCapabilities = {
+    TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS, 0};
+
 }  // namespace
 
 TESSERA_PLUGIN(store, "file", "1.0.0", "one file per key in a folder on a shared file system",
-               TESSERA_NO_ALIASES, kOptions, tessera::file::FileStore)
+               TESSERA_NO_ALIASES, kOptions, kCapabilities, tessera::file::FileStore)

@@ -4,4 +4,5 @@
 
 TESSERA_PLUGIN(store, "memory", "1.0.0",
                "in-process store for ranks that are threads of one process (the local transport)",
-               TESSERA_NO_ALIASES, TESSERA_NO_OPTIONS, tessera::memory::MemoryStore)
+               TESSERA_NO_ALIASES, TESSERA_NO_OPTIONS, TESSERA_NO_CAPABILITIES,
+               tessera::memory::MemoryStore)

@@ -26,8 +26,11 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr},
 };
 
+constexpr tessera_plugin_capabilities kCapabilities = {
+    TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS, 0};
+
 }  // namespace
 
 TESSERA_PLUGIN(store, "tcp", "1.0.0",
                "key-value server over TCP, embedded in the launcher or rank 0", TESSERA_NO_ALIASES,
-               kOptions, tessera::tcp::TcpStore)
+               kOptions, kCapabilities, tessera::tcp::TcpStore)

@@ -16,18 +16,18 @@ namespace tessera::tcp {
 
 // What a connection that has not presented the token may cost the server. Beyond the frames'
 // own bounds (protocol.hpp): at most `max_pending` such connections at once (a new one closes
-// the oldest), each closed when its hello has not arrived within `hello_timeout`.
+// the oldest), each closed when its hello has not arrived within `hello_timeout`. Filled from
+// the store's options (max_pending, hello_timeout), whose schema holds the defaults.
 struct PendingLimits {
-  std::size_t max_pending = 64;
-  std::chrono::milliseconds hello_timeout{10'000};
+  std::size_t max_pending = 0;
+  std::chrono::milliseconds hello_timeout{};
 };
 
 class StoreServer {
  public:
   // Binds host:port (port 0 picks a free one), listens and starts serving. Only connections
   // whose first message carries `token` are admitted. Throws tessera::Error when it cannot bind.
-  StoreServer(const std::string& host, std::uint16_t port, std::string token,
-              PendingLimits limits = {});
+  StoreServer(const std::string& host, std::uint16_t port, std::string token, PendingLimits limits);
   // Stops the thread and closes every connection; clients then see the connection lost.
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;

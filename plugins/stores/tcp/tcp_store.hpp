@@ -14,11 +14,12 @@
 
 namespace tessera::tcp {
 
+// Every member is filled by resolve_settings; the schema in plugin.cpp holds the defaults.
 struct TcpStoreSettings {
   std::string host;        // serve: address to bind; client: server to reach
   std::uint16_t port = 0;  // serve: 0 picks a free port
   std::string token;
-  std::chrono::milliseconds timeout{300'000};  // reconnect budget of every request
+  std::chrono::milliseconds timeout{};  // reconnect budget of every request
   bool serve = false;
   PendingLimits pending;  // serve: what connections without the token may cost
 };

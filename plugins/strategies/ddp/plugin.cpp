@@ -20,4 +20,4 @@ constexpr tessera_option_desc kOptions[] = {
 
 TESSERA_PLUGIN(strategy, "ddp", "1.0.0",
                "data parallel: replicated state, bucketed all-reduce overlapped with backward",
-               TESSERA_NO_ALIASES, kOptions, tessera::ddp::DdpStrategy)
+               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, tessera::ddp::DdpStrategy)

@@ -11,8 +11,11 @@ constexpr tessera_option_desc kOptions[] = {
 };
 constexpr const char* kAliases[] = {"threads", nullptr};
 
+// Ranks are threads of the one process that holds the Transport.
+constexpr tessera_plugin_capabilities kCapabilities = {0, TESSERA_DEVICE_CPU};
+
 }  // namespace
 
 TESSERA_PLUGIN(transport, "local", "1.0.0",
                "ranks as threads of one process, the reference transport", kAliases, kOptions,
-               tessera::local::LocalTransport)
+               kCapabilities, tessera::local::LocalTransport)

@@ -1,7 +1,5 @@
 #include "transport.hpp"
 
-#include <iterator>
-
 #include "communicator.hpp"
 #include "tessera/base/error.hpp"
 
@@ -15,10 +13,6 @@ constexpr const char* kGroupKey = "tessera.local/group/";
 LocalTransport::LocalTransport(const Options& options)
     : operation_timeout_(options.get_duration("timeout")) {
   TESSERA_CHECK(operation_timeout_.count() > 0, "[transport.local] timeout must be positive");
-}
-
-TransportCapabilities LocalTransport::capabilities() const {
-  return {{DeviceType::cpu}, {std::begin(kAllDTypes), std::end(kAllDTypes)}, false, false};
 }
 
 std::shared_ptr<LocalGroup> LocalTransport::create_group(int size, std::string& id) {

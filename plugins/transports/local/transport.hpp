@@ -19,8 +19,6 @@ class LocalTransport final : public Transport {
  public:
   explicit LocalTransport(const Options& options);
 
-  [[nodiscard]] TransportCapabilities capabilities() const override;
-
  protected:
   std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,
                                            Duration timeout) override;

@@ -28,7 +28,10 @@ constexpr tessera_option_desc kOptions[] = {
 };
 constexpr const char* kAliases[] = {"shared_memory", nullptr};
 
+// Processes, but shared memory is one host's.
+constexpr tessera_plugin_capabilities kCapabilities = {TESSERA_SPANS_PROCESSES, TESSERA_DEVICE_CPU};
+
 }  // namespace
 
 TESSERA_PLUGIN(transport, "shm", "1.0.0", "processes on one host over POSIX shared memory",
-               kAliases, kOptions, tessera::shm::ShmTransport)
+               kAliases, kOptions, kCapabilities, tessera::shm::ShmTransport)

@@ -1,5 +1,7 @@
 #pragma once
-// The shm transport's options, parsed once (see README.md for their meaning).
+// The shm transport's options, parsed once (see README.md for their meaning). No member has a
+// default of its own: the schema in plugin.cpp is the one place defaults are written, and
+// from() fills every member from the resolved options.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,14 +11,14 @@
 namespace tessera::shm {
 
 struct Settings {
-  Duration timeout = std::chrono::seconds(300);
-  std::size_t chunk_size = std::size_t{128} << 10;
-  std::size_t small_size = std::size_t{32} << 10;
-  std::size_t p2p_chunk_size = std::size_t{256} << 10;
-  std::int64_t spin_count = 20000;
-  Duration poll_interval = std::chrono::milliseconds(100);
+  Duration timeout{};
+  std::size_t chunk_size = 0;
+  std::size_t small_size = 0;
+  std::size_t p2p_chunk_size = 0;
+  std::int64_t spin_count = 0;
+  Duration poll_interval{};
   // A peer waited for whose heartbeat has not moved for this long fails the group; 0: never.
-  Duration stall_timeout = std::chrono::seconds(30);
+  Duration stall_timeout{};
 
   [[nodiscard]] static Settings from(const Options& options);
 };

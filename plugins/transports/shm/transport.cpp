@@ -1,7 +1,5 @@
 #include "transport.hpp"
 
-#include <iterator>
-
 #include "communicator.hpp"
 #include "tessera/base/error.hpp"
 
@@ -32,15 +30,6 @@ Settings Settings::from(const Options& options) {
 }
 
 ShmTransport::ShmTransport(const Options& options) : settings_(Settings::from(options)) {}
-
-TransportCapabilities ShmTransport::capabilities() const {
-  TransportCapabilities caps;
-  caps.devices = {DeviceType::cpu};
-  caps.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
-  caps.multi_process = true;
-  caps.multi_host = false;
-  return caps;
-}
 
 std::unique_ptr<Communicator> ShmTransport::do_connect(std::shared_ptr<Store> store, int rank,
                                                        int size, Duration timeout) {

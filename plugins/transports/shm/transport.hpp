@@ -10,7 +10,6 @@ namespace tessera::shm {
 class ShmTransport final : public Transport {
  public:
   explicit ShmTransport(const Options& options);
-  [[nodiscard]] TransportCapabilities capabilities() const override;
 
  protected:
   std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,

@@ -33,17 +33,19 @@
 
 namespace tessera::ucx {
 
+// The transport's options as the engine uses them, every member filled from the resolved
+// options by UcxTransport's constructor: the schema in plugin.cpp is where defaults are written.
 struct Settings {
-  Duration timeout{300000};
-  std::size_t small_bytes = 64 * 1024;     // up to this, one-round algorithms
-  std::size_t segment_bytes = 512 * 1024;  // pipeline unit of the large algorithms
-  std::size_t segments_in_flight = 2;      // contribution receives posted per peer
-  Duration liveness_interval{250};         // how often same-host peer processes are checked
+  Duration timeout{};
+  std::size_t small_bytes = 0;         // up to this, one-round algorithms
+  std::size_t segment_bytes = 0;       // pipeline unit of the large algorithms
+  std::size_t segments_in_flight = 0;  // contribution receives posted per peer
+  Duration liveness_interval{};        // how often same-host peer processes are checked
   // A peer waited for whose heartbeat has not arrived for this long fails the group; 0: never.
-  Duration stall_timeout{30000};
-  bool map_peers = true;  // large collectives through mapped memory, if possible
-  std::size_t mapped_chunk_bytes = 128 * 1024;  // per rank and round of the mapped algorithms
-  std::size_t tcp_segment_bytes = 256 * 1024;   // UCX's tcp segments, unless UCX_TCP_*_SEG_SIZE
+  Duration stall_timeout{};
+  bool map_peers = false;              // large collectives through mapped memory, if possible
+  std::size_t mapped_chunk_bytes = 0;  // per rank and round of the mapped algorithms
+  std::size_t tcp_segment_bytes = 0;   // UCX's tcp segments, unless UCX_TCP_*_SEG_SIZE
 };
 
 class Exchange;

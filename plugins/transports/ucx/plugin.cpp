@@ -40,8 +40,11 @@ constexpr tessera_option_desc kOptions[] = {
      nullptr, "4KiB", "1GiB"},
 };
 
+constexpr tessera_plugin_capabilities kCapabilities = {
+    TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS, TESSERA_DEVICE_CPU};
+
 }  // namespace
 
 TESSERA_PLUGIN(transport, "ucx", "1.0.0",
                "processes on any hosts over UCX UCP (TCP, shared memory, RDMA; see UCX_TLS)",
-               TESSERA_NO_ALIASES, kOptions, tessera::ucx::UcxTransport)
+               TESSERA_NO_ALIASES, kOptions, kCapabilities, tessera::ucx::UcxTransport)

@@ -1,7 +1,5 @@
 #include "transport.hpp"
 
-#include <iterator>
-
 #include "communicator.hpp"
 #include "tags.hpp"
 #include "tessera/base/error.hpp"
@@ -33,10 +31,6 @@ UcxTransport::UcxTransport(const Options& options) {
                 "[transport.ucx] stall_timeout must not be negative");
   TESSERA_CHECK(settings_.liveness_interval.count() > 0,
                 "[transport.ucx] liveness_interval must be positive");
-}
-
-TransportCapabilities UcxTransport::capabilities() const {
-  return {{DeviceType::cpu}, {std::begin(kAllDTypes), std::end(kAllDTypes)}, true, true};
 }
 
 // Ranks take tickets from a store counter, as in every transport: the k-th world connected

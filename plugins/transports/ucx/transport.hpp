@@ -13,8 +13,6 @@ class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const Options& options);
 
-  [[nodiscard]] TransportCapabilities capabilities() const override;
-
  protected:
   std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,
                                            Duration timeout) override;

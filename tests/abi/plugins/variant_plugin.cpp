@@ -11,6 +11,16 @@
 #ifndef TEST_ABI_MAJOR
 #define TEST_ABI_MAJOR TESSERA_PLUGIN_ABI_MAJOR
 #endif
+// The major in the exported symbol's name (tessera_plugin_descriptor_vN), normally the field's.
+#ifndef TEST_SYMBOL_MAJOR
+#define TEST_SYMBOL_MAJOR TEST_ABI_MAJOR
+#endif
+#ifndef TEST_CAPABILITY_FLAGS
+#define TEST_CAPABILITY_FLAGS 0
+#endif
+#ifndef TEST_CAPABILITY_DEVICES
+#define TEST_CAPABILITY_DEVICES 0
+#endif
 #ifndef TEST_BUILD_ID
 #define TEST_BUILD_ID TESSERA_BUILD_ID
 #endif
@@ -81,23 +91,16 @@ class ScaledAdd final : public tessera::Optimizer {
   float scale_;
 };
 
-#ifndef TEST_ABI_1_0
+#ifndef TEST_ABI_1
 constexpr tessera_option_desc kOptions[] = {
     {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr, TEST_SCALE_MIN,
      TEST_SCALE_MAX},
     {"mode", "string", "plain", "how to add", "plain|fancy", nullptr, nullptr},
 };
 #else
-// What a plugin built against ABI 1.0 exports: option entries of five pointers, no ranges, and
-// a descriptor that ends with `create`.
-struct OptionDesc10 {
-  const char* name;
-  const char* type;
-  const char* default_value;
-  const char* help;
-  const char* choices;
-};
-struct Descriptor10 {
+// What a plugin built against plugin ABI 1.1 exports: its descriptor under the _v1
+// name, ending with option_desc_size, and no capabilities.
+struct Descriptor11 {
   uint32_t struct_size;
   uint16_t abi_major;
   uint16_t abi_minor;
@@ -107,37 +110,39 @@ struct Descriptor10 {
   const char* const* aliases;
   const char* version;
   const char* description;
-  const OptionDesc10* options;
+  const tessera_option_desc* options;
   uint32_t option_count;
   void* (*create)(const tessera_factory_args* args);
+  uint32_t option_desc_size;
 };
-constexpr OptionDesc10 kOptions10[] = {
-    {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr},
-    {"mode", "string", "plain", "how to add", "plain|fancy"},
+constexpr tessera_option_desc kOptions11[] = {
+    {"scale", TEST_RATE_TYPE, "0.5", "factor applied to the gradient", nullptr, "0", "4"},
 };
 #endif
 
 }  // namespace
 
-#ifdef TEST_ABI_1_0
+#ifdef TEST_ABI_1
 extern "C" __attribute__((visibility("default")))
-const Descriptor10 tessera_plugin_descriptor_v1 = {
-    sizeof(Descriptor10),
-    TESSERA_PLUGIN_ABI_MAJOR,
-    0,
+const Descriptor11 tessera_plugin_descriptor_v1 = {
+    sizeof(Descriptor11),
+    1,
+    1,
     TEST_BUILD_ID,
     TEST_KIND,
     TEST_NAME,
     TESSERA_NO_ALIASES,
     "1.0.0",
-    "test optimizer built against ABI 1.0",
-    kOptions10,
-    2,
+    "test optimizer built against plugin ABI 1.1",
+    kOptions11,
+    1,
     &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
+    sizeof(tessera_option_desc),
 };
 #elif !defined(TEST_NO_DESCRIPTOR)
 extern "C" __attribute__((visibility("default")))
-const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {
+const tessera_plugin_descriptor TESSERA_PLUGIN_ABI_CAT(tessera_plugin_descriptor_v,
+                                                       TEST_SYMBOL_MAJOR) = {
     sizeof(tessera_plugin_descriptor),
     TEST_ABI_MAJOR,
     TESSERA_PLUGIN_ABI_MINOR,
@@ -149,8 +154,9 @@ const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {
     "test optimizer with a deliberately configurable descriptor",
     kOptions,
     2,
-    &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
     sizeof(tessera_option_desc),
+    {TEST_CAPABILITY_FLAGS, TEST_CAPABILITY_DEVICES},
+    &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
 };
 #else
 // Exported, so that the file is a real shared object with symbols, just not a plugin.

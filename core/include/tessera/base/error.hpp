@@ -93,10 +93,6 @@ class TESSERA_ERROR_API OutOfMemory : public Error {
 
 namespace detail {
 [[noreturn]] void throw_check_failure(const char* expression, const std::string& message);
-// Plugins built before ABI 1.1 call this one; the place is not used (no source path reaches a
-// user).
-[[noreturn]] void throw_check_failure(const char* file, int line, const char* expression,
-                                      const std::string& message);
 }  // namespace detail
 
 }  // namespace tessera

@@ -78,7 +78,7 @@ class Communicator : public PluginObject {
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
 
  private:
-  std::shared_ptr<Work> anchored(std::shared_ptr<Work> work) const;
+  static std::shared_ptr<Work> checked(std::shared_ptr<Work> work);
   void check_device(const char* operation, const BufferView& buffer) const;
 };
 

@@ -1,19 +1,23 @@
-/* The binary contract between libtessera and a plugin shared object.
+/* The binary contract between libtessera and a plugin shared object, plugin ABI 2.
  *
  * A plugin exports exactly one symbol, the data object
- *     const tessera_plugin_descriptor tessera_plugin_descriptor_v1;
+ *     const tessera_plugin_descriptor tessera_plugin_descriptor_v2;
  * declared through TESSERA_PLUGIN (tessera/sdk/plugin.hpp). The host reads it without calling
  * any plugin function and checks every field before it calls the factory. Plain C, so that
  * the layout is fixed by the platform ABI rather than by a C++ compiler.
  *
  * Versioning: abi_major changes when a field changes meaning or the C++ interfaces change
- * incompatibly; the host refuses any other major. abi_minor grows when fields are appended;
- * a host accepts a plugin whose minor is not newer than its own. struct_size lets a newer
- * host read an older, shorter descriptor.
+ * incompatibly, and with it the symbol's name (_v1, _v2, ...): a host finds only descriptors of
+ * its own major, and refuses a plugin that exports another major's symbol by saying which
+ * major it was built for. abi_minor grows when fields are appended at the end of the descriptor
+ * or of tessera_option_desc; a host accepts a plugin whose minor is not newer than its own.
+ * struct_size and option_desc_size let a newer host read an older, shorter descriptor and
+ * option table of the same major.
  *
- * 1.1 appended `minimum` and `maximum` to tessera_option_desc and `option_desc_size` to the
- * descriptor: the host walks `options` with that stride, and with the 1.0 size (five pointers,
- * no ranges) for a descriptor that predates the field.
+ * ABI 2.0 differs from 1.x: the symbol is _v2; the descriptor carries the plugin's
+ * capabilities (what the host may ask before creating anything); option_desc_size sits before
+ * them and every option entry has its range fields; the C++ interfaces changed (docs/plugins.md,
+ * "Porting a plugin from ABI 1").
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -24,9 +28,19 @@
 extern "C" {
 #endif
 
-#define TESSERA_PLUGIN_ABI_MAJOR 1
-#define TESSERA_PLUGIN_ABI_MINOR 1
-#define TESSERA_PLUGIN_DESCRIPTOR_SYMBOL "tessera_plugin_descriptor_v1"
+#define TESSERA_PLUGIN_ABI_MAJOR 2
+#define TESSERA_PLUGIN_ABI_MINOR 0
+
+#define TESSERA_PLUGIN_ABI_STR2(x) #x
+#define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)
+#define TESSERA_PLUGIN_ABI_CAT2(a, b) a##b
+#define TESSERA_PLUGIN_ABI_CAT(a, b) TESSERA_PLUGIN_ABI_CAT2(a, b)
+/* The exported name carries the major, so that a plugin of another major is never read as one
+ * of this major: tessera_plugin_descriptor_v2. */
+#define TESSERA_PLUGIN_DESCRIPTOR_NAME \
+  TESSERA_PLUGIN_ABI_CAT(tessera_plugin_descriptor_v, TESSERA_PLUGIN_ABI_MAJOR)
+#define TESSERA_PLUGIN_DESCRIPTOR_SYMBOL \
+  "tessera_plugin_descriptor_v" TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR)
 
 /* One option of a plugin's schema. All strings are static, owned by the plugin. */
 typedef struct tessera_option_desc {
@@ -35,12 +49,30 @@ typedef struct tessera_option_desc {
   const char* default_value; /* text in the type's syntax; NULL means required */
   const char* help;          /* one line */
   const char* choices;       /* "a|b|c" for a string from a fixed set, else NULL */
-  /* Since 1.1. Inclusive bounds in the type's syntax ("1", "0.999", "4KiB", "10ms") for int,
-   * float, size and duration options; NULL: unbounded on that side. The host refuses a value
-   * outside them before the plugin is created, naming where the value came from. */
+  /* Inclusive bounds in the type's syntax ("1", "0.999", "4KiB", "10ms") for int, float, size
+   * and duration options; NULL: unbounded on that side. The host refuses a value outside them
+   * before the plugin is created, naming where the value came from. */
   const char* minimum;
   const char* maximum;
 } tessera_option_desc;
+
+/* Capability flags (tessera_plugin_capabilities.flags). A transport's flags describe its ranks, a
+ * store's its clients; every other kind declares none. */
+#define TESSERA_SPANS_PROCESSES 0x1u /* ranks (clients) may be separate processes */
+#define TESSERA_SPANS_HOSTS 0x2u     /* ... on different hosts; implies SPANS_PROCESSES */
+
+/* Device flags (tessera_plugin_capabilities.devices): where a transport's buffers may live.
+ * A transport declares at least one; every other kind none. */
+#define TESSERA_DEVICE_CPU 0x1u
+#define TESSERA_DEVICE_CUDA 0x2u
+
+/* What the host may know about a plugin without creating its object: `tessera train` picks
+ * threads or processes, and refuses a store that cannot join the processes of a job, from these
+ * alone. A plugin's objects must live up to what it declares. */
+typedef struct tessera_plugin_capabilities {
+  uint32_t flags;   /* TESSERA_SPANS_* */
+  uint32_t devices; /* TESSERA_DEVICE_* */
+} tessera_plugin_capabilities;
 
 /* Arguments of the factory. `options` points to a const tessera::Options; `error` receives a
  * std::exception_ptr* slot the factory fills instead of letting an exception cross the C
@@ -53,7 +85,7 @@ typedef struct tessera_factory_args {
 
 typedef struct tessera_plugin_descriptor {
   uint32_t struct_size; /* sizeof(tessera_plugin_descriptor) as the plugin saw it */
-  uint16_t abi_major;
+  uint16_t abi_major;   /* TESSERA_PLUGIN_ABI_MAJOR; must match the symbol's _vN */
   uint16_t abi_minor;
   const char* build_id; /* compiler, C++ library ABI and tessera major; must equal the host's */
   const char* kind;     /* "transport", "store", "strategy", "optimizer", "model", "dataset" */
@@ -63,11 +95,11 @@ typedef struct tessera_plugin_descriptor {
   const char* description;    /* one line */
   const tessera_option_desc* options;
   uint32_t option_count;
+  uint32_t option_desc_size; /* sizeof(tessera_option_desc) as the plugin saw it: the stride */
+  tessera_plugin_capabilities capabilities;
   /* Creates the plugin object: returns a pointer to the kind's interface (tessera::Transport*
    * for "transport", ...) that the host owns, or NULL with *error set. */
   void* (*create)(const tessera_factory_args* args);
-  /* Since 1.1: sizeof(tessera_option_desc) as the plugin saw it, the stride of `options`. */
-  uint32_t option_desc_size;
 } tessera_plugin_descriptor;
 
 #ifdef __cplusplus

@@ -31,10 +31,19 @@ struct ValueOrigin {
 // e.g. [transport.local]. Immutable once loaded; thread-safe to read.
 class Config {
  public:
-  // Reads the sources, scans plugins.path into `registry` (the registry should already hold
-  // the default search path), and validates every value. Throws ConfigError naming the file
-  // and line, the variable, or the flag, with the nearest valid name where one is close.
-  [[nodiscard]] static Config load(const ConfigSources& sources, PluginRegistry& registry);
+  // Where the plugins of a run are: the default search path (TESSERA_PLUGIN_PATH, the folder
+  // beside libtessera) and the folders the sources' plugins.path names (file, then environment,
+  // then flag; later wins; relative entries of a file relative to its folder). Reads only that
+  // option; throws ConfigError for an unreadable file or a missing TESSERA_PLUGIN_PATH folder.
+  // A host scans it into its registry before load:
+  //   registry.scan(Config::plugin_search_path(sources));
+  [[nodiscard]] static PluginSearchPath plugin_search_path(const ConfigSources& sources);
+
+  // Reads the sources and validates every value against the core schema and the schemas of the
+  // plugins `registry` holds; scans and creates nothing. Throws ConfigError naming the file and
+  // line, the variable, or the flag, with the nearest valid name where one is close, and
+  // InvalidArgument when plugins.path names a folder the registry has not scanned.
+  [[nodiscard]] static Config load(const ConfigSources& sources, const PluginRegistry& registry);
 
   // The resolved options of a section ("runtime", "transport.local", ...), defaults filled
   // in. For a plugin section not mentioned anywhere, the plugin's defaults.

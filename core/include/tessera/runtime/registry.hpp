@@ -8,11 +8,21 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/base/dtype.hpp"
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/plugin_kind.hpp"
 #include "tessera/plugin/plugin_object.hpp"
 
 namespace tessera {
+
+// What a plugin can do, read from its descriptor (tessera_plugin_capabilities, plugin_abi.h)
+// without creating its object. For a transport: its ranks and its buffers; for a store: its
+// clients; other kinds have none.
+struct PluginCapabilities {
+  bool spans_processes = false;     // ranks (clients) may be separate processes
+  bool spans_hosts = false;         // ... on different hosts
+  std::vector<DeviceType> devices;  // transports: where buffers may live
+};
 
 struct PluginInfo {
   PluginKind kind = PluginKind::transport;
@@ -22,6 +32,16 @@ struct PluginInfo {
   std::string description;
   std::filesystem::path file;
   std::vector<OptionSpec> options;
+  PluginCapabilities capabilities;
+};
+
+// Where plugins are looked for. `defaults` are scanned first (TESSERA_PLUGIN_PATH's folders,
+// then the one beside libtessera); `named` are folders a user named (a config's plugins.path,
+// `tessera plugins --path`), which must exist and whose plugins win over the defaults'.
+struct PluginSearchPath {
+  std::vector<std::filesystem::path> defaults;
+  std::vector<std::filesystem::path> named;
+  std::string named_origin;  // where `named` was given: "FILE:LINE (plugins.path)", "flag --path"
 };
 
 struct PluginLoadFailure {
@@ -51,12 +71,18 @@ class PluginRegistry {
   // leave the installed copies in use.
   [[nodiscard]] static std::vector<std::filesystem::path> default_search_path();
 
+  // Splits a colon-separated folder list (TESSERA_PLUGIN_PATH, plugins.path); empty entries are
+  // skipped. The one parser of search paths, so every list reads the same way.
+  [[nodiscard]] static std::vector<std::filesystem::path> split_folder_list(std::string_view list);
+
   // Loads every "*.so" in `dir` (not recursive). A file that fails is recorded in failures()
   // and skipped, so one broken plugin does not hide the others. A missing folder is skipped.
   // A plugin whose kind and name is already loaded is skipped and recorded as shadowed.
   void scan_directory(const std::filesystem::path& dir);
   // scan_directory over each folder in order.
   void scan(const std::vector<std::filesystem::path>& dirs);
+  // scan(path.defaults), then scan_named(path.named, path.named_origin) if any were named.
+  void scan(const PluginSearchPath& path);
 
   // Folders a user named (a config's plugins.path, `tessera plugins --path`), scanned after the
   // default search path and winning over it: a plugin of the same kind and name loaded by
@@ -74,7 +100,8 @@ class PluginRegistry {
   // Every loaded plugin, optionally of one kind, sorted by kind then name.
   [[nodiscard]] std::vector<const PluginInfo*> plugins(std::optional<PluginKind> kind = {}) const;
   [[nodiscard]] const std::vector<PluginLoadFailure>& failures() const noexcept;
-  // Every folder scan_directory() was asked to read, in order, whether or not it existed.
+  // Every folder scan_directory() or scan_named() was asked to read, in order, whether or not
+  // it existed.
   [[nodiscard]] const std::vector<std::filesystem::path>& scanned_directories() const noexcept;
 
   // Looks a plugin up by name or alias. Throws ConfigError listing the known names and
@@ -85,12 +112,12 @@ class PluginRegistry {
   // Creates an object of plugin `name`. `options` must be resolved against the plugin's schema
   // (Config does that); a default-constructed Options stands for the plugin's defaults, and
   // options of another section are refused with ConfigError. Errors thrown by the plugin's
-  // constructor propagate unchanged. The object keeps the plugin's library loaded.
+  // constructor propagate unchanged. The plugin's library stays loaded for good.
   template <class Interface>
   [[nodiscard]] std::shared_ptr<Interface> create(std::string_view name,
                                                   const Options& options) const {
-    auto [object, anchor] = create_raw(interface_kind<Interface>::value, name, options);
-    return adopt_plugin_object(static_cast<Interface*>(object), std::move(anchor));
+    return std::shared_ptr<Interface>(
+        static_cast<Interface*>(create_raw(interface_kind<Interface>::value, name, options)));
   }
 
   // The options of plugin `name` with every default filled in and nothing overridden.
@@ -98,8 +125,8 @@ class PluginRegistry {
 
  private:
   struct Loaded;
-  std::pair<void*, std::shared_ptr<const void>> create_raw(PluginKind kind, std::string_view name,
-                                                           const Options& options) const;
+  // The factory's object, as the kind's interface pointer; never null.
+  void* create_raw(PluginKind kind, std::string_view name, const Options& options) const;
   void scan_folder(const std::filesystem::path& dir, const std::string* named_origin);
   const PluginInfo& load(const std::filesystem::path& file, const std::string* named_origin);
 

@@ -1,8 +1,9 @@
 #pragma once
-// run_world: connects this process's ranks of a job as the config's [runtime] section says
-// and runs one body per rank — the one place `tessera train`, `tessera bench` and embedding
-// hosts turn a config into communicators.
+// plan_world and run_world: how this process's ranks of a job connect, as the config's
+// [runtime] section says — the one place `tessera train`, `tessera bench` and embedding hosts
+// turn a config into communicators.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -13,29 +14,42 @@
 
 namespace tessera {
 
+// How this process takes part in the job, decided once from the config, the transport's and
+// the store's descriptor capabilities and the launcher's environment, before any plugin object
+// exists.
+struct WorldPlan {
+  // threads: the transport does not span processes (`local`), so every rank is a thread of this
+  // process and they meet in an in-memory store. processes: one rank per process (`shm`,
+  // `ucx`), meeting in the runtime.store plugin.
+  enum class Layout : std::uint8_t { threads, processes };
+  Layout layout = Layout::threads;
+  int size = 1;  // ranks in the job: runtime.world_size for threads, the launcher's otherwise
+  int rank = 0;  // processes: this process's rank; threads: 0, the first of its ranks
+  // processes only: no launcher started this process and the job has more than one rank, so
+  // somebody must start `size` workers first (`tessera train` does, through the launcher);
+  // run_world refuses such a plan.
+  bool needs_workers = false;
+};
+
+// Throws ConfigError when the world does not add up: an in-process transport in a process a
+// launcher started as one of several (each would train alone), a runtime.world_size that some
+// source set to other than the launcher's world size, or a store that cannot join the
+// processes of a launched job (its descriptor does not span processes, e.g. `memory`).
+[[nodiscard]] WorldPlan plan_world(const Config& config, const PluginRegistry& registry,
+                                   const LaunchInfo& launch);
+
 // Called once per rank hosted by this process, on its own thread, with the rank's world
 // communicator. The communicator is the body's to keep; it is aborted if another rank's
 // body of this process fails, so that nobody waits for a rank that is gone.
 using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 
-// Two layouts, chosen by the transport's capabilities:
-//  - in-process (the transport is not multi_process, e.g. `local`): runtime.world_size ranks
-//    as threads of this process, meeting in an in-memory store;
-//  - one rank per process (e.g. `shm`): this process is rank `launch.rank` of
-//    `launch.world_size`, meeting in the runtime.store plugin (`tcp` finds the launcher's
-//    server through TESSERA_STORE_ADDR/TESSERA_STORE_TOKEN).
-// Blocks until every body has returned. If one throws, the other ranks' communicators are
-// aborted and the first failure (lowest rank) is rethrown after all threads have joined.
-// Throws ConfigError when the layout is impossible (a multi-process transport with the
-// in-process `memory` store and more than one rank, a world size below 1) or does not add up:
-// an in-process transport in a process a launcher started as one of several, or a
-// runtime.world_size that some source set to other than the launcher's world size.
-void run_world(const Config& config, const PluginRegistry& registry, const LaunchInfo& launch,
+// Creates the transport once and connects the plan's ranks of this process: `size` threads, or
+// this process as rank `rank` of `size` through the runtime.store plugin (`tcp` finds the
+// launcher's server through TESSERA_STORE_ADDR/TESSERA_STORE_TOKEN). Blocks until every body
+// has returned. If one throws, the other ranks' communicators are aborted and the first failure
+// (lowest rank) is rethrown after all threads have joined. Throws ConfigError for a plan that
+// needs_workers, naming how to start them.
+void run_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                const RankBody& body);
-
-// The number of ranks the job has: runtime.world_size for in-process transports, the
-// launcher's world size otherwise.
-[[nodiscard]] int world_size_of(const Config& config, const PluginRegistry& registry,
-                                const LaunchInfo& launch);
 
 }  // namespace tessera

@@ -7,19 +7,27 @@
 //       nullptr},
 //   };
 //   constexpr const char* kAliases[] = {"threads", nullptr};
+//   constexpr tessera_plugin_capabilities kCapabilities = {0, TESSERA_DEVICE_CPU};
 //   }  // namespace
 //   TESSERA_PLUGIN(transport, "local", "1.0.0", "ranks as threads of one process",
-//                  kAliases, kOptions, tessera::local::LocalTransport)
+//                  kAliases, kOptions, kCapabilities, tessera::local::LocalTransport)
 //
 // The class must derive from the kind's interface (tessera::Transport for `transport`, ...)
-// and be constructible from `const tessera::Options&`. Pass TESSERA_NO_ALIASES or
-// TESSERA_NO_OPTIONS where a plugin has none. The macro defines the exported descriptor and a
-// factory that turns exceptions into an exception_ptr for the host to rethrow.
+// and be constructible from `const tessera::Options&`. Pass TESSERA_NO_ALIASES,
+// TESSERA_NO_OPTIONS or TESSERA_NO_CAPABILITIES where a plugin has none. The macro defines the
+// exported descriptor (tessera_plugin_descriptor_v2) and a factory that turns exceptions into
+// an exception_ptr for the host to rethrow.
 //
 // An option's last two fields are its inclusive minimum and maximum, in the type's syntax, or
 // nullptr for no bound: the host refuses a value outside them (with the file:line, flag or
 // variable it came from) before the plugin's constructor runs, so declare every bound the
 // constructor would otherwise have to check.
+//
+// Capabilities (plugin_abi.h) are what the host knows without creating the object: a transport
+// declares the devices its buffers may live on and whether its ranks may be separate processes
+// (TESSERA_SPANS_PROCESSES) or hosts (TESSERA_SPANS_HOSTS); a store whether clients in separate
+// processes or on separate hosts share its keys. Other kinds declare none; the macro refuses,
+// at compile time, capabilities a kind cannot have.
 
 #include <cstdint>
 #include <exception>
@@ -80,6 +88,25 @@ constexpr const tessera_option_desc* option_table(std::nullptr_t) noexcept {
   return nullptr;
 }
 
+// Whether `capabilities` are ones a plugin of `kind` may declare (plugin_abi.h); the host
+// checks the same at load time.
+constexpr bool capabilities_fit(PluginKind kind,
+                                tessera_plugin_capabilities capabilities) noexcept {
+  constexpr std::uint32_t kSpans = TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS;
+  constexpr std::uint32_t kDevices = TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA;
+  const bool hosts_without_processes = (capabilities.flags & TESSERA_SPANS_HOSTS) != 0 &&
+                                       (capabilities.flags & TESSERA_SPANS_PROCESSES) == 0;
+  switch (kind) {
+    case PluginKind::transport:
+      return (capabilities.flags & ~kSpans) == 0 && !hosts_without_processes &&
+             capabilities.devices != 0 && (capabilities.devices & ~kDevices) == 0;
+    case PluginKind::store:
+      return (capabilities.flags & ~kSpans) == 0 && !hosts_without_processes &&
+             capabilities.devices == 0;
+    default: return capabilities.flags == 0 && capabilities.devices == 0;
+  }
+}
+
 // The factory behind every descriptor: builds Concrete, returns it as its kind's interface.
 template <PluginKind kind, class Concrete>
 void* create(const tessera_factory_args* args) noexcept {
@@ -102,21 +129,27 @@ void* create(const tessera_factory_args* args) noexcept {
 
 #define TESSERA_NO_ALIASES nullptr
 #define TESSERA_NO_OPTIONS nullptr
+#define TESSERA_NO_CAPABILITIES (tessera_plugin_capabilities{0U, 0U})
 
-#define TESSERA_PLUGIN(kind, name, version, description, aliases, options, Concrete) \
-  extern "C" __attribute__((visibility("default")))                                  \
-  const tessera_plugin_descriptor tessera_plugin_descriptor_v1 = {                   \
-      sizeof(tessera_plugin_descriptor),                                             \
-      TESSERA_PLUGIN_ABI_MAJOR,                                                      \
-      TESSERA_PLUGIN_ABI_MINOR,                                                      \
-      TESSERA_BUILD_ID,                                                              \
-      #kind,                                                                         \
-      name,                                                                          \
-      aliases,                                                                       \
-      version,                                                                       \
-      description,                                                                   \
-      ::tessera::sdk::option_table(options),                                         \
-      ::tessera::sdk::option_count(options),                                         \
-      &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                \
-      sizeof(tessera_option_desc),                                                   \
+#define TESSERA_PLUGIN(kind, name, version, description, aliases, options, capabilities, Concrete) \
+  static_assert(::tessera::sdk::capabilities_fit(::tessera::PluginKind::kind, capabilities),       \
+                "TESSERA_PLUGIN: a transport declares its devices (TESSERA_DEVICE_*) and may "     \
+                "span processes and hosts, a store may span processes and hosts, other kinds "     \
+                "declare TESSERA_NO_CAPABILITIES; spanning hosts implies spanning processes");     \
+  extern "C" __attribute__((visibility("default")))                                                \
+  const tessera_plugin_descriptor TESSERA_PLUGIN_DESCRIPTOR_NAME = {                               \
+      sizeof(tessera_plugin_descriptor),                                                           \
+      TESSERA_PLUGIN_ABI_MAJOR,                                                                    \
+      TESSERA_PLUGIN_ABI_MINOR,                                                                    \
+      TESSERA_BUILD_ID,                                                                            \
+      #kind,                                                                                       \
+      name,                                                                                        \
+      aliases,                                                                                     \
+      version,                                                                                     \
+      description,                                                                                 \
+      ::tessera::sdk::option_table(options),                                                       \
+      ::tessera::sdk::option_count(options),                                                       \
+      sizeof(tessera_option_desc),                                                                 \
+      capabilities,                                                                                \
+      &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                              \
   };
