@@ -178,27 +178,49 @@ INSTANTIATE_TEST_SUITE_P(EveryDataParallelStrategy, Reconfigure,
                          ::testing::Values(Kind::ddp, Kind::zero1, Kind::zero2, Kind::zero3),
                          [](const auto& param) { return name_of(param.param); });
 
-// Every rank's save() into one map, for comparison with what the exchange hands each rank.
-class CollectedBlobs final : public CheckpointWriter {
+// Every rank's save() into one place (blobs by name, slices by blob name), for comparison with
+// what the exchange hands each rank.
+using SliceMap = std::map<std::string, std::vector<float>>;
+
+class CollectedState final : public CheckpointWriter {
  public:
   void put(const std::string& name, std::span<const std::byte> bytes) override {
     const std::lock_guard lock(mutex_);
     blobs_[name].assign(bytes.begin(), bytes.end());
   }
+  void put_slice(const StateSlice& slice, std::span<const float> values) override {
+    const std::lock_guard lock(mutex_);
+    slices_[slice_blob_name(slice)].assign(values.begin(), values.end());
+  }
   std::map<std::string, std::vector<std::byte>> blobs() const {
     const std::lock_guard lock(mutex_);
     return blobs_;
+  }
+  SliceMap slices() const {
+    const std::lock_guard lock(mutex_);
+    return slices_;
   }
 
  private:
   mutable std::mutex mutex_;
   std::map<std::string, std::vector<std::byte>> blobs_;
+  SliceMap slices_;
 };
 
-TEST(MemoryState, EveryRankReceivesEveryRanksBlobs) {
+SliceMap slices_of(const MemoryCheckpoint& state) {
+  SliceMap out;
+  const auto described = state.slices();
+  for (std::size_t i = 0; i < described.size(); ++i) {
+    out[slice_blob_name(described[i])] = state.slice_values(i);
+  }
+  return out;
+}
+
+TEST(MemoryState, EveryRankReceivesEveryRanksBlobsAndSlices) {
   const auto model = testing::zero_test_mlp();
-  CollectedBlobs saved;
+  CollectedState saved;
   std::vector<std::map<std::string, std::vector<std::byte>>> received(3);
+  std::vector<SliceMap> received_slices(3);
   testing::run_ranks(3, [&](std::shared_ptr<Communicator> world) {
     zero::ZeroConfig config;
     config.first_bucket_bytes = 16384;
@@ -208,11 +230,18 @@ TEST(MemoryState, EveryRankReceivesEveryRanksBlobs) {
     train(strategy, 1, world->rank(), 3);  // optimizer state other than zeros
     strategy.save(saved);
     const auto state = gather_state_in_memory(strategy, *world);
-    received[static_cast<std::size_t>(world->rank())] = state->blobs();
+    const auto r = static_cast<std::size_t>(world->rank());
+    received[r] = state->blobs();
+    received_slices[r] = slices_of(*state);
   });
   const auto all = saved.blobs();
-  EXPECT_GT(all.size(), 6U);  // each rank's pieces, and rank 0's manifest and layout
-  for (const auto& copy : received) EXPECT_EQ(copy, all);
+  const auto all_slices = saved.slices();
+  EXPECT_GT(all.size() + all_slices.size(), 6U);  // each rank's pieces and rank 0's manifest
+  EXPECT_FALSE(all_slices.empty());               // zero saves per-parameter slices
+  for (std::size_t r = 0; r < received.size(); ++r) {
+    EXPECT_EQ(received[r], all) << "rank " << r;
+    EXPECT_EQ(received_slices[r], all_slices) << "rank " << r;
+  }
 }
 
 TEST(MemoryState, ABlobNameWrittenTwiceOrMissingIsACheckpointError) {
