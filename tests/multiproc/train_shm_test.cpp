@@ -1,11 +1,15 @@
 // `tessera train` end to end over the shm transport: two launched worker processes, a
-// summary from rank 0, and a resumed run whose per-step losses equal the uninterrupted one's.
+// summary from rank 0, a resumed run whose per-step losses equal the uninterrupted one's, and
+// --trace: each worker's trace, merged by `tessera trace merge`, and a bad path refused.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -85,6 +89,55 @@ TEST_F(TrainOverShm, AResumedRunContinuesWithBitwiseTheSameLosses) {
   const auto whole = losses(dir_ / "whole.jsonl");
   ASSERT_EQ(whole.size(), 38U);
   EXPECT_EQ(losses(dir_ / "resumed.jsonl"), whole);
+}
+
+TEST_F(TrainOverShm, EachWorkerWritesItsTraceAndTheMergeHoldsBoth) {
+  const auto trace = dir_ / "run.json";
+  ASSERT_EQ(train("--train.max_steps=4 --trace " + trace.string() + " --trace-steps 2:3"), 0)
+      << output();
+  std::vector<fs::path> files;
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto file = dir_ / ("run.rank" + std::to_string(rank) + ".json");
+    ASSERT_TRUE(fs::exists(file)) << file << "\n" << output();
+    std::ifstream in(file);
+    const auto json = nlohmann::json::parse(in);
+    EXPECT_EQ(json.at("otherData").at("status"), "complete");
+    std::set<int> pids;
+    std::set<int> steps;
+    std::size_t forwards = 0;
+    std::size_t all_reduces = 0;
+    for (const auto& e : json.at("traceEvents")) {
+      pids.insert(e.at("pid").get<int>());
+      if (e.value("name", "") == "step") steps.insert(e.at("args").at("step").get<int>());
+      if (e.value("name", "") == "forward") ++forwards;
+      if (e.value("name", "") == "all_reduce" && e.at("ph") == "b") ++all_reduces;
+    }
+    EXPECT_EQ(pids, std::set<int>{rank});
+    EXPECT_EQ(steps, (std::set<int>{2, 3}));
+    EXPECT_GT(forwards, 0U);
+    EXPECT_GT(all_reduces, 0U);
+    files.push_back(file);
+  }
+  const auto merged = dir_ / "merged.json";
+  const std::string merge = std::string(TESSERA_CLI_PATH) + " trace merge -o " + merged.string() +
+                            " " + files[0].string() + " " + files[1].string() + " > " +
+                            (dir_ / "out.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(merge.c_str()), 0) << output();
+  std::ifstream in(merged);
+  const auto joined = nlohmann::json::parse(in);
+  std::set<int> pids;
+  for (const auto& e : joined.at("traceEvents")) pids.insert(e.at("pid").get<int>());
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+TEST_F(TrainOverShm, AnUnwritableTracePathFailsBeforeTrainingWithExitCode2) {
+  const auto trace = dir_ / "no-such-folder" / "run.json";
+  const int status = train("--trace " + trace.string());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << output();
+  EXPECT_NE(output().find("--trace"), std::string::npos) << output();
+  EXPECT_NE(output().find(trace.string()), std::string::npos) << output();
+  EXPECT_EQ(output().find("test accuracy"), std::string::npos) << output();
 }
 
 }  // namespace

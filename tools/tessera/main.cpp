@@ -21,6 +21,7 @@
 #include "tessera/plugin/build_id.hpp"
 #include "tessera/plugin/plugin_abi.h"
 #include "tessera/runtime/registry.hpp"
+#include "trace.hpp"
 #include "train.hpp"
 #include "usage_error.hpp"
 
@@ -45,6 +46,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_bench},
     {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint, or inspect one",
      &tessera::cli::run_checkpoint},
+    {"trace", "merge the per-rank traces of `train --trace` into one file",
+     &tessera::cli::run_trace},
 };
 
 void print_usage(std::ostream& out) {

@@ -1,4 +1,5 @@
-// `tessera train --config FILE [-n N] [--resume] [--summary FILE] [--section.key=value ...]`.
+// `tessera train --config FILE [-n N] [--resume] [--summary FILE] [--trace FILE]
+// [--trace-steps FIRST:LAST] [--section.key=value ...]`.
 // In-process transports run the ranks as threads here; multi-process ones re-execute this
 // command through the launcher, one worker per rank. Everything else is the public Trainer.
 
@@ -16,6 +17,7 @@
 #include "tessera/runtime/launcher.hpp"
 #include "tessera/runtime/registry.hpp"
 #include "tessera/runtime/run_check.hpp"
+#include "tessera/runtime/trace_files.hpp"
 #include "tessera/runtime/trainer.hpp"
 #include "tessera/runtime/world.hpp"
 #include "usage_error.hpp"
@@ -27,10 +29,12 @@ namespace {
 namespace po = boost::program_options;
 
 constexpr const char* kUsage =
-    "usage: tessera train --config FILE [-n N] [--resume] [--summary FILE] "
-    "[--section.key=value ...]\n"
+    "usage: tessera train --config FILE [-n N] [--resume] [--summary FILE] [--trace FILE]\n"
+    "                     [--trace-steps FIRST:LAST] [--section.key=value ...]\n"
     "  trains the [train] section's model (docs/training.md); N ranks are threads of this\n"
-    "  process for in-process transports (local) and launched processes otherwise (shm)\n";
+    "  process for in-process transports (local) and launched processes otherwise (shm)\n"
+    "  --trace writes each rank's Chrome trace (docs/tracing.md) to FILE with .rankR before\n"
+    "  its extension; 'tessera trace merge' joins them into one file for Perfetto\n";
 
 }  // namespace
 
@@ -38,13 +42,19 @@ int run_train(const std::vector<std::string>& args) {
   std::string config_file;
   std::string summary_file;
   std::string processes_text;
+  std::string trace_file;
+  std::string trace_steps;
   bool resume = false;
   po::options_description flags("train");
   flags.add_options()("help,h", "this help")("config", po::value(&config_file), "INI file")(
       "n,n", po::value(&processes_text),
       "ranks (threads for in-process transports, else processes)")(
       "resume", po::bool_switch(&resume), "continue from the newest checkpoint in checkpoint_dir")(
-      "summary", po::value(&summary_file), "write a JSON summary of the run here (rank 0)");
+      "summary", po::value(&summary_file), "write a JSON summary of the run here (rank 0)")(
+      "trace", po::value(&trace_file),
+      "[train] trace_file: each rank's Chrome trace-event JSON, FILE with .rankR inserted")(
+      "trace-steps", po::value(&trace_steps),
+      "[train] trace_steps: steps recorded, FIRST:LAST or FIRST: (default 1:100)");
   po::variables_map vm;
   po::parsed_options parsed(nullptr);
   try {
@@ -75,12 +85,19 @@ int run_train(const std::vector<std::string>& args) {
     }
     sources.flags.push_back("--runtime.world_size=" + processes_text);
   }
+  // --trace and --trace-steps are their [train] options under shorter names, winning as -n does.
+  if (vm.count("trace") != 0U) sources.flags.push_back("--train.trace_file=" + trace_file);
+  if (vm.count("trace-steps") != 0U) sources.flags.push_back("--train.trace_steps=" + trace_steps);
   PluginRegistry registry;
   registry.scan(Config::plugin_search_path(sources));
   const Config config = Config::load(sources, registry);
   // Every mistake a config can hold is found here, before a worker or a rank thread starts;
   // launched workers skip it, their launcher's process did it.
-  if (launch.source == "none") (void)check_run(config, registry);
+  if (launch.source == "none") {
+    (void)check_run(config, registry);
+    const TrainerOptions checked = TrainerOptions::from(config.section("train"));
+    if (!checked.trace.file.empty()) check_trace_destination(checked.trace.file, 0);
+  }
 
   const WorldPlan plan = plan_world(config, registry, launch);
   if (plan.needs_workers) return relaunch_as_workers({"train"}, plan.size, args, registry, false);

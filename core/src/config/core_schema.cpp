@@ -173,6 +173,26 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
             "rank 0's progress on stderr: auto (a bar on a terminal, lines otherwise), bar, "
             "lines, off",
             {"auto", "bar", "lines", "off"}},
+           {"trace_file",
+            OptionType::string,
+            "",
+            "Chrome trace-event JSON of the run, one file per rank: FILE with .rankR before "
+            "its extension (docs/tracing.md; empty: no tracing)",
+            {}},
+           {"trace_steps",
+            OptionType::string,
+            "1:100",
+            "steps recorded when tracing, FIRST:LAST or FIRST: (to the end), besides setup, "
+            "resume and the final evaluation and checkpoint",
+            {}},
+           {"trace_max_events",
+            OptionType::integer,
+            "1000000",
+            "events kept per rank when tracing (about 112 bytes each); later ones are dropped "
+            "and counted",
+            {},
+            "1000",
+            std::nullopt},
        }},
   };
   return schema;

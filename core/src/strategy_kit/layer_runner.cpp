@@ -4,6 +4,7 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/trace.hpp"
 
 namespace tessera {
 namespace {
@@ -17,6 +18,11 @@ void check_range(const LayerRange& range) {
     TESSERA_CHECK(range.layers[l] != nullptr,
                   "layer runner: layer " + std::to_string(l) + " is missing");
   }
+}
+
+// Labels a range leaves at -1 are left out of the span (an Arg with no key).
+trace::Arg label(const char* key, int value) {
+  return value < 0 ? trace::Arg{} : trace::Arg{key, value};
 }
 
 }  // namespace
@@ -42,6 +48,10 @@ Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerH
   const bool compute = contexts.rows_ > 0;
   Tensor x = input.alias();
   for (std::size_t l = range.first; l < range.last; ++l) {
+    const trace::Span span("forward", "compute",
+                           {{"layer", static_cast<std::int64_t>(l)},
+                            label("micro_batch", range.micro_batch),
+                            label("stage", range.stage)});
     const auto params = hooks.before_layer(l, LayerPass::forward);
     if (compute) {
       x = range.layers[l]->forward(x, params, contexts.at(l));
@@ -63,6 +73,10 @@ Tensor backward_layers(const LayerRange& range, Tensor grad_output, const LayerH
   const bool compute = !contexts.empty_batch();
   Tensor grad = std::move(grad_output);
   for (std::size_t l = range.last; l-- > range.first;) {
+    const trace::Span span("backward", "compute",
+                           {{"layer", static_cast<std::int64_t>(l)},
+                            label("micro_batch", range.micro_batch),
+                            label("stage", range.stage)});
     const auto params = hooks.before_layer(l, LayerPass::backward);
     const auto grads = hooks.gradients(l);
     if (compute) {
@@ -83,7 +97,11 @@ Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks
   MicroBatchContexts contexts;
   Tensor output = forward_layers(range, input, hooks, contexts);
   Tensor grad_output;
-  if (!contexts.empty_batch()) grad_output = head(std::move(output));
+  if (!contexts.empty_batch()) {
+    const trace::Span span("head", "compute",
+                           {label("micro_batch", range.micro_batch), label("stage", range.stage)});
+    grad_output = head(std::move(output));
+  }
   return backward_layers(range, std::move(grad_output), hooks, contexts);
 }
 

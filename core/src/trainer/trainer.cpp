@@ -4,13 +4,17 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/data_order.hpp"
+#include "tessera/runtime/trace_files.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
+#include "tessera/strategy_kit/trace.hpp"
+#include "trace/traced_components.hpp"
 #include "trainer/progress_reporter.hpp"
 
 namespace tessera {
@@ -146,6 +150,16 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
                       std::to_string(element_count(parts_.model->input_shape())) + " elements, " +
                       std::to_string(parts_.model->num_classes()) + " classes)");
   }
+  if (!options_.trace.file.empty()) {
+    // Checked now, so that an unwritable path fails before anything trains.
+    const int rank = parts_.world->rank();
+    check_trace_destination(options_.trace.file, rank);
+    trace_path_ = trace_file_for_rank(options_.trace.file, rank);
+    recorder_ = std::make_shared<trace::Recorder>(rank, options_.trace.max_events);
+    // Every strategy's collectives and optimizer steps are recorded through these two.
+    parts_.world = trace::traced_communicator(parts_.world, recorder_);
+    parts_.optimizer = trace::traced_optimizer(parts_.optimizer, recorder_);
+  }
 }
 
 Trainer::Position Trainer::restore(TrainResult& result) {
@@ -196,12 +210,14 @@ Trainer::Position Trainer::restore(TrainResult& result) {
     throw CheckpointError(where + "is inside epoch " + std::to_string(start.epoch + 1) +
                           " after only " + std::to_string(start.step) + " steps");
   }
+  const trace::Span span("checkpoint_load", "checkpoint", {{"step", start.step}});
   parts_.strategy->load(*reader);
   result.resumed_from_step = start.step;
   return start;
 }
 
 void Trainer::save_checkpoint(const Position& next, TrainResult& result) {
+  const trace::Span span("checkpoint_save", "checkpoint", {{"step", next.step}});
   const std::map<std::string, std::string> meta = {
       {kEpochKey, std::to_string(next.epoch)},
       {kSamplesKey, std::to_string(next.samples)},
@@ -219,6 +235,7 @@ void Trainer::save_checkpoint(const Position& next, TrainResult& result) {
 }
 
 std::pair<double, double> Trainer::evaluate() {
+  const trace::Span span("evaluate", "run");
   const auto& data = *parts_.dataset;
   EpochShard shard({data.size(Split::test), 0, options_.seed, placement_.rank, placement_.size,
                     options_.eval_batch_size, false});
@@ -270,6 +287,8 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
   // Collective over the old world, which must still be whole (a planned change).
   const auto state = gather_state_in_memory(*parts_.strategy, *parts_.world);
   if (!change->world) return WorldStep::left;
+  if (recorder_) change->world = trace::traced_communicator(change->world, recorder_);
+  const trace::Span span("reconfigure", "run", {{"world_size", change->world->size()}});
   parts_.strategy->reconfigure(change->world, *state);
   parts_.world = std::move(change->world);
   placement_ = checked_placement();
@@ -300,7 +319,51 @@ std::vector<RankSummary> Trainer::gather_rank_summaries() {
   return ranks;
 }
 
+void Trainer::write_trace(const std::string& status, const std::string& error) const {
+  nlohmann::json other = {{"status", status},
+                          {"world_size", parts_.world->size()},
+                          {"first_step", options_.trace.first_step},
+                          {"clock", "microseconds since the barrier at the start of the run"}};
+  if (options_.trace.last_step != TraceOptions::kNoLastStep) {
+    other["last_step"] = options_.trace.last_step;
+  }
+  if (!error.empty()) other["error"] = error;
+  const std::string members = other.dump();
+  recorder_->write(trace_path_, members.substr(1, members.size() - 2));
+}
+
 TrainResult Trainer::run(bool resume) {
+  if (!recorder_) return train(resume);
+  const trace::ScopedRecorder installed(recorder_.get());
+  recorder_->name_thread("rank " + std::to_string(recorder_->rank()));
+  TrainResult result;
+  try {
+    // One time axis for every rank's file, across processes and hosts: zero is the end of
+    // this barrier (the ranks leave it within the transport's latency of each other).
+    parts_.world->barrier()->wait();
+    recorder_->set_origin(trace::Clock::now());
+    recorder_->set_active(true);
+    result = train(resume);
+  } catch (const std::exception& e) {
+    // The trace of what happened up to the failure is most wanted now: kept, marked failed.
+    recorder_->instant("run_failed", "run", {});
+    try {
+      write_trace("failed", e.what());
+    } catch (const std::exception&) {
+      // The run's own error is what the caller must see.
+    }
+    throw;
+  }
+  recorder_->set_active(false);
+  try {
+    write_trace("complete", "");
+  } catch (const Error& e) {
+    throw TrainingError(std::string("[train] trace_file (--trace): ") + e.what());
+  }
+  return result;
+}
+
+TrainResult Trainer::train(bool resume) {
   const auto& data = *parts_.dataset;
   if (data.size(Split::train) == 0) {
     // Dataset plugins refuse empty files themselves, naming them; this catches any other.
@@ -320,7 +383,10 @@ TrainResult Trainer::run(bool resume) {
                       options_.max_grad_norm,
                       options_.micro_batches,
                       options_.skip_nonfinite_steps};
-  parts_.strategy->setup(setup);
+  {
+    const trace::Span span("setup", "run");
+    parts_.strategy->setup(setup);
+  }
   placement_ = checked_placement();
 
   TrainResult result;
@@ -370,10 +436,21 @@ TrainResult Trainer::run(bool resume) {
     const std::size_t batches_before = at.samples / global_batch;
     bool world_changed = false;
     for (std::size_t b = 0; b < shard.steps() && at.step < total_steps; ++b) {
-      const Batch batch = data.gather(Split::train, shard.batch(b));
+      // The step window: this step, and what follows it up to the next step, is recorded or not.
+      if (recorder_) recorder_->set_active(options_.trace.covers(at.step + 1));
+      const trace::Span step_span("step", "run", {{"step", at.step + 1}, {"epoch", at.epoch}});
+      Batch batch;
+      {
+        const trace::Span span("load_batch", "run");
+        batch = data.gather(Split::train, shard.batch(b));
+      }
       const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
                           shard.global_batch_size(b)};
-      const StepStats stats = parts_.strategy->train_step(batch, info);
+      StepStats stats;
+      {
+        const trace::Span span("train_step", "run", {{"step", info.step}});
+        stats = parts_.strategy->train_step(batch, info);
+      }
       ++at.step;
       at.samples += shard.global_batch_size(b);
       result.losses.push_back(stats.loss);
@@ -417,6 +494,7 @@ TrainResult Trainer::run(bool resume) {
     ++at.epoch;
     at.samples = 0;
   }
+  if (recorder_) recorder_->set_active(true);  // the end of the run is always recorded
   if (last_evaluated != at.step)
     run_evaluation(at.samples == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
   if (checkpoints && last_saved != at.step) {

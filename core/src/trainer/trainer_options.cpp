@@ -1,3 +1,6 @@
+#include <charconv>
+#include <string_view>
+
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/trainer.hpp"
 
@@ -21,7 +24,30 @@ ProgressMode parse_progress(const std::string& text) {
   return ProgressMode::off;
 }
 
+// A whole number >= 1, all of `text`.
+bool parse_step(std::string_view text, std::int64_t& step) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  return ec == std::errc() && end == text.data() + text.size() && step >= 1;
+}
+
 }  // namespace
+
+void TraceOptions::set_steps(const std::string& text) {
+  const auto colon = text.find(':');
+  std::int64_t first = 0;
+  std::int64_t last = kNoLastStep;
+  const bool ok =
+      colon != std::string::npos && parse_step(std::string_view(text).substr(0, colon), first) &&
+      (colon + 1 == text.size() || parse_step(std::string_view(text).substr(colon + 1), last)) &&
+      first <= last;
+  if (!ok) {
+    throw ConfigError("[train] trace_steps (--trace-steps) = '" + text +
+                      "': expected FIRST:LAST or FIRST: (to the end), whole steps with "
+                      "1 <= FIRST <= LAST, e.g. 1:100");
+  }
+  first_step = first;
+  last_step = last;
+}
 
 TrainerOptions TrainerOptions::from(const Options& train) {
   TrainerOptions o;
@@ -46,6 +72,9 @@ TrainerOptions TrainerOptions::from(const Options& train) {
   o.metrics_file = train.get_string("metrics_file");
   o.progress = parse_progress(train.get_string("progress"));
   o.skip_nonfinite_steps = train.get_string("on_nonfinite") == "skip";
+  o.trace.file = train.get_string("trace_file");
+  o.trace.set_steps(train.get_string("trace_steps"));
+  o.trace.max_events = static_cast<std::size_t>(at_least(train, "trace_max_events", 1000));
   return o;
 }
 

@@ -22,6 +22,10 @@
 
 namespace tessera {
 
+namespace trace {
+class Recorder;
+}  // namespace trace
+
 // Training went wrong: a step's loss or gradient norm is not finite, or its metrics cannot be
 // written. The message names the step or the file. (Declared with the trainer, which alone
 // throws it; docs/errors.md lists it with the others.)
@@ -32,6 +36,25 @@ class TESSERA_ERROR_API TrainingError : public Error {
 };
 
 enum class ProgressMode : std::uint8_t { automatic, bar, lines, off };
+
+// Tracing of a run (docs/tracing.md): [train] trace_file, trace_steps, trace_max_events.
+struct TraceOptions {
+  // Each rank writes trace_file_for_rank(file, rank) (runtime/trace_files.hpp); empty: off.
+  std::filesystem::path file;
+  // Steps [first_step, last_step] are recorded, with the run's setup, resume and its final
+  // evaluation and checkpoint; kNoLastStep: to the end.
+  static constexpr std::int64_t kNoLastStep = INT64_MAX;
+  std::int64_t first_step = 1;
+  std::int64_t last_step = 100;
+  std::size_t max_events = 1'000'000;  // per rank; later events are dropped and counted
+
+  [[nodiscard]] bool covers(std::int64_t step) const noexcept {
+    return step >= first_step && step <= last_step;
+  }
+  // Parses trace_steps: "FIRST:LAST" or "FIRST:" (to the end), 1 <= FIRST <= LAST. Throws
+  // ConfigError naming [train] trace_steps (--trace-steps).
+  void set_steps(const std::string& text);
+};
 
 // The [train] section (docs/training.md lists every option).
 struct TrainerOptions {
@@ -49,6 +72,7 @@ struct TrainerOptions {
   std::size_t checkpoint_keep = 2;
   std::filesystem::path metrics_file;
   ProgressMode progress = ProgressMode::automatic;
+  TraceOptions trace;
   // on_nonfinite = skip: a step with a non-finite loss or gradient norm makes no update and is
   // counted; false (error): it stops the run with a TrainingError.
   bool skip_nonfinite_steps = false;
@@ -126,6 +150,9 @@ class Trainer {
   // another model, seed or data set), and without `resume` for a checkpoint_dir that already
   // holds checkpoints (docs/training.md, "Resuming"); TrainingError for a step whose loss or
   // gradient norm is not finite (unless skipped) or for metrics that cannot be written.
+  // With options.trace.file set, the rank's trace is written when run() returns or throws
+  // (marked failed, with the error); a trace that cannot be written at the end is a
+  // TrainingError.
   TrainResult run(bool resume);
 
   // Accuracy and mean loss over the whole test split; each replica evaluates its share and
@@ -146,6 +173,9 @@ class Trainer {
  private:
   struct Position;
 
+  TrainResult train(bool resume);  // run() without the trace around it
+  // Writes the rank's trace with `status` ("complete", "failed") and the error, if any.
+  void write_trace(const std::string& status, const std::string& error) const;
   Position restore(TrainResult& result);
   void save_checkpoint(const Position& next, TrainResult& result);
   // A step whose loss or norm is not finite: throws TrainingError unless it was skipped.
@@ -163,6 +193,8 @@ class Trainer {
   std::vector<std::filesystem::path> written_checkpoints_;  // by this run, oldest first
   DataParallelPlacement placement_;
   WorldProvider world_provider_;
+  std::shared_ptr<trace::Recorder> recorder_;  // null unless tracing
+  std::filesystem::path trace_path_;
 };
 
 // Writes `result` as the --summary JSON (docs/training.md).

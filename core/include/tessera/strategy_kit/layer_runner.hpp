@@ -45,6 +45,10 @@ struct LayerRange {
   bool input_gradient_needed = false;
   // The sums after column- and row-parallel layers; nullptr when no layer is split.
   const TensorParallelPlan* tensor_parallel = nullptr;
+  // Labels of the runner's trace spans (docs/tracing.md), -1 for none: a pipeline schedule
+  // sets its stage, and the micro-batch of each call on a copy of the range.
+  int stage = -1;
+  int micro_batch = -1;
 };
 
 // The model's own layers, by index, for LayerRange::layers.
@@ -66,6 +70,10 @@ class MicroBatchContexts {
   std::size_t first_ = 0;
   std::size_t rows_ = 0;
 };
+
+// Both passes record a trace span per layer ("forward"/"backward", with the layer index and the
+// range's labels) around the layer's hooks and compute, when a trace recorder is installed on
+// the calling thread (strategy_kit/trace.hpp).
 
 // Forward of one micro-batch through `range`, into fresh `contexts`. An input without rows
 // computes nothing but calls every hook in the same order, so a rank whose share is empty

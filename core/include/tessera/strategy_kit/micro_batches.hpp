@@ -10,6 +10,7 @@
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/dataset.hpp"
 #include "tessera/plugin/optimizer.hpp"
+#include "tessera/strategy_kit/trace.hpp"
 
 namespace tessera {
 
@@ -37,7 +38,8 @@ struct PassTotals {
 // the average over ranks of the summed gradients is the mean over the global batch (exactly
 // 1 with equal shares and one micro-batch, when nothing needs scaling). With one micro-batch
 // the batch's own tensors are passed, without a copy; a micro-batch with no rows gets empty
-// tensors. Returns the sums of what the passes returned.
+// tensors. Each pass is a "micro_batch" trace span (strategy_kit/trace.hpp) with its index and
+// rows. Returns the sums of what the passes returned.
 template <class Pass>
 PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t world,
                              std::size_t global, Pass&& pass) {
@@ -49,6 +51,9 @@ PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t 
     const bool last = k + 1 == count;
     const auto weight =
         static_cast<float>(static_cast<double>(world * rows) / static_cast<double>(global));
+    const trace::Span span(
+        "micro_batch", "compute",
+        {{"micro_batch", static_cast<std::int64_t>(k)}, {"rows", static_cast<std::int64_t>(rows)}});
     PassTotals part;
     if (count == 1) {
       part = pass(batch.inputs, batch.targets, weight, last);
