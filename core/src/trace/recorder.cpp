@@ -44,6 +44,8 @@ void append_micros(std::string& out, std::int64_t ns) {
   out += text;
 }
 
+constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
+
 std::int64_t since_epoch_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
@@ -66,7 +68,7 @@ std::uint32_t Recorder::thread_index_locked() {
 void Recorder::append_locked(const char* name, const char* category, char phase,
                              Clock::time_point ts, std::int64_t dur_ns, std::uint64_t id,
                              std::span<const Arg> args, bool always) {
-  if (!always && events_.size() >= max_events_) {
+  if (!always && event_total_ >= max_events_) {
     ++dropped_;
     return;
   }
@@ -76,7 +78,11 @@ void Recorder::append_locked(const char* name, const char* category, char phase,
     if (event.arg_count == kMaxArgs) break;
     event.args[event.arg_count++] = arg;
   }
-  events_.push_back(event);
+  if (chunks_.empty() || chunks_.back().size() == kChunkEvents) {
+    chunks_.emplace_back().reserve(kChunkEvents);
+  }
+  chunks_.back().push_back(event);
+  ++event_total_;
 }
 
 void Recorder::complete(const char* name, const char* category, Clock::time_point begin,
@@ -96,7 +102,7 @@ std::uint64_t Recorder::begin_async(const char* name, const char* category,
   if (!active()) return 0;
   try {
     const std::lock_guard lock(mutex_);
-    if (events_.size() >= max_events_) {
+    if (event_total_ >= max_events_) {
       ++dropped_;
       return 0;
     }
@@ -134,7 +140,7 @@ void Recorder::name_thread(const std::string& name) {
 
 std::size_t Recorder::event_count() const {
   const std::lock_guard lock(mutex_);
-  return events_.size();
+  return event_total_;
 }
 
 std::size_t Recorder::dropped_count() const {
@@ -142,13 +148,60 @@ std::size_t Recorder::dropped_count() const {
   return dropped_;
 }
 
+void Recorder::append_event(std::string& out, const Event& e, const std::string& pid,
+                            std::int64_t origin_ns) {
+  out += ",\n{\"name\":";
+  append_escaped(out, e.name);
+  out += ",\"cat\":";
+  append_escaped(out, e.category);
+  out += ",\"ph\":\"";
+  out += e.phase;
+  out += "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(e.thread) + ",\"ts\":";
+  append_micros(out, e.ts_ns - origin_ns);
+  if (e.phase == 'X') {
+    out += ",\"dur\":";
+    append_micros(out, e.dur_ns);
+  } else if (e.phase == 'b' || e.phase == 'e') {
+    out += ",\"id\":" + std::to_string(e.id);
+  } else if (e.phase == 'i') {
+    out += ",\"s\":\"t\"";
+  }
+  if (e.arg_count > 0) {
+    out += ",\"args\":{";
+    for (std::uint8_t a = 0; a < e.arg_count; ++a) {
+      if (a > 0) out += ',';
+      append_escaped(out, e.args[a].key);
+      out += ':' + std::to_string(e.args[a].value);
+    }
+    out += '}';
+  }
+  out += '}';
+}
+
 void Recorder::write(const std::filesystem::path& path, const std::string& other_data_json) const {
+  auto temporary = path;
+  temporary += ".tmp";
+  std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+  auto fail = [&](const std::string& what, int error) {
+    file.close();
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw Error("cannot " + what + " the trace " + temporary.string() + ": " +
+                std::strerror(error));
+  };
+  if (!file) fail("create", errno);
+  // Written in pieces of about 1 MiB, so that writing adds no second copy of a large trace.
   std::string out;
+  out.reserve(kFlushBytes + 4096);
+  auto flush_if_full = [&](bool last) {
+    if (!last && out.size() < kFlushBytes) return;
+    file.write(out.data(), static_cast<std::streamsize>(out.size()));
+    out.clear();
+  };
   {
     const std::lock_guard lock(mutex_);
     const std::string pid = std::to_string(rank_);
     const std::int64_t origin = since_epoch_ns(origin_);
-    out.reserve(256 + events_.size() * 128);
     out += "{\"traceEvents\":[\n";
     // Metadata first: one process per rank, in rank order, with named thread tracks.
     out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
@@ -161,54 +214,22 @@ void Recorder::write(const std::filesystem::path& path, const std::string& other
       append_escaped(out, threads_[t].second.c_str());
       out += "}}";
     }
-    for (const Event& e : events_) {
-      out += ",\n{\"name\":";
-      append_escaped(out, e.name);
-      out += ",\"cat\":";
-      append_escaped(out, e.category);
-      out += ",\"ph\":\"";
-      out += e.phase;
-      out += "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(e.thread) + ",\"ts\":";
-      append_micros(out, e.ts_ns - origin);
-      if (e.phase == 'X') {
-        out += ",\"dur\":";
-        append_micros(out, e.dur_ns);
-      } else if (e.phase == 'b' || e.phase == 'e') {
-        out += ",\"id\":" + std::to_string(e.id);
-      } else if (e.phase == 'i') {
-        out += ",\"s\":\"t\"";
+    for (const auto& chunk : chunks_) {
+      for (const Event& e : chunk) {
+        append_event(out, e, pid, origin);
+        flush_if_full(false);
       }
-      if (e.arg_count > 0) {
-        out += ",\"args\":{";
-        for (std::uint8_t a = 0; a < e.arg_count; ++a) {
-          if (a > 0) out += ',';
-          append_escaped(out, e.args[a].key);
-          out += ':' + std::to_string(e.args[a].value);
-        }
-        out += '}';
-      }
-      out += '}';
     }
     out += "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"rank\":" + pid +
-           ",\"events\":" + std::to_string(events_.size()) +
+           ",\"events\":" + std::to_string(event_total_) +
            ",\"dropped_events\":" + std::to_string(dropped_) +
            ",\"max_events\":" + std::to_string(max_events_);
     if (!other_data_json.empty()) out += "," + other_data_json;
     out += "}}\n";
   }
-
-  auto temporary = path;
-  temporary += ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (file) file.write(out.data(), static_cast<std::streamsize>(out.size()));
-    if (!file || !file.flush()) {
-      const int error = errno;
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw Error("cannot write the trace " + temporary.string() + ": " + std::strerror(error));
-    }
-  }
+  flush_if_full(true);
+  if (!file.flush()) fail("write", errno);
+  file.close();
   std::error_code ec;
   std::filesystem::rename(temporary, path, ec);
   if (ec) {

@@ -98,6 +98,9 @@ class Recorder {
     std::uint8_t arg_count;
     std::array<Arg, kMaxArgs> args;
   };
+  // One event as JSON, its timestamp made relative to `origin_ns`.
+  static void append_event(std::string& out, const Event& e, const std::string& pid,
+                           std::int64_t origin_ns);
   // Requires mutex_. The calling thread's tid, registering it on first use.
   std::uint32_t thread_index_locked();
   void append_locked(const char* name, const char* category, char phase, Clock::time_point ts,
@@ -108,7 +111,11 @@ class Recorder {
   std::atomic<bool> active_{false};
   Clock::time_point origin_;
   mutable std::mutex mutex_;
-  std::vector<Event> events_;
+  // Chunks of kChunkEvents, so that growing never copies what is recorded (nor touches the
+  // memory twice, which costs more than the copy on a busy host).
+  static constexpr std::size_t kChunkEvents = 8192;
+  std::vector<std::vector<Event>> chunks_;
+  std::size_t event_total_ = 0;
   std::vector<std::pair<std::thread::id, std::string>> threads_;  // index: tid
   std::size_t dropped_ = 0;
   std::uint64_t next_id_ = 1;
