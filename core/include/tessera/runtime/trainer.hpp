@@ -140,6 +140,8 @@ using WorldProvider = std::function<std::optional<WorldChange>(std::int64_t step
 // Not thread-safe; one Trainer per rank.
 class Trainer {
  public:
+  // Throws ConfigError for a dataset that does not fit the model, and for an options.trace.file
+  // this rank's trace cannot be created next to (naming --trace and the path).
   Trainer(TrainerOptions options, TrainerComponents components);
 
   // Sets up the strategy, resumes from the newest checkpoint in checkpoint_dir when `resume`
