@@ -15,6 +15,8 @@
 #include "mlp/mlp_model.hpp"
 #include "synthetic/synthetic.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/memory_state.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 
 namespace tessera::hybrid {
 namespace {
@@ -292,6 +294,97 @@ TEST(HybridStrategy, StagesMeasureTheTimeTheyWaitForThePipeline) {
     EXPECT_LT(timing.recv_wait_seconds, timing.pipeline_seconds);
     EXPECT_DOUBLE_EQ(timing.theoretical(), 1.0 / 5.0);
   }
+}
+
+// Trains `steps` steps from `first_step` on `mesh` after loading `state` (unless null); returns
+// the losses and the state as the world's checkpoint would hold it.
+std::pair<std::vector<double>, std::shared_ptr<const MemoryCheckpoint>> continue_hybrid(
+    const MeshSpec& mesh, const CheckpointReader* state, int first_step, int steps) {
+  std::vector<double> losses;
+  std::shared_ptr<const MemoryCheckpoint> saved;
+  run_ranks(mesh.tp * mesh.pp * mesh.dp, [&](std::shared_ptr<Communicator> comm) {
+    HybridStrategy strategy(config_of(mesh));
+    strategy.setup({comm, pair_mlp(), adam(), 11, 0.5, 4});
+    if (state) strategy.load(*state);
+    const auto result = drive(strategy, {.steps = steps}, first_step);
+    auto all = gather_state_in_memory(strategy, *comm);
+    if (comm->rank() == 0) {
+      losses = result.losses;
+      saved = std::move(all);
+    }
+  });
+  return {losses, saved};
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                  std::size_t first, const char* what) {
+  ASSERT_EQ(got.size() + first <= want.size(), true);
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    EXPECT_LT(relative_difference(got[s], want[first + s]), 1e-5)
+        << what << ", step " << first + s + 1 << ": " << got[s] << " vs " << want[first + s];
+  }
+}
+
+TEST(HybridCheckpoint, Tp2Pp2ThenDdpThenPp4ThenTp2Dp2ContinuesAsUninterruptedTraining) {
+  const auto uninterrupted = run_ddp(1, {.steps = 40, .micro_batches = 1});
+
+  const auto [first, after_first] = continue_hybrid({.tp = 2, .pp = 2}, nullptr, 0, 10);
+  expect_close(first, uninterrupted.losses, 0, "hybrid tp2 pp2");
+  // Every parameter and state slot is in the checkpoint exactly once: split parameters as
+  // their tensor slices, replicated ones once per stage.
+  EXPECT_NO_THROW(SliceReader(*after_first).verify());
+  bool has_tensor_slice = false;
+  for (const auto& slice : after_first->slices())
+    has_tensor_slice |= slice.end - slice.begin < slice.shape.at(slice.dim);
+  EXPECT_TRUE(has_tensor_slice);
+
+  std::vector<double> second;
+  std::shared_ptr<const MemoryCheckpoint> after_second;
+  run_ranks(1, [&](std::shared_ptr<Communicator> comm) {
+    ddp::DdpStrategy strategy(ddp::DdpConfig{});
+    strategy.setup({comm, pair_mlp(), adam(), 11, 0.5, 1});
+    strategy.load(*after_first);
+    second = drive(strategy, {.steps = 10, .micro_batches = 1}, 10).losses;
+    after_second = gather_state_in_memory(strategy, *comm);
+  });
+  expect_close(second, uninterrupted.losses, 10, "ddp after hybrid tp2 pp2");
+
+  const auto [third, after_third] = continue_hybrid({.pp = 4}, after_second.get(), 20, 10);
+  expect_close(third, uninterrupted.losses, 20, "hybrid pp4 after ddp");
+  const auto [fourth, unused] = continue_hybrid({.tp = 2, .dp = 2}, after_third.get(), 30, 10);
+  expect_close(fourth, uninterrupted.losses, 30, "hybrid tp2 dp2 after hybrid pp4");
+}
+
+TEST(HybridCheckpoint, ACheckpointOfAnotherModelIsRefused) {
+  const auto [losses, state] = continue_hybrid({.tp = 2}, nullptr, 0, 1);
+  EXPECT_THROW(
+      run_ranks(1,
+                [&](std::shared_ptr<Communicator> comm) {
+                  HybridStrategy strategy(config_of({}));
+                  strategy.setup({comm, pair_mlp({16, 32, 24, 32, 4}), adam(), 11, 0.0, 1});
+                  strategy.load(*state);
+                }),
+      CheckpointError);
+}
+
+TEST(HybridStrategy, ReconfiguredToHalfTheReplicasContinuesAsUninterruptedTraining) {
+  const auto uninterrupted = run_ddp(1, {.steps = 10, .micro_batches = 1});
+  std::vector<double> losses;
+  run_ranks(4, [&](std::shared_ptr<Communicator> comm) {
+    HybridStrategy strategy(config_of({.pp = 2, .dp = 2}));
+    strategy.setup({comm, pair_mlp(), adam(), 11, 0.5, 4});
+    auto mine = drive(strategy, {.steps = 5});
+    const auto state = gather_state_in_memory(strategy, *comm);
+    auto smaller = comm->split(comm->rank() < 2 ? 0 : -1, comm->rank());
+    if (!smaller) return;  // ranks 2 and 3 leave
+    strategy.reconfigure(smaller, *state);
+    EXPECT_EQ(strategy.data_parallel_placement().size, 1);
+    const auto after = drive(strategy, {.steps = 5}, 5);
+    mine.losses.insert(mine.losses.end(), after.losses.begin(), after.losses.end());
+    if (comm->rank() == 0) losses = mine.losses;
+  });
+  expect_close(losses, uninterrupted.losses, 0, "reconfigured");
+  EXPECT_EQ(losses.size(), 10U);
 }
 
 }  // namespace
