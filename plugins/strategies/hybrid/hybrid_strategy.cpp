@@ -212,13 +212,26 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   };
 
   // Per micro-batch: the stage's input (layers keep aliases of it until backward), its output
-  // until sent, the gradient of its output, the gradient of its input until sent.
+  // until sent, the gradient of its output, the gradient of its input until sent. A sent tensor
+  // is dropped as soon as its send completes, so a stage holds activations only for the
+  // micro-batches its schedule keeps in flight.
   std::vector<MicroBatchContexts> contexts(count);
   std::vector<Tensor> inputs(count);
   std::vector<Tensor> outputs(count);
   std::vector<Tensor> output_grads(count);
   std::vector<Tensor> input_grads(count);
-  std::vector<std::shared_ptr<Work>> sends;
+  std::vector<std::pair<std::shared_ptr<Work>, Tensor>> sends;
+  const auto send = [&](Tensor& tensor, int peer, std::uint32_t tag) {
+    auto work = pipeline.send(tensor.view(), peer, tag);
+    sends.emplace_back(std::move(work), std::move(tensor));
+  };
+  const auto release_sent = [&] {
+    std::erase_if(sends, [](auto& in_flight) {
+      if (!in_flight.first->test()) return false;
+      if (auto error = in_flight.first->exception()) std::rethrow_exception(error);
+      return true;
+    });
+  };
   double loss_sum = 0.0;
   std::size_t correct = 0;
   const LayerRange layers = range();
@@ -260,7 +273,8 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         break;
       }
       case ActionKind::send_activation:
-        if (has_rows) sends.push_back(pipeline.send(outputs[k].view(), next, kActivationTag + tag));
+        if (has_rows) send(outputs[k], next, kActivationTag + tag);
+        outputs[k] = Tensor();
         break;
       case ActionKind::recv_gradient:
         if (has_rows) {
@@ -274,12 +288,13 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         inputs[k] = Tensor();
         break;
       case ActionKind::send_gradient:
-        if (has_rows)
-          sends.push_back(pipeline.send(input_grads[k].view(), previous, kGradientTag + tag));
+        if (has_rows) send(input_grads[k], previous, kGradientTag + tag);
+        input_grads[k] = Tensor();
         break;
     }
+    release_sent();
   }
-  for (auto& send : sends) send->wait();
+  for (auto& in_flight : sends) in_flight.first->wait();
   timing_.pipeline_seconds += seconds_since(started);
   timing_.recv_wait_seconds += waited;
   timing_.micro_batches = count;
