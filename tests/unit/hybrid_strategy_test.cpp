@@ -48,6 +48,7 @@ struct MeshSpec {
   int pp = 1;
   int dp = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  bool recompute = false;
 };
 
 struct RunSpec {
@@ -90,6 +91,7 @@ HybridConfig config_of(const MeshSpec& mesh) {
   config.tensor_parallel = mesh.tp;
   config.pipeline_parallel = mesh.pp;
   config.schedule = mesh.schedule;
+  config.recompute = mesh.recompute;
   config.sync.first_bucket_bytes = 1024;  // several buckets even for a small model
   config.sync.bucket_cap_bytes = 4096;
   return config;
@@ -183,6 +185,76 @@ TEST(HybridStrategy, AStageBoundaryInsideATensorPairStillMatchesDdp) {
   const auto hybrid = run_hybrid({.tp = 2, .pp = 4, .dp = 1}, spec);
   for (std::size_t s = 0; s < reference.losses.size(); ++s) {
     EXPECT_LT(relative_difference(hybrid.losses[s], reference.losses[s]), 1e-5) << "step " << s;
+  }
+}
+
+TEST(HybridStrategy, RecomputingTheForwardInBackwardGivesTheSameBits) {
+  const RunSpec spec{.steps = 20};
+  for (const auto schedule : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    const auto kept = run_hybrid({.tp = 2, .pp = 2, .schedule = schedule}, spec);
+    const auto recomputed =
+        run_hybrid({.tp = 2, .pp = 2, .schedule = schedule, .recompute = true}, spec);
+    EXPECT_EQ(recomputed.losses, kept.losses);
+    EXPECT_TRUE(recomputed.params == kept.params);
+  }
+}
+
+// Counts the forwards of every layer of an inner model.
+class CountingModel final : public Model {
+ public:
+  explicit CountingModel(std::shared_ptr<const Model> inner) : inner_(std::move(inner)) {
+    for (std::size_t l = 0; l < inner_->layer_count(); ++l) layers_.emplace_back(inner_->layer(l));
+  }
+  Shape input_shape() const override { return inner_->input_shape(); }
+  std::size_t num_classes() const noexcept override { return inner_->num_classes(); }
+  std::size_t layer_count() const noexcept override { return layers_.size(); }
+  const Layer& layer(std::size_t index) const override { return layers_.at(index); }
+  LossResult loss(const Tensor& logits, const Tensor& targets) const override {
+    return inner_->loss(logits, targets);
+  }
+  std::size_t forwards() const {
+    std::size_t total = 0;
+    for (const auto& layer : layers_) total += layer.forwards;
+    return total;
+  }
+
+ private:
+  struct Counted final : Layer {
+    explicit Counted(const Layer& layer) : inner(layer) {}
+    Counted(const Counted& other) : Layer(), inner(other.inner) {}
+    std::string name() const override { return inner.name(); }
+    std::vector<ParamSpec> parameters() const override { return inner.parameters(); }
+    Shape output_shape(const Shape& input) const override { return inner.output_shape(input); }
+    Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                   LayerContext& ctx) const override {
+      ++forwards;
+      return inner.forward(input, params, ctx);
+    }
+    Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
+                    std::span<const BufferView> grads, LayerContext& ctx) const override {
+      return inner.backward(grad_output, params, grads, ctx);
+    }
+    const Layer& inner;
+    mutable std::size_t forwards = 0;
+  };
+  std::shared_ptr<const Model> inner_;
+  std::vector<Counted> layers_;
+};
+
+TEST(HybridStrategy, RecomputeRunsEachStageForwardAgainInBackward) {
+  for (const bool recompute : {false, true}) {
+    std::vector<std::size_t> forwards(2);
+    run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+      const auto model = std::make_shared<CountingModel>(pair_mlp());
+      HybridStrategy strategy(config_of({.pp = 2, .recompute = recompute}));
+      strategy.setup({comm, model, adam(), 11, 0.0, 4});
+      (void)drive(strategy, {.steps = 1});
+      forwards[static_cast<std::size_t>(comm->rank())] = model->forwards();
+    });
+    // Stage 0 holds layers [0, 4), stage 1 [4, 7); four micro-batches each.
+    const std::size_t passes = recompute ? 8 : 4;
+    EXPECT_EQ(forwards[0], 4 * passes) << "recompute " << recompute;
+    EXPECT_EQ(forwards[1], 3 * passes) << "recompute " << recompute;
   }
 }
 

@@ -20,6 +20,12 @@ constexpr std::uint32_t kActivationTag = 1U << 24;
 constexpr std::uint32_t kGradientTag = 2U << 24;
 constexpr std::uint32_t kNormTag = 3U << 24;
 
+bool parse_recompute(const std::string& name) {
+  if (name == "none") return false;
+  if (name == "full") return true;
+  throw ConfigError("[strategy.hybrid] recompute = " + name + " is not a choice; use none or full");
+}
+
 HybridConfig config_from(const Options& options) {
   HybridConfig config;
   config.tensor_parallel = static_cast<int>(options.get_int("tensor_parallel"));
@@ -27,6 +33,7 @@ HybridConfig config_from(const Options& options) {
   config.micro_batches = static_cast<std::size_t>(options.get_int("micro_batches"));
   config.schedule = parse_schedule(options.get_string("schedule"));
   config.partition = parse_partition(options.get_string("partition"));
+  config.recompute = parse_recompute(options.get_string("recompute"));
   config.sync.bucket_cap_bytes = options.get_size("bucket_cap");
   config.sync.first_bucket_bytes = options.get_size("first_bucket");
   return config;
@@ -270,6 +277,8 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
             scale_gradients(result.grad_logits.as<float>(), plan.weight[k]);
           output_grads[k] = std::move(result.grad_logits);
         }
+        // Only the stage's input stays: backward runs the forward again to rebuild the rest.
+        if (config_.recompute) contexts[k] = MicroBatchContexts();
         break;
       }
       case ActionKind::send_activation:
@@ -283,6 +292,7 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         }
         break;
       case ActionKind::backward:
+        if (config_.recompute) (void)forward_layers(layers, inputs[k], hooks(false), contexts[k]);
         input_grads[k] =
             backward_layers(layers, std::move(output_grads[k]), hooks(k + 1 == count), contexts[k]);
         inputs[k] = Tensor();

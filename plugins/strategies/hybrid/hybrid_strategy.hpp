@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "mesh.hpp"
@@ -36,6 +37,10 @@ struct HybridConfig {
   std::size_t micro_batches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   PartitionKind partition = PartitionKind::uniform;
+  // recompute = full: a stage keeps only each micro-batch's input between its forward and
+  // backward, and runs the forward again just before the backward (activation checkpointing
+  // per stage): activation memory of one micro-batch's layers, for a second forward.
+  bool recompute = false;
   GradientSyncOptions sync;  // the data group's gradient buckets
 };
 
