@@ -68,6 +68,7 @@ TEST_F(PluginDefaults, HybridConfigIsItsSchema) {
   EXPECT_EQ(hybrid::parse_schedule(options.get_string("schedule")), config.schedule);
   EXPECT_EQ(hybrid::parse_partition(options.get_string("partition")), config.partition);
   EXPECT_EQ(options.get_string("recompute") == "full", config.recompute);
+  EXPECT_EQ(options.get_string("data_parallel_sharding") == "zero1", config.zero1);
   EXPECT_EQ(options.get_size("first_bucket"), config.sync.first_bucket_bytes);
   EXPECT_EQ(options.get_size("bucket_cap"), config.sync.bucket_cap_bytes);
 }

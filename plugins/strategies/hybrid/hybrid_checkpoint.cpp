@@ -38,21 +38,30 @@ void HybridStrategy::save(CheckpointWriter& writer) {
   TESSERA_CHECK(groups_ != nullptr, "hybrid: save before setup");
   const std::size_t slots = setup_.optimizer->state_per_param();
   if (setup_.world->rank() == 0) save_param_index(writer, {"hybrid", slots, params_of(layout_)});
-  // Data-parallel replicas hold the same state: replica 0 writes it. Of a replica, each stage
-  // writes its layers; a split parameter's slice comes from its tensor rank, a replicated one
-  // from tensor rank 0.
-  if (groups_->at.data != 0) return;
+  // Data-parallel replicas hold the same parameters: replica 0 writes them, and the optimizer
+  // state too unless it is sharded over the data group (zero1), when each data rank writes its
+  // shard. Of a replica, each stage writes its layers; a split parameter's slice comes from its
+  // tensor rank, a replicated one from tensor rank 0.
+  const bool writes_params = groups_->at.data == 0;
+  if (!writes_params && !sharded()) return;
   const auto values = params_.as<float>();
   const auto state = state_.as<float>();
-  const std::size_t n = params_.count();
+  const std::size_t begin = shard_begin();
+  const std::size_t end = std::min(begin + shard_size_, local_count_);
   for (const auto& p : params_of_stage_) {
     if (p.spec.slice.whole() && groups_->at.tensor != 0) continue;
     StateSlice slice = box_of(p.layer, p.spec, p.count);
-    writer.put_slice(slice, values.subspan(p.offset, p.count));
+    if (writes_params) writer.put_slice(slice, values.subspan(p.offset, p.count));
+    // The part of the parameter inside this rank's state shard, as elements of its box.
+    const std::size_t lo = std::max(begin, p.offset);
+    const std::size_t hi = std::min(end, p.offset + p.count);
+    if (lo >= hi) continue;
     slice.kind = StateKind::optimizer_state;
+    slice.first = lo - p.offset;
+    slice.last = hi - p.offset;
     for (std::size_t s = 0; s < slots; ++s) {
       slice.slot = s;
-      writer.put_slice(slice, state.subspan(s * n + p.offset, p.count));
+      writer.put_slice(slice, state.subspan(s * shard_size_ + lo - begin, hi - lo));
     }
   }
 }
@@ -65,19 +74,25 @@ void HybridStrategy::load(const CheckpointReader& reader) {
   slices.check_state_slots(slots);
   const auto values = params_.as<float>();
   const auto state = state_.as<float>();
-  const std::size_t n = params_.count();
+  const std::size_t begin = shard_begin();
+  const std::size_t end = std::min(begin + shard_size_, local_count_);
   for (const auto& p : params_of_stage_) {
     const StateSlice box = box_of(p.layer, p.spec, p.count);
     const ParamId id{p.layer, p.spec.name, p.spec.full_shape()};
-    const auto read = [&](StateKind kind, std::size_t slot, std::span<float> into) {
-      const auto part = slices.read_slice(id, kind, slot, box.dim, box.begin, box.end);
+    const auto read = [&](StateKind kind, std::size_t slot, std::size_t first, std::size_t last,
+                          std::span<float> into) {
+      const auto part = slices.read_slice(id, kind, slot, box.dim, box.begin, box.end, first, last);
       TESSERA_CHECK(part.size() == into.size(),
                     "hybrid: slice of " + describe(id) + " read with the wrong size");
       std::copy(part.begin(), part.end(), into.begin());
     };
-    read(StateKind::parameter, 0, values.subspan(p.offset, p.count));
+    read(StateKind::parameter, 0, 0, p.count, values.subspan(p.offset, p.count));
+    const std::size_t lo = std::max(begin, p.offset);
+    const std::size_t hi = std::min(end, p.offset + p.count);
+    if (lo >= hi) continue;
     for (std::size_t s = 0; s < slots; ++s) {
-      read(StateKind::optimizer_state, s, state.subspan(s * n + p.offset, p.count));
+      read(StateKind::optimizer_state, s, lo - p.offset, hi - p.offset,
+           state.subspan(s * shard_size_ + lo - begin, hi - lo));
     }
   }
 }

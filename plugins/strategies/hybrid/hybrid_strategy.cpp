@@ -34,6 +34,7 @@ HybridConfig config_from(const Options& options) {
   config.schedule = parse_schedule(options.get_string("schedule"));
   config.partition = parse_partition(options.get_string("partition"));
   config.recompute = parse_recompute(options.get_string("recompute"));
+  config.zero1 = options.get_string("data_parallel_sharding") == "zero1";
   config.sync.bucket_cap_bytes = options.get_size("bucket_cap");
   config.sync.first_bucket_bytes = options.get_size("first_bucket");
   return config;
@@ -111,9 +112,13 @@ void HybridStrategy::setup(const StrategySetup& setup) {
     model_index += specs.size();
   }
 
-  params_ = Tensor({local}, DType::f32);
-  grads_ = Tensor({local}, DType::f32);
-  state_ = Tensor({local * setup.optimizer->state_per_param()}, DType::f32);
+  local_count_ = local;
+  const auto data_size = static_cast<std::size_t>(mesh_->data_size());
+  shard_size_ = config_.zero1 && data_size > 1 ? (local + data_size - 1) / data_size : local;
+  const std::size_t padded = config_.zero1 && data_size > 1 ? shard_size_ * data_size : local;
+  params_ = Tensor({padded}, DType::f32);
+  grads_ = Tensor({padded}, DType::f32);
+  state_ = Tensor({shard_size_ * setup.optimizer->state_per_param()}, DType::f32);
   const auto values = params_.as<float>();
   const auto grads = grads_.as<float>();
   for (auto& p : params_of_stage_) {
@@ -139,6 +144,14 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   timing_ = PipelineTiming{};
   timing_.stages = static_cast<std::size_t>(mesh_->pipeline_size());
   steps_since_report_ = 0;
+}
+
+bool HybridStrategy::sharded() const noexcept {
+  return config_.zero1 && mesh_ && mesh_->data_size() > 1;
+}
+
+std::size_t HybridStrategy::shard_begin() const noexcept {
+  return sharded() ? static_cast<std::size_t>(groups_->at.data) * shard_size_ : 0;
 }
 
 const MeshCoordinates& HybridStrategy::coordinates() const {
@@ -325,10 +338,18 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   stats.correct = last_stage ? correct : 0;
   stats.grad_norm = global_norm(totals[1]);
   if (skip_nonfinite_update(setup_, stats)) return stats;
-  scale_gradients(grads_.as<float>(),
+  // With zero1 each data rank updates its shard (padding included: zero parameters with zero
+  // gradients stay zero under an element-wise optimizer) and the group gathers the rest.
+  const auto shard = [&](const Tensor& t) {
+    return t.as<float>().subspan(shard_begin(), shard_size_);
+  };
+  scale_gradients(shard(grads_),
                   clip_coefficient(totals[1], static_cast<float>(setup_.max_grad_norm)));
-  if (params_.count() > 0) {
-    setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
+  if (shard_size_ > 0) {
+    setup_.optimizer->step(shard(params_), shard(grads_), state_.as<float>(), info);
+  }
+  if (sharded()) {
+    groups_->data->all_gather(view_of(shard(params_)), params_.view())->wait();
   }
   return stats;
 }
@@ -337,7 +358,7 @@ double HybridStrategy::last_stage_sum_of_squares() {
   const auto stages = static_cast<std::size_t>(mesh_->pipeline_size());
   const auto stage = static_cast<std::size_t>(groups_->at.pipeline);
   Communicator& pipeline = *groups_->pipeline;
-  const auto grads = grads_.as<float>();
+  const auto grads = grads_.as<float>().first(local_count_);
 
   if (mesh_->tensor_size() == 1) {
     // ddp's blocks over the whole model's flat order, carried from stage to stage: a block cut

@@ -41,6 +41,9 @@ struct HybridConfig {
   // backward, and runs the forward again just before the backward (activation checkpointing
   // per stage): activation memory of one micro-batch's layers, for a second forward.
   bool recompute = false;
+  // data_parallel_sharding = zero1: the optimizer state is sharded over the data group (each
+  // data rank updates 1/dp of this rank's parameters and the group all-gathers them).
+  bool zero1 = false;
   GradientSyncOptions sync;  // the data group's gradient buckets
 };
 
@@ -135,9 +138,16 @@ class HybridStrategy final : public Strategy {
   std::vector<const Layer*> layers_;           // every model layer, sliced ones in place
   std::vector<LocalParam> params_of_stage_;
   std::vector<StageLayer> stage_layers_;
+  // params_ and grads_ hold local_count_ elements, padded to data_size * shard_size_ with
+  // zeros when the optimizer state is sharded (zero1); state_ is slot-major over this rank's
+  // shard [data rank * shard_size_, + shard_size_) (the whole when not sharded).
   Tensor params_;
   Tensor grads_;
-  Tensor state_;  // slot-major over params_
+  Tensor state_;
+  std::size_t local_count_ = 0;
+  std::size_t shard_size_ = 0;
+  [[nodiscard]] bool sharded() const noexcept;
+  [[nodiscard]] std::size_t shard_begin() const noexcept;
   std::unique_ptr<GradientSynchronizer> sync_;
   PipelineTiming timing_;
   std::size_t steps_since_report_ = 0;
