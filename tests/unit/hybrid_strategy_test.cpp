@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -219,6 +220,8 @@ class CountingModel final : public Model {
     for (const auto& layer : layers_) total += layer.forwards;
     return total;
   }
+  // The most micro-batches layer `index` held between a forward and its backward.
+  std::size_t peak_in_flight(std::size_t index) const { return layers_.at(index).peak; }
 
  private:
   struct Counted final : Layer {
@@ -230,14 +233,18 @@ class CountingModel final : public Model {
     Tensor forward(const Tensor& input, std::span<const BufferView> params,
                    LayerContext& ctx) const override {
       ++forwards;
+      peak = std::max(peak, ++live);
       return inner.forward(input, params, ctx);
     }
     Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                     std::span<const BufferView> grads, LayerContext& ctx) const override {
+      --live;
       return inner.backward(grad_output, params, grads, ctx);
     }
     const Layer& inner;
     mutable std::size_t forwards = 0;
+    mutable std::size_t live = 0;
+    mutable std::size_t peak = 0;
   };
   std::shared_ptr<const Model> inner_;
   std::vector<Counted> layers_;
@@ -257,6 +264,25 @@ TEST(HybridStrategy, RecomputeRunsEachStageForwardAgainInBackward) {
     const std::size_t passes = recompute ? 8 : 4;
     EXPECT_EQ(forwards[0], 4 * passes) << "recompute " << recompute;
     EXPECT_EQ(forwards[1], 3 * passes) << "recompute " << recompute;
+  }
+}
+
+TEST(HybridStrategy, OneFOneBHoldsAtMostTheStagesInFlightGPipeEveryMicroBatch) {
+  for (const auto schedule : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    std::vector<std::size_t> peaks(2);
+    run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+      const auto model = std::make_shared<CountingModel>(pair_mlp());
+      HybridStrategy strategy(config_of({.pp = 2, .schedule = schedule}));
+      strategy.setup({comm, model, adam(), 11, 0.0, 8});
+      (void)drive(strategy, {.steps = 1});
+      const std::size_t first_layer = comm->rank() == 0 ? 0 : 4;
+      peaks[static_cast<std::size_t>(comm->rank())] = model->peak_in_flight(first_layer);
+    });
+    if (schedule == ScheduleKind::gpipe) {
+      EXPECT_EQ(peaks, (std::vector<std::size_t>{8, 8}));
+    } else {
+      EXPECT_EQ(peaks, (std::vector<std::size_t>{2, 1}));
+    }
   }
 }
 
