@@ -286,6 +286,33 @@ TEST(HybridStrategy, OneFOneBHoldsAtMostTheStagesInFlightGPipeEveryMicroBatch) {
   }
 }
 
+TEST(HybridStrategy, ReplicatedParametersStayBitwiseEqualAcrossTheTensorGroup) {
+  // Layers 0 to 6: fc0 column, fc1 row (its bias whole), fc2 column, fc3 row; after training,
+  // every whole parameter must hold the same bits on both tensor ranks, and each slice differ.
+  std::vector<std::vector<std::vector<float>>> held(2);
+  std::vector<std::vector<bool>> whole(2);
+  run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+    HybridStrategy strategy(config_of({.tp = 2}));
+    strategy.setup({comm, pair_mlp(), adam(), 11, 0.5, 4});
+    (void)drive(strategy, {.steps = 20});
+    const auto r = static_cast<std::size_t>(comm->rank());
+    for (const auto& p : strategy.held_parameters()) {
+      held[r].emplace_back(p.values.begin(), p.values.end());
+      whole[r].push_back(p.spec.slice.whole());
+    }
+  });
+  ASSERT_EQ(held[0].size(), 8U);
+  ASSERT_EQ(whole[0], whole[1]);
+  ASSERT_EQ(std::count(whole[0].begin(), whole[0].end(), true), 2);  // fc1.bias, fc3.bias
+  for (std::size_t p = 0; p < held[0].size(); ++p) {
+    if (whole[0][p]) {
+      EXPECT_TRUE(held[0][p] == held[1][p]) << "parameter " << p;
+    } else {
+      EXPECT_FALSE(held[0][p] == held[1][p]) << "parameter " << p;
+    }
+  }
+}
+
 TEST(HybridStrategy, AnEmptyReplicaShareAndAnUnevenOneMatchOneRankOnTheirUnion) {
   // Global batch 5: replica 0 takes all five rows, replica 1 none (an epoch's ragged end).
   const auto dataset = data();

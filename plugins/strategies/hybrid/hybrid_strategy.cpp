@@ -472,6 +472,15 @@ void HybridStrategy::report_bubble() {
                schedule_name(config_.schedule));
 }
 
+std::vector<HybridStrategy::HeldParameter> HybridStrategy::held_parameters() const {
+  std::vector<HeldParameter> held;
+  const auto values = params_.as<float>();
+  for (const auto& p : params_of_stage_) {
+    held.push_back({p.layer, p.spec, values.subspan(p.offset, p.count)});
+  }
+  return held;
+}
+
 DataParallelPlacement HybridStrategy::data_parallel_placement() const {
   TESSERA_CHECK(groups_ != nullptr, "hybrid: data_parallel_placement before setup");
   const auto& at = groups_->at;

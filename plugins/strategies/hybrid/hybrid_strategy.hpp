@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,17 @@ class HybridStrategy final : public Strategy {
   [[nodiscard]] const PipelineTiming& pipeline_timing() const noexcept { return timing_; }
   // Returns the timing and starts a new measurement.
   PipelineTiming take_pipeline_timing();
+
+  // One parameter as this rank holds it: its model layer, its spec (a slice's for a split
+  // layer) and its values (a view of the strategy's storage, valid until the next step,
+  // load() or reconfigure()).
+  struct HeldParameter {
+    std::size_t layer = 0;
+    ParamSpec spec;
+    std::span<const float> values;
+  };
+  // This rank's parameters in model order; local. For tests and embedders that inspect them.
+  [[nodiscard]] std::vector<HeldParameter> held_parameters() const;
 
   // The whole model's parameters (FlatLayout order) assembled from every rank's slices, on
   // every rank. Collective over the world (an exchange of the whole state through save()); for
