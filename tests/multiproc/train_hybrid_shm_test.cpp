@@ -91,6 +91,38 @@ TEST_F(HybridOverShm, PipelineTimesDataGivesDdpsBitsAtTheSameDataParallelSize) {
   EXPECT_EQ(losses("hybrid.jsonl"), losses("ddp.jsonl"));
 }
 
+TEST_F(HybridOverShm, ACheckpointConsolidatedToOneRankResumesInDdpAsUninterrupted) {
+  ASSERT_EQ(train("ddp.jsonl", "-n 1 --runtime.transport=local --train.strategy=ddp"), 0)
+      << output();
+  const std::string sharded = (dir_ / "sharded").string();
+  ASSERT_EQ(train("first.jsonl",
+                  "-n 4 --runtime.transport=shm --train.strategy=hybrid"
+                  " --strategy.hybrid.tensor_parallel=2 --strategy.hybrid.pipeline_parallel=2"
+                  " --train.max_steps=20 --train.checkpoint_dir=" +
+                      sharded),
+            0)
+      << output();
+  const std::string whole = (dir_ / "whole").string();
+  const std::string consolidate = "timeout 60 " + std::string(TESSERA_CLI_PATH) +
+                                  " checkpoint consolidate " + sharded + " " + whole + " > " +
+                                  (dir_ / "out.txt").string() + " 2>&1";
+  ASSERT_EQ(std::system(consolidate.c_str()), 0) << output();
+  ASSERT_EQ(train("resumed.jsonl",
+                  "-n 1 --runtime.transport=local --train.strategy=ddp --resume"
+                  " --train.checkpoint_dir=" +
+                      whole),
+            0)
+      << output();
+  const auto ddp = losses("ddp.jsonl");
+  const auto resumed = losses("resumed.jsonl");
+  ASSERT_EQ(ddp.size(), 40U);
+  ASSERT_EQ(resumed.size(), 20U);
+  for (std::size_t s = 0; s < resumed.size(); ++s) {
+    const double want = std::stod(ddp[20 + s]);
+    EXPECT_LT(std::fabs(std::stod(resumed[s]) - want), 1e-5 * std::fabs(want)) << "step " << 21 + s;
+  }
+}
+
 TEST_F(HybridOverShm, AWorldTheMeshDoesNotDivideIsRefused) {
   EXPECT_NE(train("bad.jsonl",
                   "-n 3 --runtime.transport=shm --train.strategy=hybrid"
