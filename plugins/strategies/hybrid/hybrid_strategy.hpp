@@ -66,7 +66,8 @@ struct PipelineTiming {
 class HybridStrategy final : public Strategy {
  public:
   explicit HybridStrategy(const HybridConfig& config);
-  // From the plugin's options. Throws ConfigError for a bad schedule or partition name.
+  // From the plugin's options. Throws ConfigError for a bad schedule, partition or recompute
+  // name.
   explicit HybridStrategy(const Options& options);
   ~HybridStrategy() override;
 
@@ -75,6 +76,7 @@ class HybridStrategy final : public Strategy {
   // before any communication, so every rank refuses alike.
   void setup(const StrategySetup& setup) override;
   StepStats train_step(const Batch& batch, const StepInfo& info) override;
+  // The first evaluate() after training steps also prints the pipeline bubble (report_bubble).
   StepStats evaluate(const Batch& batch) override;
   void save(CheckpointWriter& writer) override;
   void load(const CheckpointReader& reader) override;
@@ -131,12 +133,16 @@ class HybridStrategy final : public Strategy {
   [[nodiscard]] LayerRange range() const;
   // The shape of `rows` samples entering model layer `layer` on this tensor rank.
   [[nodiscard]] Shape shape_before(std::size_t layer, std::size_t rows) const;
-  // Sum of squares of the whole model's gradients (every parameter once), on every rank of
-  // this rank's pipeline; the last stage adds into it last. Collective over the tensor and
-  // pipeline groups.
+  // Sum of squares of the whole model's gradients, every parameter counted once: complete on
+  // the last stage, which adds its part last; earlier stages return their partial sums.
+  // Collective over the tensor and pipeline groups.
   [[nodiscard]] double last_stage_sum_of_squares();
   // Prints measured and theoretical bubble from world rank 0 (collective over the world).
   void report_bubble();
+  // Whether the optimizer state is sharded over the data group, and where this rank's shard
+  // starts in params_.
+  [[nodiscard]] bool sharded() const noexcept;
+  [[nodiscard]] std::size_t shard_begin() const noexcept;
 
   HybridConfig config_;
   StrategySetup setup_;
@@ -158,8 +164,6 @@ class HybridStrategy final : public Strategy {
   Tensor state_;
   std::size_t local_count_ = 0;
   std::size_t shard_size_ = 0;
-  [[nodiscard]] bool sharded() const noexcept;
-  [[nodiscard]] std::size_t shard_begin() const noexcept;
   std::unique_ptr<GradientSynchronizer> sync_;
   PipelineTiming timing_;
   std::size_t steps_since_report_ = 0;
