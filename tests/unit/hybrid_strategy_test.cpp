@@ -51,6 +51,7 @@ struct MeshSpec {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   bool recompute = false;
   bool zero1 = false;
+  PartitionKind partition = PartitionKind::uniform;
 };
 
 struct RunSpec {
@@ -95,6 +96,7 @@ HybridConfig config_of(const MeshSpec& mesh) {
   config.schedule = mesh.schedule;
   config.recompute = mesh.recompute;
   config.zero1 = mesh.zero1;
+  config.partition = mesh.partition;
   config.sync.first_bucket_bytes = 1024;  // several buckets even for a small model
   config.sync.bucket_cap_bytes = 4096;
   return config;
@@ -179,6 +181,21 @@ INSTANTIATE_TEST_SUITE_P(EveryMeshOfTwo, HybridMesh,
                                            MeshSpec{1, 2, 1, ScheduleKind::gpipe},
                                            MeshSpec{2, 2, 2, ScheduleKind::gpipe}),
                          mesh_name);
+
+TEST(HybridStrategy, BalancedStagesFollowTheCostsAndKeepDdpsBits) {
+  // Costs (2 x parameters + outputs): fc0 1120, act 32, fc1 1608, act 24, fc2 1632, act 32,
+  // fc3 536. Two stages balance at [fc0 .. fc1] (2760) against [act .. fc3] (2224).
+  std::vector<StageRange> stages(2);
+  run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+    HybridStrategy strategy(config_of({.pp = 2, .partition = PartitionKind::balanced}));
+    strategy.setup({comm, pair_mlp(), adam(), 11, 0.0, 1});
+    stages[static_cast<std::size_t>(comm->rank())] = strategy.stage();
+  });
+  EXPECT_EQ(stages, (std::vector<StageRange>{{0, 3}, {3, 7}}));
+  const RunSpec spec{.steps = 20};
+  EXPECT_EQ(run_hybrid({.pp = 2, .partition = PartitionKind::balanced}, spec).losses,
+            run_ddp(1, spec).losses);
+}
 
 TEST(HybridStrategy, AStageBoundaryInsideATensorPairStillMatchesDdp) {
   // pp = 4 over seven layers cuts [fc0 act0][fc1 act1][fc2 act2][fc3]: each pair's column- and
