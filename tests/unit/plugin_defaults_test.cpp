@@ -9,6 +9,7 @@
 
 #include "adam/adam.hpp"
 #include "fashion_mnist/fashion_mnist.hpp"
+#include "hybrid_strategy.hpp"
 #include "mlp/mlp_model.hpp"
 #include "rmsprop/rmsprop.hpp"
 #include "sgd/sgd.hpp"
@@ -56,6 +57,20 @@ TEST_F(PluginDefaults, ZeroAndZero3ConfigsAreTheirSchemas) {
   EXPECT_EQ(options.get_int("prefetch"), static_cast<std::int64_t>(zero3.prefetch));
   EXPECT_EQ(options.get_int("unit_size"), static_cast<std::int64_t>(zero3.unit_size));
   EXPECT_EQ(options.get_int("max_inflight"), static_cast<std::int64_t>(zero3.max_inflight));
+}
+
+TEST_F(PluginDefaults, HybridConfigIsItsSchema) {
+  const hybrid::HybridConfig config;
+  const Options options = defaults(PluginKind::strategy, "hybrid");
+  EXPECT_EQ(options.get_int("tensor_parallel"), config.tensor_parallel);
+  EXPECT_EQ(options.get_int("pipeline_parallel"), config.pipeline_parallel);
+  EXPECT_EQ(options.get_int("micro_batches"), static_cast<std::int64_t>(config.micro_batches));
+  EXPECT_EQ(hybrid::parse_schedule(options.get_string("schedule")), config.schedule);
+  EXPECT_EQ(hybrid::parse_partition(options.get_string("partition")), config.partition);
+  EXPECT_EQ(options.get_string("recompute") == "full", config.recompute);
+  EXPECT_EQ(options.get_string("data_parallel_sharding") == "zero1", config.zero1);
+  EXPECT_EQ(options.get_size("first_bucket"), config.sync.first_bucket_bytes);
+  EXPECT_EQ(options.get_size("bucket_cap"), config.sync.bucket_cap_bytes);
 }
 
 TEST_F(PluginDefaults, OptimizerConfigsAreTheirSchemas) {

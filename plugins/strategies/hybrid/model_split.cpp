@@ -1,0 +1,166 @@
+#include "model_split.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "tessera/base/error.hpp"
+
+namespace tessera::hybrid {
+
+PartitionKind parse_partition(const std::string& name) {
+  if (name == "uniform") return PartitionKind::uniform;
+  if (name == "balanced") return PartitionKind::balanced;
+  throw ConfigError("[strategy.hybrid] partition = " + name +
+                    " is not a partition; use uniform or balanced");
+}
+
+namespace {
+
+std::vector<StageRange> uniform_partition(std::size_t layers, std::size_t stages) {
+  std::vector<StageRange> ranges;
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < stages; ++s) {
+    const std::size_t count = layers / stages + (s < layers % stages ? 1 : 0);
+    ranges.push_back({first, first + count});
+    first += count;
+  }
+  return ranges;
+}
+
+// The linear-partition dynamic programme: best[k][i] is the smallest possible largest cost of
+// cutting layers [0, i) into k stages. O(stages * layers^2), nothing for a model's layer count.
+std::vector<StageRange> balanced_partition(std::span<const double> costs, std::size_t stages) {
+  const std::size_t n = costs.size();
+  std::vector<double> prefix(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<std::size_t>> cut(stages + 1, std::vector<std::size_t>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (std::size_t k = 1; k <= stages; ++k) {
+    for (std::size_t i = k; i <= n; ++i) {
+      // The last stage is [j, i); the latest j reaching the optimum gives earlier stages as many
+      // layers as they can take.
+      for (std::size_t j = k - 1; j < i; ++j) {
+        const double cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (cost <= best[k][i]) {
+          best[k][i] = cost;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<StageRange> ranges(stages);
+  std::size_t end = n;
+  for (std::size_t k = stages; k >= 1; --k) {
+    ranges[k - 1] = {cut[k][end], end};
+    end = cut[k][end];
+  }
+  return ranges;
+}
+
+}  // namespace
+
+std::vector<StageRange> partition_layers(std::span<const double> costs, std::size_t stages,
+                                         PartitionKind kind) {
+  if (stages < 1 || stages > costs.size()) {
+    throw ConfigError("[strategy.hybrid] pipeline_parallel = " + std::to_string(stages) +
+                      " stages for a model of " + std::to_string(costs.size()) +
+                      " layers: every stage needs at least one layer; use a pipeline_parallel "
+                      "between 1 and " +
+                      std::to_string(costs.size()));
+  }
+  return kind == PartitionKind::uniform ? uniform_partition(costs.size(), stages)
+                                        : balanced_partition(costs, stages);
+}
+
+std::vector<double> estimated_layer_costs(const Model& model) {
+  std::vector<double> costs;
+  Shape shape{1};
+  for (auto d : model.input_shape()) shape.push_back(d);
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    const Layer& layer = model.layer(l);
+    double params = 0.0;
+    for (const auto& spec : layer.parameters())
+      params += static_cast<double>(element_count(spec.shape));
+    shape = layer.output_shape(shape);
+    costs.push_back(2.0 * params + static_cast<double>(element_count(shape)));
+  }
+  return costs;
+}
+
+namespace {
+
+bool can_split(const Layer& layer, TensorParallelRole role) {
+  return layer.sliced(role, {0, 1}) != nullptr;
+}
+
+// A layer that may sit between a column- and a row-parallel layer: it computes the same on a
+// slice of the features as on the whole.
+bool element_wise(const Layer& layer, const Shape& input) {
+  return layer.parameters().empty() && !can_split(layer, TensorParallelRole::column) &&
+         !can_split(layer, TensorParallelRole::row) && layer.output_shape(input) == input;
+}
+
+// Throws ConfigError unless every split parameter of `layer` in `role` divides by tp.
+void check_divides(const Layer& layer, std::size_t index, TensorParallelRole role, int tp) {
+  std::unique_ptr<Layer> slice;
+  try {
+    slice = layer.sliced(role, {0, tp});
+  } catch (const InvalidArgument& e) {
+    throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tp) +
+                      " cannot split layer " + std::to_string(index) + " (" + layer.name() +
+                      "): " + e.what());
+  }
+  for (const auto& spec : slice->parameters()) {
+    if (spec.slice.whole()) continue;
+    const std::size_t extent = spec.slice.full_shape.at(spec.slice.dim);
+    if (extent % static_cast<std::size_t>(tp) != 0) {
+      throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tp) +
+                        " does not divide the " + std::to_string(extent) + " " +
+                        (role == TensorParallelRole::column ? "output" : "input") +
+                        " features of layer " + std::to_string(index) + " (" + spec.name +
+                        "), which runs " + (role == TensorParallelRole::column ? "column" : "row") +
+                        "-parallel; use a tensor_parallel that divides every split layer's "
+                        "features");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int tensor_parallel) {
+  const std::size_t n = model.layer_count();
+  std::vector<TensorParallelRole> roles(n, TensorParallelRole::replicate);
+  if (tensor_parallel <= 1) return roles;
+  std::vector<Shape> inputs;  // inputs[l]: the shape of one sample entering layer l
+  Shape shape{1};
+  for (auto d : model.input_shape()) shape.push_back(d);
+  for (std::size_t l = 0; l < n; ++l) {
+    inputs.push_back(shape);
+    shape = model.layer(l).output_shape(shape);
+  }
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!can_split(model.layer(i), TensorParallelRole::column)) continue;
+    std::size_t j = i + 1;
+    while (j < n && element_wise(model.layer(j), inputs[j])) ++j;
+    if (j >= n || !can_split(model.layer(j), TensorParallelRole::row)) continue;
+    check_divides(model.layer(i), i, TensorParallelRole::column, tensor_parallel);
+    check_divides(model.layer(j), j, TensorParallelRole::row, tensor_parallel);
+    roles[i] = TensorParallelRole::column;
+    roles[j] = TensorParallelRole::row;
+    any = true;
+    i = j;
+  }
+  if (!any) {
+    throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) +
+                      " but the model has no pair of layers to split (a column-parallel layer "
+                      "such as a Linear, element-wise layers, then a row-parallel one); use "
+                      "tensor_parallel = 1");
+  }
+  return roles;
+}
+
+}  // namespace tessera::hybrid

@@ -1,0 +1,51 @@
+#pragma once
+// How the hybrid strategy cuts a model: its layers into pipeline stages (contiguous ranges) and
+// its Linear pairs into tensor-parallel slices (column- then row-parallel). Pure functions of
+// the model and the sizes, so every rank computes the same cut without communicating.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/plugin/model.hpp"
+
+namespace tessera::hybrid {
+
+enum class PartitionKind : std::uint8_t { uniform, balanced };
+
+// "uniform" or "balanced"; throws ConfigError naming [strategy.hybrid] partition otherwise.
+[[nodiscard]] PartitionKind parse_partition(const std::string& name);
+
+// Model layers [first, last) of one pipeline stage.
+struct StageRange {
+  std::size_t first = 0;
+  std::size_t last = 0;
+  friend bool operator==(const StageRange&, const StageRange&) = default;
+};
+
+// Cuts layers 0 .. costs.size() - 1 into `stages` non-empty contiguous ranges, in order.
+// uniform: near-equal layer counts, the first stages one layer larger when they do not divide
+// (costs are ignored). balanced: the largest stage cost (the sum of its layers' costs) is as
+// small as it can be, which is what bounds a pipeline's step time; among the cuts that reach it,
+// earlier stages take as many layers as they can. Throws ConfigError naming
+// [strategy.hybrid] pipeline_parallel when there are fewer layers than stages.
+[[nodiscard]] std::vector<StageRange> partition_layers(std::span<const double> costs,
+                                                       std::size_t stages, PartitionKind kind);
+
+// A per-sample cost estimate of each layer's forward and backward, for `balanced`: two
+// multiply-adds per parameter element (a Linear uses each weight once per sample) plus the
+// elements of its output (element-wise work such as an activation). Relative values only.
+[[nodiscard]] std::vector<double> estimated_layer_costs(const Model& model);
+
+// Which layers run column- and row-parallel over a tensor group of `tensor_parallel` ranks:
+// scanning forward, a layer that can be split column-parallel (Layer::sliced), followed by
+// layers that cannot be split, hold no parameters and keep their input's shape (element-wise),
+// then a layer that can be split row-parallel, form a pair; every other layer is replicated.
+// All replicate for tensor_parallel = 1. Throws ConfigError naming [strategy.hybrid]
+// tensor_parallel when it is above 1 and the model has no such pair, or when it does not divide
+// the features a pair splits (each tensor rank must hold exactly 1/tp of them).
+[[nodiscard]] std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model,
+                                                                    int tensor_parallel);
+
+}  // namespace tessera::hybrid
