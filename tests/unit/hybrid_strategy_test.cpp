@@ -5,10 +5,15 @@
 #include "hybrid_strategy.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
+#include <string>
 
 #include "adam/adam.hpp"
 #include "ddp_strategy.hpp"
@@ -18,6 +23,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
+#include "tessera/strategy_kit/trace.hpp"
 
 namespace tessera::hybrid {
 namespace {
@@ -301,6 +307,59 @@ TEST(HybridStrategy, OneFOneBHoldsAtMostTheStagesInFlightGPipeEveryMicroBatch) {
       EXPECT_EQ(peaks, (std::vector<std::size_t>{2, 1}));
     }
   }
+}
+
+// The order in which a stage ran its first layer's passes, read back from the rank's trace:
+// "F0" for the forward of micro-batch 0, "B0" for its backward, each span labelled with the
+// stage that ran it.
+std::vector<std::string> traced_passes(const std::filesystem::path& file, std::size_t layer,
+                                       int stage) {
+  std::ifstream in(file);
+  const auto trace = nlohmann::json::parse(in);
+  std::vector<std::pair<double, std::string>> passes;
+  for (const auto& e : trace.at("traceEvents")) {
+    const auto name = e.value("name", "");
+    if (e.value("ph", "") != "X" || (name != "forward" && name != "backward")) continue;
+    const auto& args = e.at("args");
+    if (args.at("layer") != layer) continue;
+    EXPECT_EQ(args.at("stage"), stage) << e.dump();
+    passes.emplace_back(
+        e.at("ts").get<double>(),
+        (name == "forward" ? "F" : "B") + std::to_string(args.at("micro_batch").get<int>()));
+  }
+  std::sort(passes.begin(), passes.end());
+  std::vector<std::string> order;
+  for (auto& pass : passes) order.push_back(std::move(pass.second));
+  return order;
+}
+
+TEST(HybridStrategy, TheTraceShowsEachStageRunningItsScheduleLabelledByStageAndMicroBatch) {
+  const auto folder =
+      std::filesystem::path(::testing::TempDir()) / ("hybrid_trace_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  for (const auto schedule : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+      trace::Recorder recorder(comm->rank());
+      const trace::ScopedRecorder installed(&recorder);
+      HybridStrategy strategy(config_of({.pp = 2, .schedule = schedule}));
+      strategy.setup({comm, pair_mlp(), adam(), 11, 0.0, 4});
+      recorder.set_active(true);
+      (void)drive(strategy, {.steps = 1});
+      recorder.write(folder / ("rank" + std::to_string(comm->rank()) + ".json"), "");
+    });
+    // Stage 0 runs layers 0-3, stage 1 layers 4-6 (uniform partition of seven layers).
+    const auto first = traced_passes(folder / "rank0.json", 0, 0);
+    const auto last = traced_passes(folder / "rank1.json", 4, 1);
+    if (schedule == ScheduleKind::gpipe) {
+      const std::vector<std::string> all_then_back{"F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"};
+      EXPECT_EQ(first, all_then_back);
+      EXPECT_EQ(last, all_then_back);
+    } else {
+      EXPECT_EQ(first, (std::vector<std::string>{"F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"}));
+      EXPECT_EQ(last, (std::vector<std::string>{"F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"}));
+    }
+  }
+  std::filesystem::remove_all(folder);
 }
 
 TEST(HybridStrategy, ReplicatedParametersStayBitwiseEqualAcrossTheTensorGroup) {

@@ -160,7 +160,9 @@ const MeshCoordinates& HybridStrategy::coordinates() const {
 }
 
 LayerRange HybridStrategy::range() const {
-  return {layers_, stage_.first, stage_.last, stage_.first > 0, plan_.get()};
+  LayerRange range{layers_, stage_.first, stage_.last, stage_.first > 0, plan_.get()};
+  range.stage = mesh_ ? coordinates().pipeline : -1;  // labels the trace's layer spans
+  return range;
 }
 
 LayerHooks HybridStrategy::hooks(bool last_micro_batch) const {
@@ -254,7 +256,13 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   };
   double loss_sum = 0.0;
   std::size_t correct = 0;
-  const LayerRange layers = range();
+  const LayerRange stage_layers = range();
+  // The stage's layers labelled with micro-batch k in the trace (docs/tracing.md).
+  const auto layers = [&](std::size_t k) {
+    LayerRange labelled = stage_layers;
+    labelled.micro_batch = static_cast<int>(k);
+    return labelled;
+  };
   const int previous = static_cast<int>(stage) - 1;
   const int next = static_cast<int>(stage) + 1;
 
@@ -279,7 +287,7 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         break;
       case ActionKind::forward: {
         if (first_stage && has_rows) inputs[k] = micro_batch(batch.inputs, k);
-        Tensor output = forward_layers(layers, inputs[k], hooks(false), contexts[k]);
+        Tensor output = forward_layers(layers(k), inputs[k], hooks(false), contexts[k]);
         if (!last_stage) {
           outputs[k] = std::move(output);
         } else if (has_rows) {
@@ -305,9 +313,10 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         }
         break;
       case ActionKind::backward:
-        if (config_.recompute) (void)forward_layers(layers, inputs[k], hooks(false), contexts[k]);
-        input_grads[k] =
-            backward_layers(layers, std::move(output_grads[k]), hooks(k + 1 == count), contexts[k]);
+        if (config_.recompute)
+          (void)forward_layers(layers(k), inputs[k], hooks(false), contexts[k]);
+        input_grads[k] = backward_layers(layers(k), std::move(output_grads[k]),
+                                         hooks(k + 1 == count), contexts[k]);
         inputs[k] = Tensor();
         break;
       case ActionKind::send_gradient:
