@@ -76,9 +76,12 @@ int check(const std::vector<std::string>& args) {
     }
     std::cout << "\n";
   }
-  std::cout << "# the run: " << figures.world_size << " rank(s), " << figures.train_samples
-            << " training samples, " << figures.steps_per_epoch << " steps per epoch, "
-            << figures.total_steps << " steps\n";
+  std::cout << "# the run: " << figures.world_size << " rank(s), ";
+  if (figures.data_parallel_size != figures.world_size) {
+    std::cout << "as " << figures.data_parallel_size << " data-parallel replica(s), ";
+  }
+  std::cout << figures.train_samples << " training samples, " << figures.steps_per_epoch
+            << " steps per epoch, " << figures.total_steps << " steps\n";
   return 0;
 }
 

@@ -128,6 +128,16 @@ void check_model_fits_data(const Config& config, const Model& model, const Datas
 
 // The whole model's fp32 parameters and gradients once, plus the optimizer's state: every
 // strategy holds at least that much on a single host, whatever it shards.
+// "file:line: " of the first value of `section` that a source set (not a default), or "".
+std::string first_set_origin(const Config& config, const std::string& section) {
+  for (const auto& [k, v] : config.section(section).values()) {
+    if (const auto origin = value_origin(config, section, k); origin != "default") {
+      return origin + ": ";
+    }
+  }
+  return {};
+}
+
 void check_model_fits_host(const Config& config, const Model& model, const Optimizer& optimizer) {
   double elements = 0;
   for (std::size_t i = 0; i < model.layer_count(); ++i) {
@@ -143,13 +153,7 @@ void check_model_fits_host(const Config& config, const Model& model, const Optim
   if (memory <= 0 || bytes <= memory) return;
   const std::string section = "model." + value_of(config, "train", "model");
   const std::string set = set_values(config, section);
-  std::string where;
-  for (const auto& [k, v] : config.section(section).values()) {
-    if (const auto origin = value_origin(config, section, k); origin != "default") {
-      where = origin + ": ";
-      break;
-    }
-  }
+  const std::string where = first_set_origin(config, section);
   char count[64];
   std::snprintf(count, sizeof count, "%.4g", elements);
   throw ConfigError(where + "the model has " + count + " parameters: with their gradients and " +
@@ -158,13 +162,15 @@ void check_model_fits_host(const Config& config, const Model& model, const Optim
                     " of memory" + (set.empty() ? std::string() : " (values set: " + set + ")"));
 }
 
-RunFigures check_training(const Config& config, std::size_t train_samples, int world_size) {
+RunFigures check_training(const Config& config, std::size_t train_samples, int world_size,
+                          int data_parallel_size) {
   const auto& train = config.section("train");
   RunFigures f;
   f.world_size = world_size;
+  f.data_parallel_size = data_parallel_size;
   f.train_samples = train_samples;
   const auto batch = static_cast<std::size_t>(train.get_int("batch_size"));
-  const std::size_t global = batch * static_cast<std::size_t>(world_size);
+  const std::size_t global = batch * static_cast<std::size_t>(data_parallel_size);
   f.steps_per_epoch = (train_samples + global - 1) / global;
   const std::int64_t epochs = train.get_int("epochs");
   const std::int64_t max_steps = train.get_int("max_steps");
@@ -172,8 +178,13 @@ RunFigures check_training(const Config& config, std::size_t train_samples, int w
   std::string steps_text =
       std::to_string(f.total_steps) + " steps (" + std::to_string(epochs) + " epoch" +
       (epochs == 1 ? "" : "s") + " of " + std::to_string(f.steps_per_epoch) + ": " +
-      std::to_string(train_samples) + " samples / (" + std::to_string(world_size) + " rank" +
-      (world_size == 1 ? "" : "s") + " x batch_size " + std::to_string(batch) + "), rounded up)";
+      std::to_string(train_samples) + " samples / (" +
+      (data_parallel_size == world_size
+           ? std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s")
+           : std::to_string(data_parallel_size) + " data-parallel replica" +
+                 (data_parallel_size == 1 ? "" : "s") + " of " + std::to_string(world_size) +
+                 " ranks") +
+      " x batch_size " + std::to_string(batch) + "), rounded up)";
   if (max_steps > 0 && max_steps < f.total_steps) {
     f.total_steps = max_steps;
     steps_text =
@@ -280,17 +291,34 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
       world_size, processes,
       lead(config, "runtime", "world_size") + described(config, "runtime", "world_size"));
 
-  (void)create_plugin<Strategy>(config, registry, "train", "strategy");
+  const auto strategy = create_plugin<Strategy>(config, registry, "train", "strategy");
   const auto optimizer = create_plugin<Optimizer>(config, registry, "train", "optimizer");
   const auto model = create_plugin<Model>(config, registry, "train", "model");
   check_model_fits_host(config, *model, *optimizer);
+  int data_parallel_size = world_size;
+  try {
+    data_parallel_size = strategy->plan_data_parallel_size(*model, world_size);
+  } catch (const ConfigError& e) {
+    // The strategy names its options and the figures; add where they were set.
+    const std::string section = "strategy." + value_of(config, "train", "strategy");
+    std::string where = first_set_origin(config, section);
+    if (where.empty()) where = lead(config, "train", "strategy");
+    throw ConfigError(where + e.what() + " (" + described(config, "runtime", "world_size") + ")");
+  }
+  if (data_parallel_size < 1 || world_size % data_parallel_size != 0) {
+    throw PluginError("the strategy " + value_of(config, "train", "strategy") + " planned " +
+                      std::to_string(data_parallel_size) + " data-parallel replicas of " +
+                      std::to_string(world_size) +
+                      " ranks, which is not a divisor of the world; report it to the plugin's "
+                      "author");
+  }
   const auto data = create_plugin<Dataset>(config, registry, "train", "dataset");
   check_model_fits_data(config, *model, *data);
   if (data->size(Split::train) == 0) {
     throw ConfigError(lead(config, "train", "dataset") + "the data set " +
                       described(config, "train", "dataset") + " has no training samples");
   }
-  return check_training(config, data->size(Split::train), world_size);
+  return check_training(config, data->size(Split::train), world_size, data_parallel_size);
 }
 
 }  // namespace tessera

@@ -146,6 +146,14 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   steps_since_report_ = 0;
 }
 
+int HybridStrategy::plan_data_parallel_size(const Model& model, int world_size) const {
+  const Mesh mesh(world_size, config_.tensor_parallel, config_.pipeline_parallel);
+  (void)partition_layers(estimated_layer_costs(model),
+                         static_cast<std::size_t>(mesh.pipeline_size()), config_.partition);
+  (void)tensor_parallel_roles(model, mesh.tensor_size());
+  return mesh.data_size();
+}
+
 bool HybridStrategy::sharded() const noexcept {
   return config_.zero1 && mesh_ && mesh_->data_size() > 1;
 }

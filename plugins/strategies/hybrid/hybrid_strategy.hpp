@@ -81,6 +81,9 @@ class HybridStrategy final : public Strategy {
   void save(CheckpointWriter& writer) override;
   void load(const CheckpointReader& reader) override;
   void reconfigure(std::shared_ptr<Communicator> new_world, const CheckpointReader& state) override;
+  // The mesh's data-parallel size; throws the ConfigError setup() would (a world the mesh does
+  // not divide, a tensor_parallel that does not divide a split layer, more stages than layers).
+  [[nodiscard]] int plan_data_parallel_size(const Model& model, int world_size) const override;
   [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 

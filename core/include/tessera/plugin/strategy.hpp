@@ -125,6 +125,18 @@ class Strategy : public PluginObject {
   // reconfigure() succeeds.
   virtual void reconfigure(std::shared_ptr<Communicator> new_world,
                            const CheckpointReader& state) = 0;
+  // Before any rank starts (`tessera config check` and `tessera train` call it in the host,
+  // through check_run): how many data-parallel replicas this strategy makes of `world_size`
+  // ranks training `model`, which is data_parallel_placement().size on every rank once set up,
+  // and so what the run's global batch and steps per epoch are. Throws ConfigError naming the
+  // strategy's options and the world size when the world or the model does not fit its layout
+  // (a mesh that does not divide the world), so that the run is refused before anything starts.
+  // Local, no communication; called on an object that is never set up. A pure data-parallel
+  // strategy keeps the default.
+  [[nodiscard]] virtual int plan_data_parallel_size(const Model& model, int world_size) const {
+    (void)model;
+    return world_size;
+  }
   // This rank's data-parallel coordinates, valid from setup() and unchanged until the next
   // reconfigure(); local, not collective.
   [[nodiscard]] virtual DataParallelPlacement data_parallel_placement() const = 0;

@@ -16,6 +16,8 @@ namespace tessera {
 // What the run will do, as check_run computed it.
 struct RunFigures {
   int world_size = 1;
+  int data_parallel_size =
+      1;  // replicas the batch is dealt over (Strategy::plan_data_parallel_size)
   std::size_t train_samples = 0;
   std::size_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;  // epochs × steps_per_epoch, capped by max_steps
