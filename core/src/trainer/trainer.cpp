@@ -319,7 +319,8 @@ TrainResult Trainer::run(bool resume) {
                       options_.seed,
                       options_.max_grad_norm,
                       options_.micro_batches,
-                      options_.skip_nonfinite_steps};
+                      options_.skip_nonfinite_steps,
+                      cpu_allocator()};
   parts_.strategy->setup(setup);
   placement_ = checked_placement();
 
