@@ -28,8 +28,11 @@ struct GradientSynchronizer::BucketState {
 };
 
 GradientSynchronizer::GradientSynchronizer(std::shared_ptr<Communicator> group,
-                                           GradientSyncOptions options)
-    : group_(std::move(group)), options_(options) {
+                                           GradientSyncOptions options,
+                                           std::shared_ptr<DeviceAllocator> allocator)
+    : group_(std::move(group)),
+      options_(options),
+      allocator_(allocator ? std::move(allocator) : cpu_allocator()) {
   TESSERA_CHECK(group_ != nullptr, "GradientSynchronizer needs a communicator");
   TESSERA_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
                 "bucket sizes must be positive");
@@ -192,11 +195,12 @@ double GradientSynchronizer::clip_grad_norm(double max_norm) {
 
 std::span<float> GradientSynchronizer::optimizer_state_for(const Optimizer& optimizer) {
   const std::size_t slots = optimizer.state_per_param();
-  if (state_.size() != slots * elements_ || state_per_param_ != slots) {
-    state_.assign(slots * elements_, 0.0F);
+  if (state_.count() != slots * elements_ || state_per_param_ != slots) {
+    state_ = Tensor();  // the old state goes before the new is allocated
+    state_ = Tensor({slots * elements_}, DType::f32, allocator_);  // zero-filled
     state_per_param_ = slots;
   }
-  return state_;
+  return state_.as<float>();
 }
 
 template <class Visit>
@@ -222,12 +226,14 @@ void GradientSynchronizer::for_each_run(Visit&& visit) const {
 }
 
 void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
-  auto state = optimizer_state_for(optimizer);
+  (void)optimizer_state_for(optimizer);
   const std::size_t slots = optimizer.state_per_param();
   std::size_t state_offset = 0;
   for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
-    optimizer.step({entries_[first].param.data(), count}, {entries_[first].grad.data(), count},
-                   state.subspan(state_offset, slots * count), info);
+    // A run spans several entries: its views start at the first and cover `count` elements.
+    optimizer.step(view_of(std::span<float>(entries_[first].param.data(), count)),
+                   view_of(std::span<float>(entries_[first].grad.data(), count)),
+                   state_.view().slice(state_offset, slots * count), info);
     state_offset += slots * count;
   });
 }
@@ -244,7 +250,8 @@ double GradientSynchronizer::step_unclipped_and_zero(const Optimizer& optimizer,
   // Chunks end on multiples of kChunk in the flat order, so the norm keeps its interleaved
   // whole-block path; p, g and state of a chunk (384 KiB) stay in L2 across the three uses.
   constexpr std::size_t kChunk = 8 * kGradNormBlock;
-  auto state = optimizer_state_for(optimizer);
+  (void)optimizer_state_for(optimizer);
+  const BufferView state = state_.view();
   std::vector<double> blocks;
   std::size_t flat = 0;
   for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
@@ -254,8 +261,9 @@ double GradientSynchronizer::step_unclipped_and_zero(const Optimizer& optimizer,
       const std::size_t end = std::min(count, (flat + begin) / kChunk * kChunk + kChunk - flat);
       const std::size_t n = end - begin;
       accumulate_norm_blocks({grad + begin, n}, flat + begin, blocks);
-      optimizer.step({param + begin, n}, {grad + begin, n},
-                     state.subspan(slots * (flat + begin), slots * n), info);
+      optimizer.step(view_of(std::span<float>(param + begin, n)),
+                     view_of(std::span<float>(grad + begin, n)),
+                     state.slice(slots * (flat + begin), slots * n), info);
       std::fill_n(grad + begin, n, 0.0F);
       begin = end;
     }

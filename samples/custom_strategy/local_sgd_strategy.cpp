@@ -4,6 +4,7 @@
 #include <span>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
@@ -22,11 +23,17 @@ void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "local_sgd: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "local_sgd: micro_batches must be at least 1");
+  const auto allocator = tessera::strategy_allocator(setup, "local_sgd");
   setup_ = setup;
   layout_ = tessera::FlatLayout::of(*setup.model);
-  params_.assign(layout_.total, 0.0F);
-  grads_.assign(layout_.total, 0.0F);
-  state_.assign(layout_.total * setup.optimizer->state_per_param(), 0.0F);
+  // Zero-filled; after reconfigure() the old storage goes before the new is allocated.
+  params_ = Tensor();
+  grads_ = Tensor();
+  state_ = Tensor();
+  params_ = Tensor({layout_.total}, tessera::DType::f32, allocator);
+  grads_ = Tensor({layout_.total}, tessera::DType::f32, allocator);
+  state_ =
+      Tensor({layout_.total * setup.optimizer->state_per_param()}, tessera::DType::f32, allocator);
   steps_since_average_ = 0;
 
   // The core's initialisation is a pure function of (seed, parameter, element), so every
@@ -37,8 +44,8 @@ void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
     const auto& flat = layout_.params[index];
     const auto specs = setup.model->layer(flat.layer).parameters();
     const auto& spec = specs.at(layer_params_[flat.layer].size());
-    std::span<float> param(params_.data() + flat.offset, flat.count);
-    std::span<float> grad(grads_.data() + flat.offset, flat.count);
+    const auto param = params_.as<float>().subspan(flat.offset, flat.count);
+    const auto grad = grads_.as<float>().subspan(flat.offset, flat.count);
     tessera::initialize_parameter(spec, setup.seed, index, param);
     layer_params_[flat.layer].push_back(tessera::view_of(param));
     layer_grads_[flat.layer].push_back(tessera::view_of(grad));
@@ -76,10 +83,11 @@ tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, con
 
 tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
                                                 const tessera::StepInfo& info) {
-  TESSERA_CHECK(!params_.empty(), "local_sgd: train_step before setup");
+  TESSERA_CHECK(setup_.world, "local_sgd: train_step before setup");
   tessera::StepStats stats;
   const std::size_t n = tessera::batch_rows(batch.inputs);
-  std::fill(grads_.begin(), grads_.end(), 0.0F);
+  const auto grads = grads_.as<float>();
+  std::ranges::fill(grads, 0.0F);
 
   // A rank whose share of an epoch's last batch is empty still steps (a zero gradient) and
   // still averages, so that every rank issues the same collectives. Each micro-batch's mean
@@ -95,16 +103,16 @@ tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
     stats.correct = correct;
   }
 
-  const double sum_of_squares = tessera::gradient_sum_of_squares(grads_);
+  const double sum_of_squares = tessera::gradient_sum_of_squares(grads);
   stats.grad_norm = tessera::global_norm(sum_of_squares);
   if (setup_.max_grad_norm > 0.0) {
     const float coefficient =
         tessera::clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm));
     if (coefficient < 1.0F) {
-      for (float& g : grads_) g *= coefficient;
+      for (float& g : grads) g *= coefficient;
     }
   }
-  setup_.optimizer->step(params_, grads_, state_, info);
+  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
 
   if (++steps_since_average_ == sync_every_) {
     average(params_);
@@ -113,16 +121,15 @@ tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
   return stats;
 }
 
-void LocalSgdStrategy::average(std::vector<float>& values) {
-  if (setup_.world->size() == 1 || values.empty()) return;
+void LocalSgdStrategy::average(const Tensor& values) {
+  if (setup_.world->size() == 1 || values.count() == 0) return;
   // The transports reduce in a fixed order, so every replica gets the same bits and the
   // replicas are identical again afterwards.
-  setup_.world->all_reduce(tessera::view_of(std::span<float>(values)), tessera::ReduceOp::avg)
-      ->wait(setup_.world->timeout());
+  setup_.world->all_reduce(values.view(), tessera::ReduceOp::avg)->wait(setup_.world->timeout());
 }
 
 tessera::StepStats LocalSgdStrategy::evaluate(const tessera::Batch& batch) {
-  TESSERA_CHECK(!params_.empty(), "local_sgd: evaluate before setup");
+  TESSERA_CHECK(setup_.world, "local_sgd: evaluate before setup");
   tessera::StepStats stats;
   if (tessera::batch_rows(batch.inputs) == 0) return stats;
   Tensor logits = forward(batch.inputs);
@@ -140,12 +147,13 @@ void LocalSgdStrategy::save(tessera::CheckpointWriter& writer) {
   if (setup_.world->rank() != 0) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
   tessera::save_param_index(writer, {"local_sgd", slots, tessera::params_of(layout_)});
-  tessera::save_flat_range(writer, layout_, 0, layout_.total, params_, state_, slots);
+  tessera::save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(),
+                           state_.as<float>(), slots);
 }
 
 void LocalSgdStrategy::load(const tessera::CheckpointReader& reader) {
-  tessera::load_flat_range(reader, layout_, 0, layout_.total, params_, state_,
-                           setup_.optimizer->state_per_param());
+  tessera::load_flat_range(reader, layout_, 0, layout_.total, params_.as<float>(),
+                           state_.as<float>(), setup_.optimizer->state_per_param());
   steps_since_average_ = 0;
 }
 
@@ -165,9 +173,9 @@ tessera::DataParallelPlacement LocalSgdStrategy::data_parallel_placement() const
 
 tessera::MemoryReport LocalSgdStrategy::memory_report() const {
   tessera::MemoryReport report;
-  report.parameter_bytes = params_.size() * sizeof(float);
-  report.gradient_bytes = grads_.size() * sizeof(float);
-  report.optimizer_state_bytes = state_.size() * sizeof(float);
+  report.parameter_bytes = params_.bytes();
+  report.gradient_bytes = grads_.bytes();
+  report.optimizer_state_bytes = state_.bytes();
   return report;
 }
 

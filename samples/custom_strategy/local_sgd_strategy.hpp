@@ -50,14 +50,15 @@ class LocalSgdStrategy final : public tessera::Strategy {
   tessera::Tensor forward(const tessera::Tensor& inputs) const;
   // The layer runner's view of params_ and grads_.
   [[nodiscard]] tessera::LayerHooks hooks() const;
-  void average(std::vector<float>& values);
+  void average(const tessera::Tensor& values);
 
   std::int64_t sync_every_;
   tessera::StrategySetup setup_;
   tessera::FlatLayout layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
-  std::vector<float> state_;
+  // f32, flat, from the setup's allocator (tessera/strategy_kit/device_memory.hpp).
+  tessera::Tensor params_;
+  tessera::Tensor grads_;
+  tessera::Tensor state_;
   // Views of params_ and grads_, one list per layer, in ParamSpec order.
   std::vector<std::vector<tessera::BufferView>> layer_params_;
   std::vector<std::vector<tessera::BufferView>> layer_grads_;

@@ -382,7 +382,8 @@ TrainResult Trainer::train(bool resume) {
                       options_.seed,
                       options_.max_grad_norm,
                       options_.micro_batches,
-                      options_.skip_nonfinite_steps};
+                      options_.skip_nonfinite_steps,
+                      cpu_allocator()};
   {
     const trace::Span span("setup", "run");
     parts_.strategy->setup(setup);

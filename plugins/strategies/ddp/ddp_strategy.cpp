@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 
@@ -31,11 +32,19 @@ void DdpStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "ddp: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "ddp: micro_batches must be at least 1");
+  const auto allocator = strategy_allocator(setup, "ddp");
   setup_ = setup;
   layout_ = FlatLayout::of(*setup.model);
-  params_.assign(layout_.total, 0.0F);
-  grads_.assign(layout_.total, 0.0F);
-  sync_ = std::make_unique<GradientSynchronizer>(setup.world, config_.sync);
+  // After reconfigure(), the old storage goes before the new is allocated (the synchronizer
+  // first: it points into it).
+  sync_.reset();
+  params_ = Tensor();
+  grads_ = Tensor();
+  params_ = Tensor({layout_.total}, DType::f32, allocator);  // zero-filled
+  grads_ = Tensor({layout_.total}, DType::f32, allocator);
+  sync_ = std::make_unique<GradientSynchronizer>(setup.world, config_.sync, allocator);
+  const auto params = params_.as<float>();
+  const auto grads = grads_.as<float>();
 
   // Each element is a pure function of (seed, parameter index, element index): every rank
   // computes the same bits, so no broadcast is needed.
@@ -45,8 +54,8 @@ void DdpStrategy::setup(const StrategySetup& setup) {
     LayerViews views;
     for (const auto& spec : setup.model->layer(l).parameters()) {
       const auto& flat = layout_.params[index];
-      std::span<float> param(params_.data() + flat.offset, flat.count);
-      std::span<float> grad(grads_.data() + flat.offset, flat.count);
+      const auto param = params.subspan(flat.offset, flat.count);
+      const auto grad = grads.subspan(flat.offset, flat.count);
       initialize_parameter(spec, setup.seed, index, param);
       views.params.push_back(view_of(param));
       views.grads.push_back(view_of(grad));
@@ -98,7 +107,7 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   const std::size_t n = batch_rows(batch.inputs);
   const auto world = static_cast<std::size_t>(setup_.world->size());
   const std::size_t global = global_batch_rows(n, world, info, "ddp");
-  if (!grads_zero_) std::fill(grads_.begin(), grads_.end(), 0.0F);
+  if (!grads_zero_) std::ranges::fill(grads_.as<float>(), 0.0F);
   grads_zero_ = false;
 
   // The all-reduce averages over ranks; run_micro_batches weights each micro-batch's mean
@@ -148,11 +157,12 @@ void DdpStrategy::save(CheckpointWriter& writer) {
   if (setup_.world->rank() != 0) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
   save_param_index(writer, {"ddp", slots, params_of(layout_)});
-  save_flat_range(writer, layout_, 0, layout_.total, params_, sync_->optimizer_state(), slots);
+  save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(), sync_->optimizer_state(),
+                  slots);
 }
 
 void DdpStrategy::load(const CheckpointReader& reader) {
-  load_flat_range(reader, layout_, 0, layout_.total, params_,
+  load_flat_range(reader, layout_, 0, layout_.total, params_.as<float>(),
                   sync_->optimizer_state_for(*setup_.optimizer),
                   setup_.optimizer->state_per_param());
 }
@@ -177,8 +187,8 @@ DataParallelPlacement DdpStrategy::data_parallel_placement() const {
 
 MemoryReport DdpStrategy::memory_report() const {
   MemoryReport report;
-  report.parameter_bytes = params_.size() * sizeof(float);
-  report.gradient_bytes = grads_.size() * sizeof(float);
+  report.parameter_bytes = params_.bytes();
+  report.gradient_bytes = grads_.bytes();
   if (sync_) {
     report.optimizer_state_bytes = sync_->optimizer_state_bytes();
     report.buffer_bytes = sync_->buffer_bytes();

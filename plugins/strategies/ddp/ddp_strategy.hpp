@@ -1,7 +1,7 @@
 #pragma once
 // DDP: every rank holds the full parameters, gradients and optimizer state in flat fp32
-// storage and applies the same update, with gradients averaged in buckets that are
-// all-reduced while backward still runs.
+// storage (from StrategySetup::allocator) and applies the same update, with gradients averaged in
+// buckets that are all-reduced while backward still runs.
 
 #include <memory>
 #include <span>
@@ -36,7 +36,7 @@ class DdpStrategy final : public Strategy {
   [[nodiscard]] MemoryReport memory_report() const override;
 
   // The flat parameters (FlatLayout order), for tests and embedders that inspect them.
-  [[nodiscard]] std::span<const float> parameters() const noexcept { return params_; }
+  [[nodiscard]] std::span<const float> parameters() const { return params_.as<float>(); }
   [[nodiscard]] const GradientSynchronizer& synchronizer() const { return *sync_; }
 
  private:
@@ -58,8 +58,8 @@ class DdpStrategy final : public Strategy {
   DdpConfig config_;
   StrategySetup setup_;
   FlatLayout layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  Tensor params_;  // f32, flat, from the setup's allocator
+  Tensor grads_;
   bool grads_zero_ = false;  // the last step left grads_ zeroed, so the next need not
   std::vector<LayerViews> layers_;
   std::unique_ptr<GradientSynchronizer> sync_;

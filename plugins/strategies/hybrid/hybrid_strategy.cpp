@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/init.hpp"
 
@@ -74,6 +75,7 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   reset();
   setup_ = setup;
   const Model& model = *setup.model;
+  const auto allocator = strategy_allocator(setup, "hybrid");
 
   // Everything that can refuse the configuration comes before the first collective, so every
   // rank throws the same ConfigError instead of some waiting on the others.
@@ -116,9 +118,9 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   const auto data_size = static_cast<std::size_t>(mesh_->data_size());
   shard_size_ = config_.zero1 && data_size > 1 ? (local + data_size - 1) / data_size : local;
   const std::size_t padded = config_.zero1 && data_size > 1 ? shard_size_ * data_size : local;
-  params_ = Tensor({padded}, DType::f32);
-  grads_ = Tensor({padded}, DType::f32);
-  state_ = Tensor({shard_size_ * setup.optimizer->state_per_param()}, DType::f32);
+  params_ = Tensor({padded}, DType::f32, allocator);
+  grads_ = Tensor({padded}, DType::f32, allocator);
+  state_ = Tensor({shard_size_ * setup.optimizer->state_per_param()}, DType::f32, allocator);
   const auto values = params_.as<float>();
   const auto grads = grads_.as<float>();
   for (auto& p : params_of_stage_) {

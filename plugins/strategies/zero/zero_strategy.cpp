@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
 #include "tessera/strategy_kit/init.hpp"
@@ -76,6 +77,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero: micro_batches must be at least 1");
+  allocator_ = strategy_allocator(setup, stage_two() ? "zero2" : "zero1");
   setup_ = setup;
   layout_ = FlatLayout::of(*setup.model);
   TESSERA_CHECK(layout_.total > 0, "zero: the model has no parameters to shard");
@@ -83,9 +85,15 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   shards_ = ShardLayout::plan(layout_.total, world, config_.first_bucket_bytes / sizeof(float),
                               config_.bucket_cap_bytes / sizeof(float));
   my_pieces_ = shards_.pieces_of(setup.world->rank());
-  params_.assign(shards_.padded_total(), 0.0F);
-  grads_.assign(stage_two() ? shards_.shard_size() : shards_.padded_total(), 0.0F);
-  state_.assign(state_slots() * shards_.shard_size(), 0.0F);
+  // After reconfigure(), the old storage goes before the new is allocated (zero-filled).
+  params_ = Tensor();
+  grads_ = Tensor();
+  state_ = Tensor();
+  params_ = Tensor({shards_.padded_total()}, DType::f32, allocator_);
+  grads_ =
+      Tensor({stage_two() ? shards_.shard_size() : shards_.padded_total()}, DType::f32, allocator_);
+  state_ = Tensor({state_slots() * shards_.shard_size()}, DType::f32, allocator_);
+  const auto params = params_.as<float>();
   gathers_.assign(shards_.buckets().size(), nullptr);
 
   // Every rank initialises every parameter (it computes with all of them); each element is a
@@ -97,7 +105,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
     LayerSlice slice;
     for (const auto& spec : setup.model->layer(l).parameters()) {
       const auto& flat = layout_.params[index];
-      std::span<float> param(params_.data() + flat.offset, flat.count);
+      const auto param = params.subspan(flat.offset, flat.count);
       initialize_parameter(spec, setup.seed, index, param);
       if (slice.offsets.empty()) slice.begin = flat.offset;
       slice.end = flat.offset + flat.count;
@@ -117,19 +125,23 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
   if (stage_two() && setup.micro_batches == 1) {
     for (std::size_t w = 0; w < config_.staging_windows; ++w) {
-      windows_[w].values.assign(window_capacity, 0.0F);
+      windows_[w].values = Tensor();
+      windows_[w].values = Tensor({window_capacity}, DType::f32, allocator_);
     }
   }
 }
 
 std::span<float> ZeroStrategy::piece_gradient(const ShardPiece& piece) {
-  if (stage_two()) return {grads_.data() + piece.shard_offset, piece.size()};
-  return {grads_.data() + piece.begin, piece.size()};
+  return grads_.as<float>().subspan(stage_two() ? piece.shard_offset : piece.begin, piece.size());
 }
 
 std::span<float> ZeroStrategy::piece_state(const ShardPiece& piece) {
   const std::size_t slots = state_slots();
-  return {state_.data() + slots * piece.shard_offset, slots * piece.size()};
+  return state_.as<float>().subspan(slots * piece.shard_offset, slots * piece.size());
+}
+
+BufferView ZeroStrategy::piece_params(const ShardPiece& piece) const {
+  return params_.view().slice(piece.begin, piece.size());
 }
 
 void ZeroStrategy::wait_gathers_below(std::size_t end) {
@@ -181,14 +193,16 @@ float* ZeroStrategy::prepare_window(const LayerSlice& slice) {
   const std::size_t carry = window_open_ && hi > slice.end ? slice.end : hi;
   if (carry < hi) {
     const auto& above = windows_[previous];
-    std::memmove(window.values.data() + (carry - lo), above.values.data() + (carry - above.begin),
+    std::memmove(window.values.as<float>().data() + (carry - lo),
+                 above.values.as<float>().data() + (carry - above.begin),
                  (hi - carry) * sizeof(float));
   }
-  std::fill_n(window.values.begin(), carry - lo, 0.0F);
+  const auto values = window.values.as<float>();
+  std::fill_n(values.begin(), carry - lo, 0.0F);
   window.begin = lo;
   current_window_ = next;
   window_open_ = true;
-  return window.values.data();
+  return values.data();
 }
 
 std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
@@ -198,8 +212,8 @@ std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
   float* base = nullptr;
   std::size_t base_offset = 0;
   switch (home_) {
-    case GradientHome::full: base = grads_.data(); break;
-    case GradientHome::accumulate: base = accumulate_.data(); break;
+    case GradientHome::full: base = grads_.as<float>().data(); break;
+    case GradientHome::accumulate: base = accumulate_.as<float>().data(); break;
     case GradientHome::windows:
       base = prepare_window(slice);
       base_offset = windows_[current_window_].begin;
@@ -223,8 +237,8 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
     if (!stage_two()) {
       // The average over one rank is the gradient itself.
       if (alone) continue;
-      reductions_.push_back(setup_.world->all_reduce(
-          view_of(std::span<float>(grads_.data() + bucket.begin, count)), ReduceOp::avg));
+      reductions_.push_back(
+          setup_.world->all_reduce(grads_.view().slice(bucket.begin, count), ReduceOp::avg));
       continue;
     }
     const auto piece = piece_gradient(shards_.piece(b, rank));
@@ -232,10 +246,10 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
     std::vector<std::shared_ptr<Work>>* works = &reductions_;
     if (home_ == GradientHome::windows) {
       auto& window = windows_[current_window_];
-      input = window.values.data() + (bucket.begin - window.begin);
+      input = window.values.as<float>().data() + (bucket.begin - window.begin);
       works = &window.reductions;
     } else {
-      input = accumulate_.data() + bucket.begin;
+      input = accumulate_.as<float>().data() + bucket.begin;
     }
     if (alone) {
       std::copy_n(input, count, piece.begin());
@@ -296,8 +310,7 @@ void ZeroStrategy::gather_parameters() {
     const auto& bucket = shards_.buckets()[b];
     const auto piece = shards_.piece(b, rank);
     gathers_[b] = setup_.world->all_gather(
-        view_of(std::span<float>(params_.data() + piece.begin, piece.size())),
-        view_of(std::span<float>(params_.data() + bucket.begin, bucket.end - bucket.begin)));
+        piece_params(piece), params_.view().slice(bucket.begin, bucket.end - bucket.begin));
   }
 }
 
@@ -311,10 +324,10 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
   if (!stage_two()) {
     home_ = GradientHome::full;
-    std::fill(grads_.begin(), grads_.end(), 0.0F);
+    std::ranges::fill(grads_.as<float>(), 0.0F);
   } else if (setup_.micro_batches > 1) {
     home_ = GradientHome::accumulate;
-    accumulate_.assign(shards_.padded_total(), 0.0F);
+    accumulate_ = Tensor({shards_.padded_total()}, DType::f32, allocator_);  // zero-filled
   } else {
     home_ = GradientHome::windows;
     window_open_ = false;
@@ -334,13 +347,16 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
   wait_reductions();
   if (loss_work) loss_work->wait(setup_.world->timeout());
-  if (home_ == GradientHome::accumulate) std::vector<float>().swap(accumulate_);
+  if (home_ == GradientHome::accumulate) accumulate_ = Tensor();
   stats.loss = loss_sum / static_cast<double>(global);
   stats.grad_norm = clip_shard_gradients();
   if (skip_nonfinite_update(setup_, stats)) return stats;  // parameters unchanged everywhere
+  const std::size_t slots = state_slots();
   for (const auto& piece : my_pieces_) {
-    setup_.optimizer->step({params_.data() + piece.begin, piece.size()}, piece_gradient(piece),
-                           piece_state(piece), info);
+    setup_.optimizer->step(
+        piece_params(piece),
+        grads_.view().slice(stage_two() ? piece.shard_offset : piece.begin, piece.size()),
+        state_.view().slice(slots * piece.shard_offset, slots * piece.size()), info);
   }
   gather_parameters();
   return stats;
@@ -379,23 +395,24 @@ DataParallelPlacement ZeroStrategy::data_parallel_placement() const {
 
 std::span<const float> ZeroStrategy::parameters() {
   wait_gathers_below(shards_.padded_total());
-  return params_;
+  return params_.as<float>();
 }
 
 std::vector<float> ZeroStrategy::consolidated_optimizer_state() {
   const std::size_t slots = state_slots();
   const auto world = setup_.world->size();
-  std::vector<float> all(state_.size() * static_cast<std::size_t>(world));
+  const auto state = state_.as<float>();
+  std::vector<float> all(state.size() * static_cast<std::size_t>(world));
   if (world > 1) {
-    setup_.world->all_gather(view_of(std::span<float>(state_)), view_of(std::span<float>(all)))
+    setup_.world->all_gather(state_.view(), view_of(std::span<float>(all)))
         ->wait(setup_.world->timeout());
   } else {
-    all = state_;
+    all.assign(state.begin(), state.end());
   }
   std::vector<float> out(slots * layout_.total, 0.0F);
   for (int r = 0; r < world; ++r) {
     for (const auto& piece : shards_.pieces_of(r)) {
-      const float* shard = all.data() + static_cast<std::size_t>(r) * state_.size();
+      const float* shard = all.data() + static_cast<std::size_t>(r) * state.size();
       const std::size_t end = std::min(piece.end, layout_.total);
       if (end <= piece.begin) continue;
       for (std::size_t s = 0; s < slots; ++s) {
@@ -415,8 +432,8 @@ void ZeroStrategy::save(CheckpointWriter& writer) {
   // arriving, and they are not written here. Padding past the last parameter is not saved.
   for (const auto& piece : my_pieces_) {
     save_flat_range(writer, layout_, piece.begin, piece.end,
-                    std::span<const float>(params_.data() + piece.begin, piece.size()),
-                    piece_state(piece), state_slots());
+                    params_.as<float>().subspan(piece.begin, piece.size()), piece_state(piece),
+                    state_slots());
   }
 }
 
@@ -424,7 +441,7 @@ void ZeroStrategy::load(const CheckpointReader& reader) {
   wait_gathers_below(shards_.padded_total());
   // Every parameter (each rank computes with all of them), and this rank's optimizer state.
   std::vector<FlatRangeTarget> targets;
-  targets.push_back({0, shards_.padded_total(), params_, {}});
+  targets.push_back({0, shards_.padded_total(), params_.as<float>(), {}});
   for (const auto& piece : my_pieces_) {
     targets.push_back({piece.begin, piece.end, {}, piece_state(piece)});
   }
@@ -433,10 +450,10 @@ void ZeroStrategy::load(const CheckpointReader& reader) {
 
 MemoryReport ZeroStrategy::memory_report() const {
   MemoryReport report;
-  report.parameter_bytes = params_.size() * sizeof(float);
-  report.gradient_bytes = grads_.size() * sizeof(float);
-  report.optimizer_state_bytes = state_.size() * sizeof(float);
-  for (const auto& window : windows_) report.buffer_bytes += window.values.size() * sizeof(float);
+  report.parameter_bytes = params_.bytes();
+  report.gradient_bytes = grads_.bytes();
+  report.optimizer_state_bytes = state_.bytes();
+  for (const auto& window : windows_) report.buffer_bytes += window.values.bytes();
   return report;
 }
 

@@ -97,6 +97,7 @@ class ZeroStrategy : public Strategy {
   void wait_gathers_below(std::size_t end);
   [[nodiscard]] std::span<float> piece_gradient(const ShardPiece& piece);
   [[nodiscard]] std::span<float> piece_state(const ShardPiece& piece);
+  [[nodiscard]] BufferView piece_params(const ShardPiece& piece) const;
   [[nodiscard]] std::size_t state_slots() const;
   [[nodiscard]] bool stage_two() const noexcept { return config_.stage == ZeroStage::two; }
 
@@ -106,13 +107,15 @@ class ZeroStrategy : public Strategy {
   ShardLayout shards_;
   std::vector<ShardPiece> my_pieces_;
   std::vector<LayerSlice> layers_;
-  std::vector<float> params_;      // full, padded
-  std::vector<float> grads_;       // stage 1: full, padded; stage 2: this rank's shard
-  std::vector<float> state_;       // shard, piece after piece, slot-major within a piece
-  std::vector<float> accumulate_;  // stage 2 with micro-batches, during a step only
+  // All f32, from the setup's allocator.
+  std::shared_ptr<DeviceAllocator> allocator_;
+  Tensor params_;      // full, padded
+  Tensor grads_;       // stage 1: full, padded; stage 2: this rank's shard
+  Tensor state_;       // shard, piece after piece, slot-major within a piece
+  Tensor accumulate_;  // stage 2 with micro-batches, during a step only
 
   struct Window {
-    std::vector<float> values;
+    Tensor values;
     std::size_t begin = 0;  // canonical offset of values[0]
     std::vector<std::shared_ptr<Work>> reductions;
   };

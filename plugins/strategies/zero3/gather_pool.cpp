@@ -6,7 +6,7 @@ namespace tessera::zero3 {
 
 std::size_t GatherPool::add_slot() {
   Slot slot;
-  slot.storage = Tensor({elements_}, DType::f32);
+  slot.storage = Tensor({elements_}, DType::f32, allocator_);
   slot.held = true;
   slots_.push_back(std::move(slot));
   return slots_.size() - 1;

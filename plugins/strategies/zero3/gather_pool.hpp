@@ -26,7 +26,9 @@ namespace tessera::zero3 {
 // Thread-safety: none; one strategy drives one pool.
 class GatherPool {
  public:
-  explicit GatherPool(std::size_t buffer_elements) : elements_(buffer_elements) {}
+  // Buffers come from `allocator` (the strategy's).
+  GatherPool(std::size_t buffer_elements, std::shared_ptr<DeviceAllocator> allocator)
+      : elements_(buffer_elements), allocator_(std::move(allocator)) {}
 
   // A buffer for the output of a collective about to be issued: preferably one whose last use
   // is still in flight, else an idle one, else a new one. Held until release().
@@ -58,6 +60,7 @@ class GatherPool {
   std::size_t add_slot();
 
   std::size_t elements_;
+  std::shared_ptr<DeviceAllocator> allocator_;
   std::vector<Slot> slots_;
 };
 

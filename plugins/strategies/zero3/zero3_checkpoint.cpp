@@ -32,6 +32,8 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
   const auto shards = shards_of(plan_, world);
   const std::size_t slots = setup_.optimizer->state_per_param();
   if (rank == 0) save_param_index(writer, {"zero3", slots, params_of(layout_)});
+  const auto params = params_.as<float>();
+  const auto all_state = state_.as<float>();
   std::vector<float> state;
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
     const auto& unit = plan_.units[u];
@@ -40,13 +42,12 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
     // Slot-major within the piece, as the format wants, from slot-major over all shards.
     state.resize(length * slots);
     for (std::size_t s = 0; s < slots; ++s) {
-      std::copy_n(
-          state_.begin() + static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset),
-          length, state.begin() + static_cast<std::ptrdiff_t>(s * length));
+      std::copy_n(all_state.begin() +
+                      static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset),
+                  length, state.begin() + static_cast<std::ptrdiff_t>(s * length));
     }
     save_flat_range(writer, layout_, shards[k].begin, shards[k].end,
-                    std::span<const float>(params_).subspan(unit.shard_offset, length), state,
-                    slots);
+                    params.subspan(unit.shard_offset, length), state, slots);
   }
 }
 
@@ -56,6 +57,8 @@ void Zero3Strategy::load(const CheckpointReader& reader) {
   const std::size_t slots = setup_.optimizer->state_per_param();
   // One read of the checkpoint for every unit: each unit's optimizer state lands slot-major in
   // its own buffer first, because state_ is slot-major over the whole shard.
+  const auto params = params_.as<float>();
+  const auto all_state = state_.as<float>();
   std::vector<std::vector<float>> states(plan_.units.size());
   std::vector<FlatRangeTarget> targets;
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
@@ -63,17 +66,16 @@ void Zero3Strategy::load(const CheckpointReader& reader) {
     const std::size_t begin = unit.flat_begin + unit.owned_begin(rank);
     const std::size_t end = unit.flat_begin + unit.owned_end(rank);
     states[u].assign((end - begin) * slots, 0.0F);
-    targets.push_back(
-        {begin, end, std::span<float>(params_).subspan(unit.shard_offset, end - begin), states[u]});
+    targets.push_back({begin, end, params.subspan(unit.shard_offset, end - begin), states[u]});
   }
   load_flat_ranges(reader, layout_, targets, slots);
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
     const auto& unit = plan_.units[u];
     const std::size_t length = targets[u].end - targets[u].begin;
     for (std::size_t s = 0; s < slots; ++s) {
-      std::copy_n(
-          states[u].begin() + static_cast<std::ptrdiff_t>(s * length), length,
-          state_.begin() + static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset));
+      std::copy_n(states[u].begin() + static_cast<std::ptrdiff_t>(s * length), length,
+                  all_state.begin() +
+                      static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/init.hpp"
 
@@ -78,6 +79,7 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero3: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero3: micro_batches must be at least 1");
+  allocator_ = strategy_allocator(setup, "zero3");
   setup_ = setup;
   const auto& model = *setup.model;
   const int rank = setup.world->rank();
@@ -93,9 +95,14 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
       specs_.push_back(std::move(spec));
     }
   }
-  params_.assign(plan_.shard_total, 0.0F);
-  grads_.assign(plan_.shard_total, 0.0F);
-  state_.assign(plan_.shard_total * setup.optimizer->state_per_param(), 0.0F);
+  // After reconfigure(), the old storage goes before the new is allocated (zero-filled).
+  params_ = Tensor();
+  grads_ = Tensor();
+  state_ = Tensor();
+  params_ = Tensor({plan_.shard_total}, DType::f32, allocator_);
+  grads_ = Tensor({plan_.shard_total}, DType::f32, allocator_);
+  state_ = Tensor({plan_.shard_total * setup.optimizer->state_per_param()}, DType::f32, allocator_);
+  const auto params = params_.as<float>();
 
   // Each element is a pure function of (seed, parameter index, element index), so a rank
   // initialises exactly its shard and the gathered units equal ddp's parameters bit for bit.
@@ -107,12 +114,12 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
       const std::size_t lo = std::max(own_begin, flat.offset);
       const std::size_t hi = std::min(own_end, flat.offset + flat.count);
       if (lo >= hi) continue;
-      std::span<float> out(params_.data() + unit.shard_offset + (lo - own_begin), hi - lo);
+      const auto out = params.subspan(unit.shard_offset + (lo - own_begin), hi - lo);
       initialize_parameter(specs_[index], setup.seed, index, out, lo - flat.offset);
     }
   }
   if (pool_) pool_->quiesce(setup.world->timeout());
-  pool_ = std::make_unique<GatherPool>(plan_.largest_gathered);
+  pool_ = std::make_unique<GatherPool>(plan_.largest_gathered, allocator_);
   norm_ = std::make_unique<ShardedGradNorm>(plan_, rank, world);
   gathered_.assign(plan_.units.size(), {});
 }
@@ -124,9 +131,9 @@ void Zero3Strategy::request_gather(std::size_t unit) {
   const auto world = static_cast<std::size_t>(setup_.world->size());
   g.buffer = pool_->acquire_for_collective();
   g.held = true;
-  const BufferView shard{params_.data() + u.shard_offset, u.shard_elements, DType::f32,
-                         Device::cpu()};
-  const BufferView full{pool_->data(g.buffer), world * u.shard_elements, DType::f32, Device::cpu()};
+  const BufferView shard = params_.view().slice(u.shard_offset, u.shard_elements);
+  const BufferView full{pool_->data(g.buffer), world * u.shard_elements, DType::f32,
+                        allocator_->device()};
   g.work = setup_.world->all_gather(shard, full);
 }
 
@@ -168,7 +175,8 @@ std::vector<BufferView> Zero3Strategy::views(std::size_t layer, const Unit& unit
   std::vector<BufferView> out;
   for (const std::size_t index : layer_params_[layer]) {
     const auto& flat = layout_.params[index];
-    out.push_back({base + (flat.offset - unit.flat_begin), flat.count, DType::f32, Device::cpu()});
+    out.push_back(
+        {base + (flat.offset - unit.flat_begin), flat.count, DType::f32, allocator_->device()});
   }
   return out;
 }
@@ -218,7 +226,7 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
       if (accumulate) {
         if (accumulated_.empty()) {
           for (const auto& each : plan_.units)
-            accumulated_.emplace_back(Shape{world * each.shard_elements}, DType::f32);
+            accumulated_.emplace_back(Shape{world * each.shard_elements}, DType::f32, allocator_);
         }
         gradient.base = accumulated_[u].as<float>().data();
       } else {
@@ -237,8 +245,8 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
     std::shared_ptr<Work> scatter;
     if (last) {
       scatter = setup_.world->reduce_scatter(
-          {gradient.base, world * unit.shard_elements, DType::f32, Device::cpu()},
-          {grads_.data() + unit.shard_offset, unit.shard_elements, DType::f32, Device::cpu()},
+          {gradient.base, world * unit.shard_elements, DType::f32, allocator_->device()},
+          grads_.view().slice(unit.shard_offset, unit.shard_elements),
           ReduceOp::avg);  // as ddp's all-reduce: rank-order sum, then / world
       scatters_.push_back(scatter);
     }
@@ -289,12 +297,12 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   accumulated_.clear();
   stats.loss = loss_sum / static_cast<double>(global);
 
-  const double sum_of_squares = norm_->sum_of_squares(grads_, *setup_.world, timeout);
-  scale_gradients(grads_,
+  const double sum_of_squares = norm_->sum_of_squares(grads_.as<float>(), *setup_.world, timeout);
+  scale_gradients(grads_.as<float>(),
                   clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm)));
   stats.grad_norm = global_norm(sum_of_squares);
   if (skip_nonfinite_update(setup_, stats)) return stats;
-  setup_.optimizer->step(params_, grads_, state_, info);
+  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
   return stats;
 }
 
@@ -316,9 +324,9 @@ StepStats Zero3Strategy::evaluate(const Batch& batch) {
 
 MemoryReport Zero3Strategy::memory_report() const {
   MemoryReport report;
-  report.parameter_bytes = params_.size() * sizeof(float);
-  report.gradient_bytes = grads_.size() * sizeof(float);
-  report.optimizer_state_bytes = state_.size() * sizeof(float);
+  report.parameter_bytes = params_.bytes();
+  report.gradient_bytes = grads_.bytes();
+  report.optimizer_state_bytes = state_.bytes();
   if (pool_) report.buffer_bytes = pool_->bytes();
   if (norm_) report.buffer_bytes += norm_->buffer_bytes();
   return report;

@@ -50,7 +50,7 @@ class Zero3Strategy final : public Strategy {
   // Collective: the full flat parameters (FlatLayout order), gathered unit by unit, for tests
   // and exports. Allocates the whole model; not for the training loop.
   [[nodiscard]] std::vector<float> gather_parameters();
-  [[nodiscard]] std::span<const float> parameter_shards() const noexcept { return params_; }
+  [[nodiscard]] std::span<const float> parameter_shards() const { return params_.as<float>(); }
   [[nodiscard]] const UnitPlan& plan() const noexcept { return plan_; }
   [[nodiscard]] std::size_t pool_buffers() const noexcept {
     return pool_ ? pool_->buffer_count() : 0;
@@ -96,9 +96,11 @@ class Zero3Strategy final : public Strategy {
   UnitPlan plan_;
   std::vector<ParamSpec> specs_;                        // FlatLayout order
   std::vector<std::vector<std::size_t>> layer_params_;  // per layer: FlatLayout indices
-  std::vector<float> params_;                           // this rank's shards, UnitPlan layout
-  std::vector<float> grads_;
-  std::vector<float> state_;  // slot-major over params_
+  // f32, from the setup's allocator, as are the pool's buffers and accumulated_.
+  std::shared_ptr<DeviceAllocator> allocator_;
+  Tensor params_;  // this rank's shards, UnitPlan layout
+  Tensor grads_;
+  Tensor state_;  // slot-major over params_
   std::unique_ptr<GatherPool> pool_;
   std::unique_ptr<ShardedGradNorm> norm_;
   std::vector<Gathered> gathered_;               // per unit

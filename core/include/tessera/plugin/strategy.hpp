@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/base/device_allocator.hpp"
 #include "tessera/plugin/checkpoint_io.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/dataset.hpp"
@@ -33,6 +34,13 @@ struct StrategySetup {
   // skips that step's parameter and optimizer-state update and sets StepStats::skipped. The
   // loss and the norm are the same on every rank, so every rank takes the same decision.
   bool skip_nonfinite_steps = false;
+  // Where the strategy takes every byte of its parameters, gradients and optimizer state (and
+  // of the buffers its collectives fill with them); null means the host's, cpu_allocator().
+  // The strategy holds it from setup() on. setup() throws InvalidArgument, naming the device
+  // and what to do, for an allocator whose device `world` cannot move
+  // (Communicator::moves; tessera/strategy_kit/device_memory.hpp checks it). The trainer
+  // passes cpu_allocator().
+  std::shared_ptr<DeviceAllocator> allocator = nullptr;
 };
 
 // train_step: loss is the mean over the global batch (sum_loss_over_ranks in

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/base/device_allocator.hpp"
+#include "tessera/base/tensor.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/optimizer.hpp"
 
@@ -51,12 +53,16 @@ struct GradientBucket {
 //
 // Memory: gradient and parameter buffers belong to the caller and must stay valid and
 // unmoved while the synchronizer lives. Gradients adjacent in memory (the ddp strategy's flat
-// storage) are reduced in place; others go through a staging buffer the synchronizer owns.
+// storage) are reduced in place; others go through a staging buffer the synchronizer owns, in
+// host memory. The optimizer state comes from the allocator given at construction.
 //
 // Thread-safety: none; drive one synchronizer from one thread.
 class GradientSynchronizer {
  public:
-  GradientSynchronizer(std::shared_ptr<Communicator> group, GradientSyncOptions options);
+  // `allocator` holds the optimizer state (null: cpu_allocator()); step() computes on the host,
+  // so it must hand out host-accessible memory.
+  GradientSynchronizer(std::shared_ptr<Communicator> group, GradientSyncOptions options,
+                       std::shared_ptr<DeviceAllocator> allocator = nullptr);
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
@@ -99,7 +105,7 @@ class GradientSynchronizer {
 
   // The optimizer state, run by run (each run slot-major over its elements); empty before the
   // first step() unless allocated through optimizer_state_for().
-  [[nodiscard]] std::span<float> optimizer_state() noexcept { return state_; }
+  [[nodiscard]] std::span<float> optimizer_state() const { return state_.as<float>(); }
   // Allocates (zeroed) state for `optimizer` now, so a checkpoint can be loaded into it.
   std::span<float> optimizer_state_for(const Optimizer& optimizer);
 
@@ -108,9 +114,7 @@ class GradientSynchronizer {
   [[nodiscard]] std::size_t element_count() const noexcept { return elements_; }
   // Staging and compression buffers, in bytes.
   [[nodiscard]] std::size_t buffer_bytes() const noexcept;
-  [[nodiscard]] std::size_t optimizer_state_bytes() const noexcept {
-    return state_.size() * sizeof(float);
-  }
+  [[nodiscard]] std::size_t optimizer_state_bytes() const noexcept { return state_.bytes(); }
 
  private:
   struct Entry {
@@ -138,7 +142,8 @@ class GradientSynchronizer {
   std::size_t next_to_issue_ = 0;
   std::size_t elements_ = 0;
   bool finalized_ = false;
-  std::vector<float> state_;
+  std::shared_ptr<DeviceAllocator> allocator_;
+  Tensor state_;  // f32, from allocator_
   std::size_t state_per_param_ = 0;
 };
 

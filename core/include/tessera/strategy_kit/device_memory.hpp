@@ -1,0 +1,21 @@
+#pragma once
+// Where a strategy's parameters, gradients and optimizer state live: the allocator of
+// StrategySetup, checked once at setup() against what the communicator and the optimizer can
+// reach, so that a misplaced buffer is refused by name before any memory is taken.
+
+#include <memory>
+#include <string_view>
+
+#include "tessera/base/device_allocator.hpp"
+#include "tessera/plugin/strategy.hpp"
+
+namespace tessera {
+
+// setup.allocator, or cpu_allocator() when it is null. Throws InvalidArgument, naming
+// `strategy` and the device, when setup.world cannot move buffers on the allocator's device
+// (Communicator::moves) or setup.optimizer cannot update them there (Optimizer::runs_on).
+// setup.world and setup.optimizer must be set.
+[[nodiscard]] std::shared_ptr<DeviceAllocator> strategy_allocator(const StrategySetup& setup,
+                                                                  std::string_view strategy);
+
+}  // namespace tessera
