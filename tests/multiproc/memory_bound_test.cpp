@@ -92,6 +92,10 @@ class MemoryBound : public ::testing::Test {
 };
 
 TEST_F(MemoryBound, ZeroOneTwoAndThreePeakRssStaysWithinTheirShardedState) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "peak RSS says nothing of the strategies under AddressSanitizer (shadow memory "
+                  "and the freed-memory quarantine grow it); the ci preset checks the bounds";
+#endif
   const double base = peak_rss_mib("ddp", {784, 16, 10});
   const double p = static_cast<double>(parameter_bytes(kLayers)) / kMiB;
   const double unit = static_cast<double>(largest_layer_bytes(kLayers)) / kMiB;

@@ -213,7 +213,7 @@ std::vector<float> flat_of(const CheckpointReader& reader, const std::string& ki
     index >> id >> begin >> end;
     const auto bytes = reader.get("flat/" + kind + "/" + std::to_string(k));
     std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());  // an empty shard
     const std::size_t length = end - begin;
     for (std::size_t j = begin; j < std::min(end, total); ++j) {
       flat[j] = values[(kind == "params" ? 0 : slot * length) + j - begin];
