@@ -135,24 +135,28 @@ TEST_F(HybridOverShm, AWorldTheMeshDoesNotDivideIsRefusedBeforeAnyRankStarts) {
   EXPECT_NE(out.find("pipeline_parallel = 2 need a world size that is a multiple of 2"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("[runtime] world_size = 3 (flag -n)"), std::string::npos) << out;
+  EXPECT_NE(out.find("[runtime] world_size = 3 (flag --runtime.world_size)"), std::string::npos)
+      << out;
   EXPECT_EQ(out.find("[rank "), std::string::npos) << "a rank was started:\n" << out;
 }
 
 TEST_F(HybridOverShm, ConfigCheckCountsStepsOverTheDataParallelReplicasOnly) {
   // 640 samples, batch 16: tp2 x pp2 of 4 ranks is one replica, 40 steps (not 10).
-  const std::string command = std::string(TESSERA_CLI_PATH) +
-                              " config check --runtime.transport=shm --train.dataset=synthetic"
+  const auto config = dir_ / "run.ini";
+  std::ofstream(config) << "[train]\nstrategy = hybrid\n";
+  const std::string command = std::string(TESSERA_CLI_PATH) + " config check " + config.string() +
+                              " --runtime.transport=shm --train.dataset=synthetic"
                               " --dataset.synthetic.samples=640 --model.mlp.layers=16,32,24,32,8"
                               " --dataset.synthetic.features=16 --dataset.synthetic.classes=8"
                               " --train.batch_size=16 --train.epochs=1 --runtime.world_size=4"
-                              " --train.strategy=hybrid --strategy.hybrid.tensor_parallel=2"
+                              " --strategy.hybrid.tensor_parallel=2"
                               " --strategy.hybrid.pipeline_parallel=2 > " +
                               (dir_ / "out.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << output();
-  EXPECT_NE(output().find("4 rank(s) as 1 data-parallel replica(s), 640 training samples, 40 steps "
-                          "per epoch"),
-            std::string::npos)
+  EXPECT_NE(
+      output().find("4 rank(s), as 1 data-parallel replica(s), 640 training samples, 40 steps "
+                    "per epoch"),
+      std::string::npos)
       << output();
 }
 
