@@ -8,7 +8,10 @@
 #
 # Rows, each run --repeats times in turn (interleaved, so every row sees the same machine load):
 #   ddp n=2            2 ranks x batch/2 (the reference of every n=2 row)
-#   pp2 1f1b / gpipe   pipeline_parallel = 2, micro_batches = 8, 2 ranks x batch (dp = 1)
+#   pp2 1f1b / gpipe   pipeline_parallel = 2, micro_batches = 8, 2 ranks x batch (dp = 1);
+#                      the uniform partition gives stage 0 four Linears (3.9 M parameters) and
+#                      stage 1 three (2.1 M), so stage 1 waits for stage 0 beyond the theory:
+#   pp2 1f1b balanced  the same with partition = balanced (stages of near-equal estimated cost)
 #   tp2                tensor_parallel = 2, 2 ranks x batch (dp = 1)
 #   ddp n=4, tp2.pp2   4 ranks on this machine's cores: on 2 cores they oversubscribe (two
 #                      runnable ranks per core), so these rows measure time-sharing as much as
@@ -87,6 +90,8 @@ for ((rep = 1; rep <= repeats; ++rep)); do
   run ddp2 2 $((batch / 2)) --train.strategy=ddp
   run pp2_1f1b 2 "$batch" "${pp2[@]}" --strategy.hybrid.schedule=1f1b
   run pp2_gpipe 2 "$batch" "${pp2[@]}" --strategy.hybrid.schedule=gpipe
+  run pp2_balanced 2 "$batch" "${pp2[@]}" --strategy.hybrid.schedule=1f1b \
+    --strategy.hybrid.partition=balanced
   run tp2 2 "$batch" --train.strategy=hybrid --strategy.hybrid.tensor_parallel=2
   run ddp4 4 $((batch / 4)) --train.strategy=ddp
   run tp2pp2 4 "$batch" "${pp2[@]}" --strategy.hybrid.tensor_parallel=2
@@ -121,6 +126,7 @@ print(f"|{'-' * 44}|{'-' * 11}|{'-' * 19}|{'-' * 8}|{'-' * 10}|{'-' * 10}|{'-' *
 names = [("ddp2", "ddp, 2 ranks", "ddp2"),
          ("pp2_1f1b", "hybrid pp2 m8 1f1b, 2 ranks", "ddp2"),
          ("pp2_gpipe", "hybrid pp2 m8 gpipe, 2 ranks", "ddp2"),
+         ("pp2_balanced", "hybrid pp2 m8 1f1b balanced, 2 ranks", "ddp2"),
          ("tp2", "hybrid tp2, 2 ranks", "ddp2"),
          ("ddp4", "ddp, 4 ranks (oversubscribed)", "ddp4"),
          ("tp2pp2", "hybrid tp2.pp2 m8 1f1b, 4 ranks (oversub.)", "ddp4")]

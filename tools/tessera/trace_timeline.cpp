@@ -234,7 +234,7 @@ std::string render_timeline(const std::vector<std::filesystem::path>& inputs,
   out += window + ": " + format_ms(total_ms, total_ms) + " ms, " + scale + " ms per column\n";
   out +=
       "Fk forward of micro-batch k (runs on as -), Bk its backward (=), U optimizer step, "
-      ". waiting for communication, blank idle\n";
+      ". waiting for communication, blank anything else (the loss, a send) or idle\n";
   std::string ticks(label_width, ' ');
   std::string marks(label_width, ' ');
   ticks.replace(0, 9, "time (ms)");
