@@ -66,7 +66,7 @@ int run_timeline(const std::vector<std::string>& args) {
   std::vector<std::filesystem::path> inputs;
   for (std::size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--width") {
-      options.width = static_cast<int>(std::min(number_after(args, i, 10), 10000LL));
+      options.width = static_cast<int>(std::min(number_after(args, i, 10), 1000000LL));
     } else if (args[i] == "--step") {
       options.step = number_after(args, i, 1);
     } else if (args[i].starts_with("-")) {

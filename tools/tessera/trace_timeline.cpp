@@ -115,13 +115,18 @@ std::map<long long, RankEvents> load(const std::vector<std::filesystem::path>& i
   return ranks;
 }
 
-// The interval of `sorted` (by begin, not overlapping) that covers `t`, or null.
+// An interval of `sorted` (by begin) that covers `t`, or null. Spans of one thread nest, so the
+// one covering `t` may have begun before a few shorter ones that ended before `t`: look back
+// past up to 16 of those (a wait inside an optimizer step), enough for the nesting tessera
+// records.
 const Interval* covering(const std::vector<Interval>& sorted, double t) {
-  auto after = std::upper_bound(sorted.begin(), sorted.end(), t,
-                                [](double time, const Interval& i) { return time < i.begin; });
-  if (after == sorted.begin()) return nullptr;
-  const Interval& candidate = *std::prev(after);
-  return t < candidate.end ? &candidate : nullptr;
+  auto at = std::upper_bound(sorted.begin(), sorted.end(), t,
+                             [](double time, const Interval& i) { return time < i.begin; });
+  for (int looked = 0; at != sorted.begin() && looked < 16; ++looked) {
+    --at;
+    if (t < at->end) return &*at;
+  }
+  return nullptr;
 }
 
 void sort_by_begin(std::vector<Interval>& intervals) {
@@ -181,6 +186,9 @@ std::string render_timeline(const std::vector<std::filesystem::path>& inputs,
         "trace timeline: the traces hold no train_step: trace the steps to draw with "
         "`tessera train --trace FILE --trace-steps FIRST:LAST`");
   }
+  if (!(begin < end) && !options.step) {
+    throw Error("trace timeline: the traced train steps last no time: nothing to draw");
+  }
   if (!(begin < end)) {
     std::string steps;
     for (const auto s : recorded) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
@@ -188,14 +196,27 @@ std::string render_timeline(const std::vector<std::filesystem::path>& inputs,
                 " is not in the traces; they hold step(s) " + steps);
   }
 
-  // One row per (rank, stage) that ran a layer pass in the window.
+  // One row per (rank, stage) that ran a layer pass in the chosen steps. Each rank's events are
+  // taken from its own train_step spans, not from the window: the ranks' clocks differ by the
+  // skew of the starting barrier, and on a loaded host a rank's previous step can reach into
+  // another's window.
   std::map<RowKey, std::vector<Interval>> rows;
   for (auto& [pid, rank] : ranks) {
+    std::vector<Interval> own_steps;
+    for (const auto& [step, span] : rank.steps) {
+      if (!options.step || *options.step == step) own_steps.push_back(span);
+    }
+    const auto in_own_step = [&](const Interval& event) {
+      return std::any_of(own_steps.begin(), own_steps.end(), [&](const Interval& step) {
+        return event.begin >= step.begin && event.begin < step.end;
+      });
+    };
+    std::erase_if(rank.others, [&](const Interval& other) { return !in_own_step(other); });
     sort_by_begin(rank.micro_batches);
     sort_by_begin(rank.others);
     for (std::size_t i = 0; i < rank.layer_passes.size(); ++i) {
       Interval pass = rank.layer_passes[i];
-      if (pass.end <= begin || pass.begin >= end) continue;
+      if (!in_own_step(pass)) continue;
       if (pass.micro_batch < 0) {
         if (const auto* outer = covering(rank.micro_batches, pass.begin)) {
           pass.micro_batch = outer->micro_batch;
@@ -221,7 +242,7 @@ std::string render_timeline(const std::vector<std::filesystem::path>& inputs,
     label_width = std::max(label_width, label.size());
     labels.push_back(std::move(label));
   }
-  label_width += 2;
+  label_width = std::max<std::size_t>(label_width + 2, 11);  // room for "time (ms)"
 
   std::string out;
   const std::string window =
