@@ -22,7 +22,7 @@
 #               flight (1f1b: pp - stage, gpipe: m): the stage's input and every layer's output
 #               at full width (an upper bound: column-parallel outputs are 1/tp)
 #   bound_MiB   1.10 x arith_MiB + 64 MiB, checked against peak RSS
-# The hybrid rows take about 3 GiB of RAM (4 ranks) and 5 GiB (8 ranks); on 2 cores the 8
+# The hybrid rows take about 3.6 GiB of RAM (4 ranks) and 5.4 GiB (8 ranks); on 2 cores the 8
 # ranks oversubscribe (time only, memory is per rank).
 #   tools/bench/memory_strategies.sh [TESSERA_BINARY] [STEPS] [BATCH] [ROWS]
 # (defaults build/release/bin/tessera, 4 steps, batch 16, ROWS all; ROWS = zero runs only the
