@@ -46,7 +46,7 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_bench},
     {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint, or inspect one",
      &tessera::cli::run_checkpoint},
-    {"trace", "merge the per-rank traces of `train --trace` into one file",
+    {"trace", "merge the per-rank traces of `train --trace`, or draw them as a text timeline",
      &tessera::cli::run_trace},
 };
 
