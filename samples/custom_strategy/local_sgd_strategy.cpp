@@ -67,18 +67,7 @@ Tensor LocalSgdStrategy::forward(const Tensor& inputs) const {
 
 tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                                        float weight) {
-  const auto& model = *setup_.model;
-  const auto layers = tessera::model_layers(model);
-  tessera::PassTotals totals;
-  tessera::run_layers({layers, 0, layers.size()}, inputs, hooks(), [&](Tensor logits) {
-    auto result = model.loss(logits, targets);
-    totals = {result.loss * static_cast<double>(tessera::batch_rows(inputs)), result.correct};
-    if (weight != 1.0F) {
-      for (float& g : result.grad_logits.as<float>()) g *= weight;
-    }
-    return std::move(result.grad_logits);
-  });
-  return totals;
+  return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight);
 }
 
 tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,

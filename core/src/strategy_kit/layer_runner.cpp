@@ -3,6 +3,8 @@
 #include <string>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
+#include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/trace.hpp"
 
@@ -103,6 +105,19 @@ Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks
     grad_output = head(std::move(output));
   }
   return backward_layers(range, std::move(grad_output), hooks, contexts);
+}
+
+PassTotals run_model_pass(const Model& model, const Tensor& inputs, const Tensor& targets,
+                          const LayerHooks& hooks, float gradient_weight) {
+  const auto layers = model_layers(model);
+  PassTotals totals;
+  run_layers({layers, 0, layers.size()}, inputs, hooks, [&](Tensor logits) {
+    auto result = model.loss(logits, targets);
+    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
+    scale_gradients(result.grad_logits.as<float>(), gradient_weight);
+    return std::move(result.grad_logits);
+  });
+  return totals;
 }
 
 }  // namespace tessera

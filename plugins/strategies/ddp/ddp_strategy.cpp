@@ -19,10 +19,6 @@ DdpConfig config_from(const Options& options) {
   return config;
 }
 
-void scale(Tensor& tensor, float factor) {
-  for (float& x : tensor.as<float>()) x *= factor;
-}
-
 }  // namespace
 
 DdpStrategy::DdpStrategy(const DdpConfig& config) : config_(config) {}
@@ -90,16 +86,7 @@ Tensor DdpStrategy::forward(const Tensor& inputs) const {
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                          float gradient_weight, bool last) {
-  const auto& model = *setup_.model;
-  const auto layers = model_layers(model);
-  PassTotals totals;
-  run_layers({layers, 0, layers.size()}, inputs, hooks(last), [&](Tensor logits) {
-    auto result = model.loss(logits, targets);
-    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
-    if (gradient_weight != 1.0F) scale(result.grad_logits, gradient_weight);
-    return std::move(result.grad_logits);
-  });
-  return totals;
+  return run_model_pass(*setup_.model, inputs, targets, hooks(last), gradient_weight);
 }
 
 StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {

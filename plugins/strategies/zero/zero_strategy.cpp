@@ -26,10 +26,6 @@ ZeroConfig config_from(const Options& options, ZeroStage stage) {
   return config;
 }
 
-void scale(Tensor& tensor, float factor) {
-  for (float& x : tensor.as<float>()) x *= factor;
-}
-
 void wait_all(std::vector<std::shared_ptr<Work>>& works, Duration timeout) {
   for (auto& work : works) {
     if (work) work->wait(timeout);
@@ -262,17 +258,10 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
 
 PassTotals ZeroStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                           float gradient_weight, bool last) {
-  const auto& model = *setup_.model;
-  const auto layers = model_layers(model);
-  PassTotals totals;
   // An empty share of the last batch still walks the layers: it takes part in every bucket's
   // reduction with zero gradients.
-  run_layers({layers, 0, layers.size()}, inputs, hooks(last), [&](Tensor logits) {
-    auto result = model.loss(logits, targets);
-    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
-    if (gradient_weight != 1.0F) scale(result.grad_logits, gradient_weight);
-    return std::move(result.grad_logits);
-  });
+  const PassTotals totals =
+      run_model_pass(*setup_.model, inputs, targets, hooks(last), gradient_weight);
   if (last) issue_buckets_down_to(0);
   return totals;
 }

@@ -257,19 +257,10 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
 
 PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                            float gradient_weight, bool last) {
-  const auto layers = model_layers(*setup_.model);
   UnitGradient gradient;
-  PassTotals totals;
   // An empty batch computes nothing but still issues every gather and reduce-scatter.
-  run_layers({layers, 0, layers.size()}, inputs, hooks(true, last, gradient), [&](Tensor logits) {
-    auto result = setup_.model->loss(logits, targets);
-    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
-    if (gradient_weight != 1.0F) {
-      for (float& x : result.grad_logits.as<float>()) x *= gradient_weight;
-    }
-    return std::move(result.grad_logits);
-  });
-  return totals;
+  return run_model_pass(*setup_.model, inputs, targets, hooks(true, last, gradient),
+                        gradient_weight);
 }
 
 StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/plugin/model.hpp"
+#include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/tensor_parallel.hpp"
 
 namespace tessera {
@@ -95,5 +96,13 @@ Tensor backward_layers(const LayerRange& range, Tensor grad_output, const LayerH
 // head is not called for an empty micro-batch. Returns the gradient of the range's input.
 Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
                   const std::function<Tensor(Tensor output)>& head);
+
+// One micro-batch through the whole model, the step of every data-parallel strategy: run_layers
+// over all of `model`'s layers with the model's loss on `targets` as head, its gradient scaled by
+// `gradient_weight` (run_micro_batches' weight). Returns the loss summed over the rows and the
+// correct count. An empty batch computes nothing but still calls every hook.
+[[nodiscard]] PassTotals run_model_pass(const Model& model, const Tensor& inputs,
+                                        const Tensor& targets, const LayerHooks& hooks,
+                                        float gradient_weight);
 
 }  // namespace tessera
