@@ -132,6 +132,21 @@ std::string param_name_of_v1(const FlatParam& p) {
   return dot == std::string::npos ? rest : rest.substr(dot + 1);
 }
 
+// Elements [lo, hi) of the flat layout, all inside parameter `p`, as a slice of that
+// parameter: the whole of dimension 0 and the elements' range within the parameter.
+StateSlice flat_parameter_slice(const FlatParam& p, std::size_t lo, std::size_t hi) {
+  return {p.layer,
+          p.param,
+          p.shape,
+          StateKind::parameter,
+          0,
+          0,
+          0,
+          p.shape.empty() ? 1 : p.shape[0],
+          lo - p.offset,
+          hi - p.offset};
+}
+
 }  // namespace
 
 // One slice the reader knows: its description, and where its values are (a format-2 slice
@@ -191,16 +206,7 @@ void save_flat_range(CheckpointWriter& writer, const FlatLayout& layout, std::si
     const std::size_t lo = std::max(begin, p.offset);
     const std::size_t hi = std::min(end, p.offset + p.count);
     if (lo >= hi) continue;
-    StateSlice slice{p.layer,
-                     p.param,
-                     p.shape,
-                     StateKind::parameter,
-                     0,
-                     0,
-                     0,
-                     p.shape.empty() ? 1 : p.shape[0],
-                     lo - p.offset,
-                     hi - p.offset};
+    StateSlice slice = flat_parameter_slice(p, lo, hi);
     writer.put_slice(slice, params.subspan(lo - begin, hi - lo));
     slice.kind = StateKind::optimizer_state;
     for (std::size_t s = 0; s < state_per_param; ++s) {
@@ -297,16 +303,7 @@ SliceReader::SliceReader(const CheckpointReader& reader, const FlatLayout* model
       const std::size_t hi = std::min(shard.end, p.offset + p.count);
       if (lo >= hi) continue;
       Entry entry;
-      entry.slice = {p.layer,
-                     p.param,
-                     p.shape,
-                     StateKind::parameter,
-                     0,
-                     0,
-                     0,
-                     p.shape.empty() ? 1 : p.shape[0],
-                     lo - p.offset,
-                     hi - p.offset};
+      entry.slice = flat_parameter_slice(p, lo, hi);
       entry.param = i;
       entry.flat_blob = "flat/params/" + std::to_string(k);
       entry.flat_floats = length;
