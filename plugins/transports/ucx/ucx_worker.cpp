@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "tessera/base/error.hpp"
@@ -29,9 +30,19 @@ void set_unless_in_environment(ucp_config_t* config, const char* name, const cha
   }
 }
 
+// UCX does not promise that ucp_config_read, ucp_init and ucp_cleanup may run on several
+// threads at once: they read and extend its process-wide configuration tables (ThreadSanitizer
+// sees two ranks' ucp_init race there). Ranks that are threads of one process (tests, a
+// launcher's threads) create their contexts at the same moment, so they take turns here.
+std::mutex& context_lifecycle_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 }  // namespace
 
 UcxContext::UcxContext(std::size_t tcp_segment_bytes) {
+  std::lock_guard lock(context_lifecycle_mutex());
   ucp_config_t* config = nullptr;
   // nullptr prefix and file: UCX reads UCX_TLS, UCX_NET_DEVICES, ... from the environment.
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -61,6 +72,7 @@ UcxContext::UcxContext(std::size_t tcp_segment_bytes) {
 }
 
 UcxContext::~UcxContext() {
+  std::lock_guard lock(context_lifecycle_mutex());
   ucp_cleanup(context_);
 }
 
