@@ -258,6 +258,36 @@ TEST(HybridScheduleSimulation, AScheduleWhoseStagesWaitOnEachOtherIsCaught) {
   EXPECT_FALSE(runs_to_completion(crossed));
 }
 
+TEST(HybridSchedule, RecomputeSavesMemoryOnlyWhereOtherComputeWaitsBeforeTheBackward) {
+  const std::vector<bool> every(8, true);
+  const std::vector<bool> none(8, false);
+  // 1F1B: stage 0 of 2 runs F0 F1 B0 F2 B1 ... F7 B6 B7: each forward is followed by other work.
+  EXPECT_EQ(
+      waits_between_forward_and_backward(stage_actions(ScheduleKind::one_f_one_b, 0, 2, 8), 8),
+      every);
+  // The last stage runs F k, B k for every k.
+  EXPECT_EQ(
+      waits_between_forward_and_backward(stage_actions(ScheduleKind::one_f_one_b, 1, 2, 8), 8),
+      none);
+  // GPipe: every forward first, on every stage, the last included.
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(waits_between_forward_and_backward(stage_actions(ScheduleKind::gpipe, s, 2, 8), 8),
+              every)
+        << "stage " << s;
+  }
+  // One micro-batch: nothing else runs between its forward and backward.
+  EXPECT_EQ(waits_between_forward_and_backward(stage_actions(ScheduleKind::gpipe, 0, 2, 1), 1),
+            std::vector<bool>{false});
+  // A hand-made list: F0 F1 B1 B0 keeps micro-batch 1 (its backward is next), recomputes 0.
+  const std::vector<PipelineAction> nested{{ActionKind::forward, 0},
+                                           {ActionKind::forward, 1},
+                                           {ActionKind::send_activation, 1},
+                                           {ActionKind::backward, 1},
+                                           {ActionKind::backward, 0}};
+  EXPECT_EQ(waits_between_forward_and_backward(nested, 2), (std::vector<bool>{true, false}));
+  EXPECT_THROW((void)waits_between_forward_and_backward(nested, 1), InvalidArgument);
+}
+
 TEST(HybridSchedule, TheoreticalBubbleIsStagesMinusOneOverMicroBatchesPlusStagesMinusOne) {
   EXPECT_DOUBLE_EQ(theoretical_bubble(1, 4), 0.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble(2, 8), 1.0 / 9.0);

@@ -40,7 +40,9 @@ struct HybridConfig {
   PartitionKind partition = PartitionKind::uniform;
   // recompute = full: a stage keeps only each micro-batch's input between its forward and
   // backward, and runs the forward again just before the backward (activation checkpointing
-  // per stage): activation memory of one micro-batch's layers, for a second forward.
+  // per stage): activation memory of one micro-batch's layers, for a second forward. A
+  // micro-batch whose backward is the stage's next compute (the last stage under 1F1B) keeps
+  // its activations: recomputing them would save nothing.
   bool recompute = false;
   // data_parallel_sharding = zero1: the optimizer state is sharded over the data group (each
   // data rank updates 1/dp of this rank's parameters and the group all-gathers them).
@@ -50,7 +52,9 @@ struct HybridConfig {
 
 // Where a stage's time went, summed over the steps since construction or the last reset.
 struct PipelineTiming {
-  std::size_t steps = 0;
+  std::size_t steps = 0;           // timed
+  std::size_t untimed_steps = 0;   // the first step after setup: it pays one-time costs (first
+                                   // touches of every buffer), not the schedule's
   double recv_wait_seconds = 0.0;  // blocked waiting for an activation or a gradient to arrive
   double pipeline_seconds = 0.0;   // running the schedule: first action to the last send done
   std::size_t stages = 1;
@@ -169,6 +173,7 @@ class HybridStrategy final : public Strategy {
   std::size_t shard_size_ = 0;
   std::unique_ptr<GradientSynchronizer> sync_;
   PipelineTiming timing_;
+  bool first_step_done_ = false;  // since setup: the first step is not timed (PipelineTiming)
   std::size_t steps_since_report_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "tessera/base/error.hpp"
 
@@ -76,6 +77,26 @@ std::size_t max_in_flight(const std::vector<PipelineAction>& actions) {
     if (action.kind == ActionKind::backward) --held;
   }
   return most;
+}
+
+std::vector<bool> waits_between_forward_and_backward(const std::vector<PipelineAction>& actions,
+                                                     std::size_t micro_batches) {
+  std::vector<bool> waits(micro_batches, false);
+  // The micro-batch whose forward was the last compute action, until the next one runs.
+  std::optional<std::size_t> just_forwarded;
+  for (const auto& action : actions) {
+    if (action.kind != ActionKind::forward && action.kind != ActionKind::backward) continue;
+    TESSERA_CHECK(action.micro_batch < micro_batches,
+                  "waits_between_forward_and_backward: micro-batch out of range");
+    if (just_forwarded &&
+        !(action.kind == ActionKind::backward && action.micro_batch == *just_forwarded)) {
+      waits[*just_forwarded] = true;
+    }
+    just_forwarded.reset();
+    if (action.kind == ActionKind::forward) just_forwarded = action.micro_batch;
+  }
+  if (just_forwarded) waits[*just_forwarded] = true;  // a forward never followed by work
+  return waits;
 }
 
 double theoretical_bubble(std::size_t stages, std::size_t micro_batches) {

@@ -51,6 +51,14 @@ struct PipelineAction {
 // `actions`: how many sets of activations a stage holds at once.
 [[nodiscard]] std::size_t max_in_flight(const std::vector<PipelineAction>& actions);
 
+// Per micro-batch: whether other compute (a forward or backward of another micro-batch) runs
+// between its forward and its backward in `actions`. Only then does recomputing its
+// activations save memory; the last stage under 1F1B runs each backward right after its
+// forward and keeps them. `micro_batches` sizes the result; every micro-batch of `actions`
+// must be below it.
+[[nodiscard]] std::vector<bool> waits_between_forward_and_backward(
+    const std::vector<PipelineAction>& actions, std::size_t micro_batches);
+
 // (stages - 1) / (micro_batches + stages - 1): the idle fraction of a step when every stage
 // takes the same time and communication is free.
 [[nodiscard]] double theoretical_bubble(std::size_t stages, std::size_t micro_batches);

@@ -22,7 +22,8 @@ constexpr tessera_option_desc kOptions[] = {
      "none: optimizer state replicated over the data group; zero1: sharded over it", "none|zero1",
      nullptr, nullptr},
     {"recompute", "string", "none",
-     "full: keep only each stage's input of a micro-batch and run its forward again in backward",
+     "full: keep only each stage's input of a micro-batch and run its forward again in backward "
+     "(not where its backward runs next)",
      "none|full", nullptr, nullptr},
     {"bucket_cap", "size", "25MiB",
      "data-parallel gradient bucket size cap (all buckets after the first)", nullptr, "1KiB",
