@@ -10,6 +10,18 @@
 
 namespace tessera::fault_test {
 
+// How many times longer than a plain build's the timing-based fault tests make their
+// watchdog timeouts: under ThreadSanitizer every memory access is checked and a live rank's
+// engine thread can go seconds between heartbeats on a loaded machine, which a 2 s
+// stall_timeout would take for a stopped rank.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int kSanitizerSlowdown = 5;
+#elif defined(__SANITIZE_ADDRESS__)
+inline constexpr int kSanitizerSlowdown = 2;
+#else
+inline constexpr int kSanitizerSlowdown = 1;
+#endif
+
 inline Options options_for(const PluginRegistry& registry, PluginKind kind, const std::string& name,
                            std::map<std::string, std::string> values = {}) {
   const auto defaults = registry.default_options(kind, name);

@@ -27,7 +27,7 @@ using kill_test::Clock;
 using kill_test::kRanks;
 using kill_test::kVictim;
 
-constexpr auto kStallTimeout = 2s;
+constexpr std::chrono::milliseconds kStallTimeout = 2s * fault_test::kSanitizerSlowdown;
 
 struct Case {
   const char* tls;  // UCX_TLS for every rank; nullptr: UCX's default
@@ -61,8 +61,10 @@ void PrintTo(const Case& c, std::ostream* os) {
         "file",
         fault_test::options_for(registry, PluginKind::store, "file", {{"path", folder.string()}}));
     auto transport = registry.create<Transport>(
-        "ucx", fault_test::options_for(registry, PluginKind::transport, "ucx",
-                                       {{"stall_timeout", "2s"}, {"timeout", "300s"}}));
+        "ucx",
+        fault_test::options_for(registry, PluginKind::transport, "ucx",
+                                {{"stall_timeout", std::to_string(kStallTimeout.count()) + "ms"},
+                                 {"timeout", "300s"}}));
     auto comm = transport->connect(store, rank, kRanks, 30s);
     std::vector<float> data(c.elements, 1.0f);
     for (int i = 0; i < 3; ++i) comm->all_reduce(view_of(std::span(data)), ReduceOp::sum)->wait();
@@ -120,12 +122,14 @@ TEST_P(UcxStallTest, StoppedRankIsNamedWithTheOperationWithinStallTimeout) {
       const auto after = Clock::now() - stopped_at;
       // A few seconds of slack: on a loaded 2-core machine the survivors themselves may wait
       // for a core, and each survivor's abort handshake waits up to 1 s for the stopped rank.
-      EXPECT_LT(after, kStallTimeout + 6s) << "rank " << rank << ": " << line;
+      EXPECT_LT(after, kStallTimeout + 6s * fault_test::kSanitizerSlowdown)
+          << "rank " << rank << ": " << line;
       EXPECT_GE(after, kStallTimeout - 100ms) << "rank " << rank << ": " << line;
       // The peer rank, the stopped rank named in the text, the operation and its number.
       EXPECT_TRUE(std::regex_search(
           line, std::regex("^failed 1 .*all_reduce.*rank 1 \\(pid [0-9]+\\) made no progress for "
-                           "[0-9]+ ms \\(stall_timeout 2000 ms.* all_reduce #[0-9]+")))
+                           "[0-9]+ ms \\(stall_timeout " +
+                           std::to_string(kStallTimeout.count()) + " ms.* all_reduce #[0-9]+")))
           << "rank " << rank << ": " << line;
     }
     ::kill(pids[kVictim], SIGKILL);
