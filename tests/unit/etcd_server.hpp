@@ -40,9 +40,18 @@ class EtcdServer {
               ("tessera_etcd_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     std::filesystem::remove_all(folder_);
     std::filesystem::create_directories(folder_);
-    client_port_ = free_port();
-    peer_port_ = free_port();
-    start();
+    // A free port may be taken by another process before etcd binds it: try new ones.
+    for (int attempt = 1;; ++attempt) {
+      client_port_ = free_port();
+      peer_port_ = free_port();
+      try {
+        start();
+        return;
+      } catch (const std::runtime_error&) {
+        if (attempt == 3) throw;
+        std::filesystem::remove_all(folder_ / "data");
+      }
+    }
   }
   ~EtcdServer() {
     kill_now();

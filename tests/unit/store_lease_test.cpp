@@ -1,7 +1,7 @@
 // What elastic worlds need from every store: leases, watches (wait_for_change) and listing by
 // prefix, run over the memory, tcp, file and etcd stores. Leases use ttls on each store's grid
 // and its expiry slack (lease_limits in store_contract.hpp): the contract's 1 ms and
-// kLeaseExpirySlack, etcd's whole seconds and 750 ms.
+// kLeaseExpirySlack, etcd's whole seconds and 1 s.
 //
 // Timing: on a loaded machine a thread may sleep far longer than it asked, never shorter. So
 // lower bounds ("still there before ttl") are asserted only for what a test measured to have
