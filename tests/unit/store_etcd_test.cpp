@@ -160,6 +160,32 @@ TEST_F(EtcdStoreTest, AServerStoppedForLessThanTheTimeoutIsRiddenOut) {
   EXPECT_EQ(seen, "during");
 }
 
+// A wait shorter than the request timeout ends at its own timeout while etcd is stopped: a
+// heartbeat's short wait must not stall for the store's 30 s.
+TEST_F(EtcdStoreTest, AWaitOnAStoppedServerEndsAtItsOwnTimeout) {
+  EtcdServer etcd;
+  auto store = open(etcd.endpoint(), "30s");
+  store->set("present", "1");
+  etcd.pause();
+  auto start = Clock::now();
+  EXPECT_THROW((void)store->get("absent", 300ms), Timeout);
+  EXPECT_GE(Clock::now() - start, 300ms);
+  EXPECT_LT(Clock::now() - start, 1s + kSchedulingMargin);
+  start = Clock::now();
+  try {
+    store->wait({"a", "b"}, 300ms);
+    ADD_FAILURE() << "wait returned";
+  } catch (const Timeout& e) {
+    EXPECT_TRUE(contains(e.what(), "'a'") && contains(e.what(), "'b'")) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, 2s + kSchedulingMargin);
+  start = Clock::now();
+  EXPECT_THROW((void)store->wait_for_change("present", "1", 300ms), Timeout);
+  EXPECT_LT(Clock::now() - start, 1s + kSchedulingMargin);
+  etcd.resume();
+  EXPECT_EQ(store->get("present", 0ms), "1");
+}
+
 // etcd's shortest lease is 1.5 election timeouts rounded up to a second, and it silently
 // lengthens a shorter one; the store refuses it instead, saying what etcd would grant.
 TEST_F(EtcdStoreTest, ALeaseShorterThanTheServersMinimumIsInvalidArgumentNamingIt) {

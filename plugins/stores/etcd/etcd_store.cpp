@@ -25,6 +25,9 @@ Duration bounded(Duration timeout) {
   return std::clamp(timeout, Duration(0), kMaxStoreDuration);
 }
 
+// The least time a read inside get, wait or wait_for_change is given, whatever their timeout.
+constexpr Duration kShortestRead{1000};
+
 // etcd's JSON writes 64-bit integers as strings and leaves out fields that are zero.
 std::int64_t number(const json& object, const char* name) {
   if (!object.is_object()) return 0;
@@ -163,10 +166,20 @@ GatewayReply EtcdStore::checked(const std::string& path, const json& request,
   return reply;
 }
 
-EtcdStore::Entry EtcdStore::read(const std::string& full_key, const std::string& what) {
-  const auto reply =
-      checked("/v3/kv/range", {{"key", base64_encode(full_key)}}, what, Resend::safe);
+EtcdStore::Entry EtcdStore::read(const std::string& full_key, const std::string& what,
+                                 Deadline deadline) {
+  const auto reply = client_->call("/v3/kv/range", {{"key", base64_encode(full_key)}}, what,
+                                   Resend::safe, deadline);
   Entry entry;
+  if (reply.error_code == kNoAnswer) {
+    entry.answered = false;
+    return entry;
+  }
+  if (reply.error_code == kInvalidArgument)
+    throw InvalidArgument("etcd store: etcd refused " + what + ": " + reply.error_message);
+  if (reply.error_code != 0)
+    throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
+                reply.error_message);
   entry.revision = number(reply.body.value("header", json::object()), "revision");
   const auto kvs = reply.body.find("kvs");
   if (kvs != reply.body.end() && kvs->is_array() && !kvs->empty()) {
@@ -226,7 +239,10 @@ std::optional<std::optional<std::string>> EtcdStore::watch_until_differs(
     const std::string& full_key, const std::optional<std::string>& known, Deadline deadline,
     const std::string& what) {
   for (;;) {
-    const auto entry = read(full_key, what);
+    // A wait ends at its own deadline even while etcd does not answer (stopped, overloaded),
+    // but gives every read a second: a wait of 0 ms still reads the key once.
+    const auto entry = read(full_key, what, std::max(deadline, deadline_after(kShortestRead)));
+    if (!entry.answered) return std::nullopt;
     if (entry.value != known) return entry.value;
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     // From the revision after the read: no change between the read and the watch is missed.
@@ -306,9 +322,19 @@ void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
     if (watch_until_differs(prefix_ + keys[i], std::nullopt, deadline,
                             "wait for key " + quoted(keys[i])))
       continue;
+    // Which keys are still missing, read within a second: an etcd that does not answer
+    // leaves the rest counted as missing rather than holding the caller past its timeout.
+    const auto reads_deadline = deadline_after(kShortestRead);
+    bool answered = true;
     std::string missing;
-    for (std::size_t j = i; j < keys.size(); ++j)
-      if (!check(keys[j])) missing += (missing.empty() ? "" : ", ") + quoted(keys[j]);
+    for (std::size_t j = i; j < keys.size(); ++j) {
+      if (answered) {
+        const auto entry = read(prefix_ + keys[j], "wait", reads_deadline);
+        answered = entry.answered;
+        if (answered && entry.value) continue;
+      }
+      missing += (missing.empty() ? "" : ", ") + quoted(keys[j]);
+    }
     throw Timeout("etcd store: waited " + std::to_string(timeout.count()) +
                   " ms; keys still missing: " + missing);
   }

@@ -59,8 +59,10 @@ class EtcdStore final : public Store {
     std::int64_t mod_revision = 0;     // 0: absent
     std::int64_t lease = 0;            // 0: unbound
     std::int64_t revision = 0;         // the store's revision the read saw
+    bool answered = true;              // false: no answer before the read's deadline
   };
-  Entry read(const std::string& full_key, const std::string& what);
+  Entry read(const std::string& full_key, const std::string& what,
+             Deadline deadline = Deadline::max());
   // Applies `value` to full_key iff its mod_revision is still `seen`, keeping `lease`; false
   // when another writer came first.
   bool put_if_unchanged(const std::string& full_key, const std::string& value, const Entry& seen,

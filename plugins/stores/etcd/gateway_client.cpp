@@ -201,8 +201,10 @@ void GatewayClient::release(std::unique_ptr<Connection> connection) {
 }
 
 GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& request,
-                                 const std::string& what, Resend resend) {
-  const auto deadline = deadline_after(timeout_);
+                                 const std::string& what, Resend resend, Deadline caller_deadline) {
+  const auto own_deadline = deadline_after(timeout_);
+  const bool caller_first = caller_deadline < own_deadline;
+  const auto deadline = caller_first ? caller_deadline : own_deadline;
   const auto body = request.dump();
   auto backoff = Duration(10);
   std::string problem;
@@ -246,7 +248,10 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
       if (preferred_ == connection->endpoint()) preferred_ = (preferred_ + 1) % endpoints_.size();
     }
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) unreachable(what, problem);
+    if (now >= deadline) {
+      if (caller_first) return {{}, kNoAnswer, problem};
+      unreachable(what, problem);
+    }
     std::this_thread::sleep_for(std::min<Duration>(
         backoff, std::chrono::duration_cast<Duration>(deadline - now) + Duration(1)));
     backoff = std::min(backoff * 2, Duration(500));

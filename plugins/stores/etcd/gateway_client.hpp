@@ -25,9 +25,12 @@ struct Endpoint {
 // message it reported (5, "etcdserver: requested lease not found").
 struct GatewayReply {
   nlohmann::json body;
-  int error_code = 0;  // 0: success
+  int error_code = 0;  // 0: success; kNoAnswer: none before the caller's deadline
   std::string error_message;
 };
+
+// GatewayClient::call's error_code when no etcd answered before the deadline its caller gave.
+inline constexpr int kNoAnswer = -1;
 
 // Whether a call may be sent again after a connection broke with the call's outcome unknown:
 // true where applying it twice leaves the same state and the same answer (a put, a range).
@@ -51,9 +54,10 @@ class GatewayClient {
   // trying every endpoint) while no etcd answers, until the request timeout. Blocking. Throws
   // tessera::Error naming the endpoints and the option when none answered in time, or when a
   // call that is not Resend::safe broke after it was sent ("outcome unknown"). `what` names
-  // the call in those messages ("set of key 'a'").
+  // the call in those messages ("set of key 'a'"). A `deadline` before the request timeout
+  // ends the call there instead, with error_code kNoAnswer rather than an Error.
   GatewayReply call(const std::string& path, const nlohmann::json& request, const std::string& what,
-                    Resend resend);
+                    Resend resend, Deadline deadline = Deadline::max());
 
   // Opens /v3/watch with `create_request` and waits for etcd to confirm it. Returns nullptr
   // when `deadline` passed first. Throws as call() does when no etcd answers in time.
