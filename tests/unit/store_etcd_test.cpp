@@ -186,6 +186,35 @@ TEST_F(EtcdStoreTest, AWaitOnAStoppedServerEndsAtItsOwnTimeout) {
   EXPECT_EQ(store->get("present", 0ms), "1");
 }
 
+// A remove (or add) that etcd received but did not answer within the timeout may have been
+// applied: it is not sent again (a resent remove would report the key absent, a resent add
+// count twice) and says its outcome is unknown. A set, which may be sent twice, fails as
+// unreachable. Neither outlasts the timeout.
+TEST_F(EtcdStoreTest, ARemoveUnansweredWithinTheTimeoutSaysItsOutcomeIsUnknown) {
+  EtcdServer etcd;
+  auto store = open(etcd.endpoint(), "500ms");
+  store->set("n", "0");
+  etcd.pause();
+  auto start = Clock::now();
+  try {
+    (void)store->remove("n");
+    ADD_FAILURE() << "remove returned with etcd stopped";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "unknown")) << e.what();
+    EXPECT_TRUE(contains(e.what(), etcd.endpoint())) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, 500ms + kSchedulingMargin);
+  start = Clock::now();
+  try {
+    store->set("k", "v");
+    ADD_FAILURE() << "set returned with etcd stopped";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "store.etcd.endpoints")) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, 500ms + kSchedulingMargin);
+  etcd.resume();
+}
+
 // etcd's shortest lease is 1.5 election timeouts rounded up to a second, and it silently
 // lengthens a shorter one; the store refuses it instead, saying what etcd would grant.
 TEST_F(EtcdStoreTest, ALeaseShorterThanTheServersMinimumIsInvalidArgumentNamingIt) {

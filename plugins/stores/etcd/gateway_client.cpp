@@ -239,8 +239,8 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
       problem = endpoint.text() + ": " + reply.error_message;
     } else {
       if (sent && resend == Resend::unsafe)
-        throw Error("etcd store: the connection to etcd at " + endpoint.text() + " broke during " +
-                    what + " (" + describe(ec) +
+        throw Error("etcd store: etcd at " + endpoint.text() + " did not answer " + what +
+                    " once it was sent (" + describe(ec) +
                     "); whether etcd applied it is unknown, so it was not sent again: read the "
                     "key to see, or treat the job's state as lost");
       problem = endpoint.text() + ": " + describe(ec);
