@@ -49,6 +49,25 @@ TEST_F(EtcdStoreTest, KeysLiveUnderThePrefixAndListWithoutIt) {
   EXPECT_EQ(job->address(), etcd.endpoint());
 }
 
+TEST_F(EtcdStoreTest, TheNextEndpointServesWhenTheFirstRefuses) {
+  std::string dead;
+  {
+    EtcdServer gone;
+    dead = gone.endpoint();
+  }
+  EtcdServer etcd;
+  auto store = open(dead + "," + etcd.endpoint(), "5s");
+  const auto start = Clock::now();
+  store->set("k", "v");
+  EXPECT_LT(Clock::now() - start, kSchedulingMargin);
+  std::thread writer([other = open(etcd.endpoint(), "5s")] {
+    std::this_thread::sleep_for(100ms);
+    other->set("k", "w");
+  });
+  EXPECT_EQ(store->wait_for_change("k", "v", 30s), "w");
+  writer.join();
+}
+
 TEST_F(EtcdStoreTest, ListReadsManyPagesAsOneSnapshot) {
   EtcdServer etcd;
   auto store = open(etcd.endpoint(), "10s");
