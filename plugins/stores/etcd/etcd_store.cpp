@@ -155,14 +155,18 @@ std::string EtcdStore::address() const {
   return client_->endpoints_text();
 }
 
+void EtcdStore::fail(const GatewayReply& reply, const std::string& what) const {
+  // etcd's "invalid argument": a key too long or empty, a value past its request size limit.
+  if (reply.error_code == kInvalidArgument)
+    throw InvalidArgument("etcd store: etcd refused " + what + ": " + reply.error_message);
+  throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
+              reply.error_message);
+}
+
 GatewayReply EtcdStore::checked(const std::string& path, const json& request,
                                 const std::string& what, Resend resend) {
   auto reply = client_->call(path, request, what, resend);
-  if (reply.error_code == kInvalidArgument)
-    throw InvalidArgument("etcd store: etcd refused " + what + ": " + reply.error_message);
-  if (reply.error_code != 0)
-    throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
-                reply.error_message);
+  if (reply.error_code != 0) fail(reply, what);
   return reply;
 }
 
@@ -175,11 +179,7 @@ EtcdStore::Entry EtcdStore::read(const std::string& full_key, const std::string&
     entry.answered = false;
     return entry;
   }
-  if (reply.error_code == kInvalidArgument)
-    throw InvalidArgument("etcd store: etcd refused " + what + ": " + reply.error_message);
-  if (reply.error_code != 0)
-    throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
-                reply.error_message);
+  if (reply.error_code != 0) fail(reply, what);
   entry.revision = number(reply.body.value("header", json::object()), "revision");
   const auto kvs = reply.body.find("kvs");
   if (kvs != reply.body.end() && kvs->is_array() && !kvs->empty()) {
@@ -209,9 +209,7 @@ bool EtcdStore::put_if_unchanged(const std::string& full_key, const std::string&
   const auto reply = client_->call("/v3/kv/txn", request, what, resend);
   // The key's lease ended between the read and the write: read again (the key is gone).
   if (lease_not_found(reply)) return false;
-  if (reply.error_code != 0)
-    throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
-                reply.error_message);
+  if (reply.error_code != 0) fail(reply, what);
   return reply.body.value("succeeded", false);
 }
 
@@ -230,9 +228,7 @@ void EtcdStore::set(const std::string& key, const std::string& value, LeaseId le
                                     {"lease", lease_text(lease)}},
                                    what, Resend::safe);
   if (lease_not_found(reply)) throw expired(what, lease);
-  if (reply.error_code != 0)
-    throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
-                reply.error_message);
+  if (reply.error_code != 0) fail(reply, what);
 }
 
 std::optional<std::optional<std::string>> EtcdStore::watch_until_differs(
@@ -375,9 +371,7 @@ std::vector<std::pair<std::string, std::string>> EtcdStore::list(const std::stri
         compacted = true;
         break;
       }
-      if (reply.error_code != 0)
-        throw Error("etcd store: etcd at " + client_->endpoints_text() + " failed " + what + ": " +
-                    reply.error_message);
+      if (reply.error_code != 0) fail(reply, what);
       if (revision == 0) revision = number(reply.body.value("header", json::object()), "revision");
       const auto kvs = reply.body.find("kvs");
       if (kvs == reply.body.end() || !kvs->is_array() || kvs->empty()) break;
@@ -452,9 +446,7 @@ void EtcdStore::revoke_lease(LeaseId lease) {
   // Resending is safe: revoking a lease that has ended does nothing.
   const auto reply =
       client_->call("/v3/lease/revoke", {{"ID", lease_text(lease)}}, "revoke_lease", Resend::safe);
-  if (reply.error_code == 0 || lease_not_found(reply)) return;
-  throw Error("etcd store: etcd at " + client_->endpoints_text() +
-              " failed revoke_lease: " + reply.error_message);
+  if (reply.error_code != 0 && !lease_not_found(reply)) fail(reply, "revoke_lease");
 }
 
 }  // namespace tessera::etcd

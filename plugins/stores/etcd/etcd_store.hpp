@@ -71,8 +71,10 @@ class EtcdStore final : public Store {
   std::optional<std::optional<std::string>> watch_until_differs(
       const std::string& full_key, const std::optional<std::string>& known, Deadline deadline,
       const std::string& what);
+  // call() that throws what an error answer means (fail) instead of returning it.
   GatewayReply checked(const std::string& path, const nlohmann::json& request,
                        const std::string& what, Resend resend);
+  [[noreturn]] void fail(const GatewayReply& reply, const std::string& what) const;
 
   std::string prefix_;
   std::unique_ptr<GatewayClient> client_;
