@@ -54,6 +54,7 @@ class EtcdServer {
     }
   }
   ~EtcdServer() {
+    if (::getpid() != owner_) return;
     kill_now();
     std::error_code ignored;
     std::filesystem::remove_all(folder_, ignored);
@@ -67,7 +68,9 @@ class EtcdServer {
 
   // SIGKILL, and reap: the server is gone, its port refuses connections.
   void kill_now() {
-    if (pid_ <= 0) return;
+    // Only the process that started the server stops it: a forked test child that exits
+    // normally must not take the server from its parent.
+    if (pid_ <= 0 || ::getpid() != owner_) return;
     ::kill(pid_, SIGCONT);
     ::kill(pid_, SIGKILL);
     int status = 0;
@@ -199,6 +202,7 @@ class EtcdServer {
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
+  pid_t owner_ = ::getpid();  // the process whose server and folder these are
 };
 
 }  // namespace tessera::store_test
