@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../unit/etcd_server.hpp"
 #include "abi_test_support.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/communicator.hpp"
@@ -162,12 +163,22 @@ TEST_P(StoreErrorLifetime, ErrorsOutliveTheStoreAndTheRegistry) {
   std::map<std::string, std::string> changes;
   if (GetParam() == "file") changes = {{"path", folder.string()}, {"timeout", "1s"}};
   if (GetParam() == "tcp") changes = {{"serve", "true"}, {"token", "t"}, {"timeout", "1s"}};
+  std::unique_ptr<store_test::EtcdServer> etcd;
+  if (GetParam() == "etcd") {
+    etcd = std::make_unique<store_test::EtcdServer>();
+    changes = {{"endpoints", etcd->endpoint()}, {"prefix", "lifetime/"}, {"timeout", "1s"}};
+  }
   auto store = registry->create<Store>(
       GetParam(), options_for(*registry, PluginKind::store, GetParam(), changes));
 
   auto timed_out = error_of([&] { (void)store->get("never-set", 20ms); });
   auto waited = error_of([&] { store->wait({"never-set"}, 20ms); });
   auto expired = error_of([&] { store->keep_alive(LeaseId{}); });
+  std::exception_ptr unreachable;  // a store whose server is gone
+  if (etcd) {
+    etcd->kill_now();
+    unreachable = error_of([&] { store->set("k", "v"); });
+  }
   registry.reset();
   store.reset();
   std::filesystem::remove_all(folder);
@@ -177,12 +188,17 @@ TEST_P(StoreErrorLifetime, ErrorsOutliveTheStoreAndTheRegistry) {
   EXPECT_TRUE(contains(message_of(waited), "never-set"));
   EXPECT_THROW(std::rethrow_exception(expired), LeaseExpired);
   EXPECT_TRUE(contains(message_of(expired), "new lease"));
+  if (etcd) {
+    EXPECT_TRUE(contains(message_of(unreachable), "store.etcd.endpoints"));
+  }
   timed_out = nullptr;
+  unreachable = nullptr;
   waited = nullptr;
   expired = nullptr;
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStore, StoreErrorLifetime, ::testing::Values("memory", "file", "tcp"),
+INSTANTIATE_TEST_SUITE_P(EveryStore, StoreErrorLifetime,
+                         ::testing::Values("memory", "file", "tcp", "etcd"),
                          [](const auto& param) { return param.param; });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The Store contract of set, get, add, compare_set, wait, check and remove, run over the memory,
-// tcp and file stores, each loaded as a plugin. Leases, watches and listing: store_lease_test.cpp.
+// tcp, file and etcd stores, each loaded as a plugin. Leases, watches and listing:
+// store_lease_test.cpp.
 #include "store_contract.hpp"
 
 #include <gtest/gtest.h>
@@ -138,7 +139,8 @@ TEST_P(StoreContract, PrefixStoresOverTheSameStoreDoNotCollide) {
   EXPECT_EQ(first_->get("job_b/x", 1s), "from b");
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStore, StoreContract, ::testing::Values("memory", "tcp", "file"),
+INSTANTIATE_TEST_SUITE_P(EveryStore, StoreContract,
+                         ::testing::Values("memory", "tcp", "file", "etcd"),
                          store_test::store_param_name);
 
 }  // namespace

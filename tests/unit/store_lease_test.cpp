@@ -1,5 +1,7 @@
 // What elastic worlds need from every store: leases, watches (wait_for_change) and listing by
-// prefix, run over the memory, tcp and file stores.
+// prefix, run over the memory, tcp, file and etcd stores. Leases use ttls on each store's grid
+// and its expiry slack (lease_limits in store_contract.hpp): the contract's 1 ms and
+// kLeaseExpirySlack, etcd's whole seconds and 1 s.
 //
 // Timing: on a loaded machine a thread may sleep far longer than it asked, never shorter. So
 // lower bounds ("still there before ttl") are asserted only for what a test measured to have
@@ -30,7 +32,7 @@ constexpr auto kSchedulingMargin = 3s;
 class StoreLeases : public store_test::StoreContract {};
 
 TEST_P(StoreLeases, ALeasedKeyVanishesAfterItsTtlWithoutKeepAlive) {
-  constexpr auto ttl = 300ms;
+  const auto ttl = lease_ttl(300ms);
   auto other = client();
   const auto before_grant = Clock::now();
   const auto lease = first_->grant_lease(ttl);
@@ -46,10 +48,10 @@ TEST_P(StoreLeases, ALeasedKeyVanishesAfterItsTtlWithoutKeepAlive) {
   const auto woke = Clock::now();
   EXPECT_EQ(after, std::nullopt);
   EXPECT_GE(woke - before_grant, ttl);
-  EXPECT_LT(woke - granted, ttl + kLeaseExpirySlack + kSchedulingMargin);
+  EXPECT_LT(woke - granted, ttl + lease_expiry_slack() + kSchedulingMargin);
 
   // The contract's bound, for calls that start late enough.
-  std::this_thread::sleep_until(granted + ttl + kLeaseExpirySlack);
+  std::this_thread::sleep_until(granted + ttl + lease_expiry_slack());
   EXPECT_FALSE(first_->check("member/a"));
   EXPECT_FALSE(other->check("member/a"));
   EXPECT_TRUE(other->list("member/").empty());
@@ -57,7 +59,7 @@ TEST_P(StoreLeases, ALeasedKeyVanishesAfterItsTtlWithoutKeepAlive) {
 }
 
 TEST_P(StoreLeases, KeepAliveKeepsALeasedKeyPastManyTtls) {
-  constexpr auto ttl = 1000ms;
+  const auto ttl = lease_ttl(1000ms);
   auto other = client();
   auto last_renewal = Clock::now();
   const auto lease = first_->grant_lease(ttl);
@@ -105,9 +107,10 @@ TEST_P(StoreLeases, RevokeDeletesTheKeysAtOnceAndWakesTheirWatchers) {
 }
 
 TEST_P(StoreLeases, KeepAliveOrSetAfterExpiryThrowsLeaseExpiredAndWritesNothing) {
-  const auto lease = first_->grant_lease(50ms);
+  const auto ttl = lease_ttl(50ms);
+  const auto lease = first_->grant_lease(ttl);
   first_->set("k", "v", lease);
-  std::this_thread::sleep_for(50ms + kLeaseExpirySlack);
+  std::this_thread::sleep_for(ttl + lease_expiry_slack());
   try {
     first_->keep_alive(lease);
     FAIL() << "keep_alive renewed an expired lease";
@@ -152,6 +155,24 @@ TEST_P(StoreLeases, ALeaseOutsideOneMillisecondToThirtyDaysIsInvalidArgument) {
   EXPECT_THROW((void)first_->grant_lease(-5ms), InvalidArgument);
   EXPECT_THROW((void)first_->grant_lease(kMaxStoreDuration + 1ms), InvalidArgument);
   EXPECT_NO_THROW(first_->revoke_lease(first_->grant_lease(kMaxStoreDuration)));
+}
+
+// A store with a coarser grid than 1 ms (etcd: whole seconds) refuses a ttl off it, saying so,
+// rather than granting a longer or shorter lease than asked.
+TEST_P(StoreLeases, ATtlOffTheStoresGridIsInvalidArgumentNamingTheTtl) {
+  const auto step = lease_granularity();
+  EXPECT_NO_THROW(first_->revoke_lease(first_->grant_lease(2 * step)));
+  if (step == 1ms) return;  // every whole number of milliseconds is on the grid
+  for (const auto off_grid : {step + step / 2, step / 2}) {
+    try {
+      first_->revoke_lease(first_->grant_lease(off_grid));
+      ADD_FAILURE() << "granted a lease of " << off_grid.count() << " ms";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(off_grid.count()) + " ms"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST_P(StoreLeases, WaitForChangeWakesOnASetFromAnotherClient) {
@@ -311,7 +332,7 @@ TEST_P(StoreLeases, ConcurrentWritersAndWatchersAgreeOnTheFinalValue) {
 // watching its key learns of it. While the member lives, its keep-alives hold the key.
 TEST_P(StoreLeases, AMemberProcessThatIsKilledLosesItsKeysAfterItsTtl) {
   if (!crosses_processes()) GTEST_SKIP() << "the memory store lives in one process";
-  constexpr auto ttl = 1000ms;
+  const auto ttl = lease_ttl(1000ms);
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t member = ::fork();
@@ -344,10 +365,11 @@ TEST_P(StoreLeases, AMemberProcessThatIsKilledLosesItsKeysAfterItsTtl) {
   ASSERT_EQ(::waitpid(member, &status, 0), member);
   EXPECT_TRUE(WIFSIGNALED(status)) << "the member process stopped by itself";
   EXPECT_EQ(first_->wait_for_change("members/child", "here", ttl + 30s), std::nullopt);
-  EXPECT_LT(Clock::now() - killed, ttl + kLeaseExpirySlack + kSchedulingMargin);
+  EXPECT_LT(Clock::now() - killed, ttl + lease_expiry_slack() + kSchedulingMargin);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStore, StoreLeases, ::testing::Values("memory", "tcp", "file"),
+INSTANTIATE_TEST_SUITE_P(EveryStore, StoreLeases,
+                         ::testing::Values("memory", "tcp", "file", "etcd"),
                          store_test::store_param_name);
 
 }  // namespace

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   libucx-dev ucx-utils iproute2
+  etcd-server
 )
 
 missing=()
@@ -24,6 +25,21 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The etcd store's tests start their own etcd on free ports; the package's own service
+  # (started by its init script or systemd unit where nothing forbids it, and enabled for the
+  # next boot) would only hold port 2379 and a data folder. Stop and disable what this run
+  # installed; an etcd that was there before is the machine owner's and stays as it is.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+    if [[ -d /run/systemd/system ]]; then
+      $SUDO systemctl stop etcd.service >/dev/null 2>&1 || true
+    else
+      $SUDO /etc/init.d/etcd stop >/dev/null 2>&1 || true
+    fi
+    if command -v systemctl >/dev/null 2>&1; then
+      $SUDO systemctl disable etcd.service >/dev/null 2>&1 || true
+    fi
+    $SUDO update-rc.d etcd disable >/dev/null 2>&1 || true
+  fi
 fi
 
 # Every program the README commands (main-job.sh, test-all.sh) and the test suite run. Each comes
@@ -41,7 +57,7 @@ done
 
 programs=(
   bash sh env timeout sed awk grep tr head cat cp rm mkdir mktemp nproc id dpkg-query apt-get
-  cmake ctest ninja c++ g++ pkg-config git readelf nm ldd ip
+  cmake ctest ninja c++ g++ pkg-config git readelf nm ldd ip etcd
 )
 absent=()
 for program in "${programs[@]}"; do

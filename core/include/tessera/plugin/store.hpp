@@ -22,7 +22,7 @@ namespace tessera {
 enum class LeaseId : std::int64_t {};
 
 // How late a store may notice an expired lease: its keys are gone by ttl + kLeaseExpirySlack
-// after the last renewal (see Store below), scheduling delays of a loaded host aside.
+// after the last renewal, load aside. etcd is later (1 s): plugins/stores/etcd/README.md.
 inline constexpr Duration kLeaseExpirySlack{250};
 
 // The longest lease a store grants and the longest wait it honours: 30 days.
@@ -111,8 +111,8 @@ class Store {
   virtual bool remove(const std::string& key) = 0;
 
   // Starts a lease that ends ttl from now unless renewed. Throws InvalidArgument when ttl is
-  // not between 1 ms and kMaxStoreDuration. Choose ttl well above the renewal interval plus
-  // the longest pause a live holder may have (a GC-free C++ process: a few seconds).
+  // not in 1 ms..kMaxStoreDuration or not one the store grants (etcd: whole seconds). Choose
+  // ttl above the renewal interval plus a live holder's longest pause (a few seconds).
   [[nodiscard]] virtual LeaseId grant_lease(Duration ttl) = 0;
 
   // Renews `lease` for the ttl it was granted with, from now. Throws LeaseExpired when the

@@ -1,0 +1,108 @@
+#pragma once
+// GatewayClient: HTTP/1.1 calls to etcd's v3 JSON gateway (the grpc-gateway every etcd 3.4
+// serves on its client URLs): unary calls such as /v3/kv/range that retry an unreachable or
+// restarting server until the request timeout, and watch streams (/v3/watch) read one message
+// at a time. Knows nothing of the Store contract; etcd_store.cpp maps it onto that.
+
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/base/time.hpp"
+
+namespace tessera::etcd {
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+  [[nodiscard]] std::string text() const;  // "host:port", as the user wrote it
+};
+
+// What etcd answered: its JSON body when the call succeeded, else the gRPC status code and
+// message it reported (5, "etcdserver: requested lease not found").
+struct GatewayReply {
+  nlohmann::json body;
+  int error_code = 0;  // 0: success; kNoAnswer: none before the caller's deadline
+  std::string error_message;
+};
+
+// GatewayClient::call's error_code when no etcd answered before the deadline its caller gave.
+inline constexpr int kNoAnswer = -1;
+
+// Whether a call may be sent again after a connection broke with the call's outcome unknown:
+// true where applying it twice leaves the same state and the same answer (a put, a range).
+enum class Resend { safe, unsafe };
+
+class Connection;
+class WatchStream;
+
+// Thread-safety: every method may be called from any thread; unary calls share a pool of
+// keep-alive connections (one call on a connection at a time), each watch has its own.
+class GatewayClient {
+ public:
+  // endpoints: tried in turn when one does not answer. timeout: how long one call keeps
+  // retrying before it fails. option_name: the option that configured endpoints, for errors.
+  GatewayClient(std::vector<Endpoint> endpoints, Duration timeout, std::string option_name);
+  ~GatewayClient();
+  GatewayClient(const GatewayClient&) = delete;
+  GatewayClient& operator=(const GatewayClient&) = delete;
+
+  // POSTs `request` to `path` and returns etcd's answer, retrying (10 ms doubling to 500 ms,
+  // trying every endpoint) while no etcd answers, until the request timeout. Blocking. Throws
+  // tessera::Error naming the endpoints and the option when none answered in time, or when a
+  // call that is not Resend::safe broke after it was sent ("outcome unknown"). `what` names
+  // the call in those messages ("set of key 'a'"). A `deadline` before the request timeout
+  // ends the call there instead, with error_code kNoAnswer rather than an Error.
+  GatewayReply call(const std::string& path, const nlohmann::json& request, const std::string& what,
+                    Resend resend, Deadline deadline = Deadline::max());
+
+  // Opens /v3/watch with `create_request` and waits for etcd to confirm it. Returns nullptr
+  // when `deadline` passed first. Throws as call() does when no etcd answers in time.
+  std::unique_ptr<WatchStream> watch(const nlohmann::json& create_request, Deadline deadline,
+                                     const std::string& what);
+
+  [[nodiscard]] Duration timeout() const { return timeout_; }
+  [[nodiscard]] std::string endpoints_text() const;
+
+ private:
+  std::unique_ptr<Connection> acquire();
+  void release(std::unique_ptr<Connection> connection);
+  [[noreturn]] void unreachable(const std::string& what, const std::string& problem) const;
+
+  std::vector<Endpoint> endpoints_;
+  Duration timeout_;
+  std::string option_name_;
+  std::mutex mutex_;
+  std::size_t preferred_ = 0;  // the endpoint that answered last
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+// One watch: a streamed HTTP response of etcd's watch messages. Used by one thread at a time;
+// destroying it closes the connection, which ends the watch in etcd.
+class WatchStream {
+ public:
+  enum class Status { message, deadline, broken };
+  struct Next {
+    Status status;
+    nlohmann::json message;  // the message's "result" (status message)
+    std::string problem;     // why the stream broke (status broken)
+  };
+
+  explicit WatchStream(std::unique_ptr<Connection> connection);
+  ~WatchStream();
+  WatchStream(const WatchStream&) = delete;
+  WatchStream& operator=(const WatchStream&) = delete;
+
+  // Blocks until etcd sends the next message or `deadline` passes; the thread sleeps in the
+  // kernel meanwhile. A broken stream (etcd gone, connection reset) is Status::broken.
+  Next next(Deadline deadline);
+
+ private:
+  std::unique_ptr<Connection> connection_;
+  std::string pending_;  // bytes received after the last complete message
+};
+
+}  // namespace tessera::etcd
