@@ -193,6 +193,19 @@ TEST_F(CheckpointFiles, AManifestThatRepeatsAKeyIsRefused) {
   EXPECT_NE(message.find("field \"step\" appears twice"), std::string::npos) << message;
 }
 
+TEST_F(CheckpointFiles, ANumberBeyondADoublesRangeIsRefusedNotThrownThrough) {
+  // Valid JSON syntax that the parser cannot hold (found by the checkpoint_manifest fuzzer: it
+  // escaped as the JSON library's own exception and ended the process).
+  const auto folder = write(1);
+  forge_manifest(folder, [](Json&) {});
+  auto content = read_text(folder / "manifest");
+  content = replaced(content, "\"step\": 1,", "\"step\": 7e77777777,");
+  std::ofstream(folder / "manifest", std::ios::binary | std::ios::trunc) << content;
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+  EXPECT_NE(message.find("the file is corrupted"), std::string::npos) << message;
+}
+
 TEST_F(CheckpointFiles, AManifestWhoseStepDisagreesWithItsFolderIsRefused) {
   const auto folder = write(1);
   forge_manifest(folder, [](Json& m) { m["step"] = 7; });

@@ -57,6 +57,11 @@ Json parse_json(std::string_view text, const std::string& where) {
     const auto offset = e.byte == 0 ? 0 : e.byte - 1;
     throw CheckpointError(where + ":" + line_and_column(text, offset) + ": not valid JSON (" +
                           e.what() + "): the file is truncated or corrupted");
+  } catch (const Json::exception& e) {
+    // Valid syntax the parser still cannot hold, such as a number beyond a double's range
+    // (1e400): every other nlohmann error is a refusal of the file too, never an escape.
+    throw CheckpointError(where + ": not a value tessera writes (" + std::string(e.what()) +
+                          "): the file is corrupted");
   }
   if (too_deep) {
     throw CheckpointError(where + ": nested deeper than " + std::to_string(kMaxDepth) +
