@@ -38,7 +38,7 @@ class MemoryReader final : public tessera::CheckpointReader {
       }
       const auto bytes = body.substr(line_end + 1);
       std::vector<float> values(bytes.size() / sizeof(float));
-      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+      if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
       values_.push_back(std::move(values));
     }
   }
