@@ -305,6 +305,12 @@ TEST_F(TcpStoreTest, LeasesOutliveTheConnectionsThatGrantedThem) {
 }
 
 TEST_F(TcpStoreTest, AListLargerThanOneReplyIsInvalidArgumentAndTheStoreGoesOn) {
+#if defined(__SANITIZE_THREAD__)
+  // 66 MiB through the instrumented server and client outlasts ctest's timeout under
+  // ThreadSanitizer (4 s in a plain build); the server's threads are covered by the other
+  // TcpStoreTest cases, which move small frames.
+  GTEST_SKIP() << "moves 66 MiB: too slow under ThreadSanitizer";
+#endif
   auto server = serve();
   const std::string over_half(33u << 20, 'x');  // two of them exceed one reply
   server->set("big/1", over_half);
