@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -26,19 +28,47 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kLate = 1500ms;
 
+// Holds every writer of a world key until `expected` writers have come (or 100 ms passed), then
+// lets them write one after another, 5 ms apart: proposals made at once reach the store at once,
+// and a writer that did not check what was there would read back its own world before the next
+// one overwrote it.
+class ProposalGate {
+ public:
+  explicit ProposalGate(int expected) : expected_(expected) {}
+  void before_write() {
+    std::unique_lock lock(mutex_);
+    const int order = arrived_++;
+    arrivals_.notify_all();
+    arrivals_.wait_for(lock, 100ms, [&] { return arrived_ >= expected_; });
+    lock.unlock();
+    std::this_thread::sleep_for(order * 5ms);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable arrivals_;
+  int arrived_ = 0;
+  int expected_;
+};
+
 // A worker's view of the shared store, whose lease renewals can be held back: the worker looks
 // hung (or cut off) to the others, and learns its fate when renewals get through again.
 class HeartbeatSwitchStore final : public Store {
  public:
   explicit HeartbeatSwitchStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   void hold_renewals(bool hold) { hold_.store(hold); }
+  void gate_world_writes(std::shared_ptr<ProposalGate> gate) { gate_ = std::move(gate); }
 
-  void set(const std::string& k, const std::string& v) override { inner_->set(k, v); }
+  void set(const std::string& k, const std::string& v) override {
+    gated(k);
+    inner_->set(k, v);
+  }
   void set(const std::string& k, const std::string& v, LeaseId l) override { inner_->set(k, v, l); }
   std::string get(const std::string& k, Duration t) override { return inner_->get(k, t); }
   std::int64_t add(const std::string& k, std::int64_t d) override { return inner_->add(k, d); }
   std::string compare_set(const std::string& k, const std::string& e,
                           const std::string& d) override {
+    gated(k);
     return inner_->compare_set(k, e, d);
   }
   void wait(const std::vector<std::string>& k, Duration t) override { inner_->wait(k, t); }
@@ -59,8 +89,12 @@ class HeartbeatSwitchStore final : public Store {
   void revoke_lease(LeaseId l) override { inner_->revoke_lease(l); }
 
  private:
+  void gated(const std::string& key) {
+    if (gate_ && key.starts_with("membership/world/")) gate_->before_write();
+  }
   std::shared_ptr<Store> inner_;
   std::atomic<bool> hold_{false};
+  std::shared_ptr<ProposalGate> gate_;
 };
 
 struct Job {
@@ -154,6 +188,8 @@ TEST(Membership, RacingProposalsYieldOneWorldPerGeneration) {
   for (int round = 0; round < 25; ++round) {
     Job job(1, 6);
     form_first_world(job, ids);
+    const auto gate = std::make_shared<ProposalGate>(static_cast<int>(ids.size()));
+    for (auto& [id, view] : job.views) view->gate_world_writes(gate);
     const auto views = on_threads(job, ids, [&](Membership& m) {
       Ids others;
       for (const auto& id : ids) {
