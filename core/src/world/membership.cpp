@@ -16,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 // How often a waiting participant looks again at who is alive: a lease that expires wakes no
 // watcher of the changes counter, so the wait on it is cut into slices this long.
-constexpr Duration kPollInterval{50};
+constexpr Duration kPollInterval{100};
 
 // The value of a ready mark: whether its worker holds the previous world's state.
 const std::string kMemberRole = "member";
