@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <future>
+#include <latch>
 #include <map>
 #include <optional>
 #include <thread>
@@ -39,9 +40,13 @@ class MembershipOverStores : public store_test::StoreContract {
 
   std::vector<WorldView> on_threads(const Ids& ids,
                                     const std::function<WorldView(Membership&)>& call) {
+    std::latch start(static_cast<std::ptrdiff_t>(ids.size()));
     std::vector<std::future<WorldView>> results;
     for (const auto& id : ids) {
-      results.push_back(std::async(std::launch::async, [&, id] { return call(*workers_[id]); }));
+      results.push_back(std::async(std::launch::async, [&, id] {
+        start.arrive_and_wait();
+        return call(*workers_[id]);
+      }));
     }
     std::vector<WorldView> views;
     for (auto& result : results) views.push_back(result.get());

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <future>
+#include <latch>
 #include <map>
 #include <set>
 #include <thread>
@@ -54,13 +55,18 @@ struct Job {
   Membership& operator[](const std::string& id) { return *workers.at(id); }
 };
 
-// Runs `call` for every id on its own thread, at once; returns the views in the ids' order and
+// Runs `call` for every id on its own thread, all starting together once every thread is up (a
+// slow thread start must not pass for a slow worker); returns the views in the ids' order and
 // rethrows the first error.
 std::vector<WorldView> on_threads(Job& job, const std::vector<std::string>& ids,
                                   const std::function<WorldView(Membership&)>& call) {
+  std::latch start(static_cast<std::ptrdiff_t>(ids.size()));
   std::vector<std::future<WorldView>> results;
   for (const auto& id : ids) {
-    results.push_back(std::async(std::launch::async, [&, id] { return call(job[id]); }));
+    results.push_back(std::async(std::launch::async, [&, id] {
+      start.arrive_and_wait();
+      return call(job[id]);
+    }));
   }
   std::vector<WorldView> views;
   for (auto& result : results) views.push_back(result.get());
@@ -118,7 +124,7 @@ TEST(Membership, RacingProposalsYieldOneWorldPerGeneration) {
   // looks: different workers propose different worlds at the same moment.
   const Ids ids = {"a", "b", "c", "d", "e", "f"};
   for (int round = 0; round < 25; ++round) {
-    Job job(1, 6);
+    Job job(1, 6, /*settle_time=*/2000ms);  // the first world waits for all six
     form_first_world(job, ids);
     const auto gate = std::make_shared<ProposalGate>(static_cast<int>(ids.size()));
     for (auto& [id, view] : job.views) view->gate_world_writes(gate);
