@@ -260,6 +260,28 @@ TEST(Membership, JoinerIsAdmittedAtTheNextGeneration) {
   EXPECT_EQ(newcomer.rank, 2);
 }
 
+TEST(Membership, NewcomersFormTheWorldWhenNoMemberIsLeft) {
+  Job job(1, 2);
+  form_first_world(job, {"a", "b"});
+  job.workers.clear();  // both leave (their leases are revoked)
+  job.add("y");
+  job.add("z");
+  const auto views =
+      on_threads(job, {"y", "z"}, [](Membership& m) { return m.join(deadline_after(10s)); });
+  expect_same_world(views);
+  EXPECT_EQ(views[0].generation, 2);
+  EXPECT_EQ(views[0].members, (Ids{"y", "z"}));
+  EXPECT_EQ(views[0].joined, (Ids{"y", "z"})) << "nobody holds the old world's state";
+}
+
+TEST(Membership, AMemberMovesOnWithNextGenerationNotJoin) {
+  Job job(1, 2);
+  form_first_world(job, {"a", "b"});
+  EXPECT_THROW((void)job["a"].join(deadline_after(1s)), InvalidArgument);
+  auto& z = job.add("z");
+  EXPECT_THROW((void)z.next_generation(1, {}, deadline_after(1s)), InvalidArgument);
+}
+
 TEST(Membership, MaxWorkersKeepsExtraJoinersWaitingUntilThereIsRoom) {
   Job job(1, 2, /*settle_time=*/2000ms);
   const Ids ids = {"a", "b", "c"};

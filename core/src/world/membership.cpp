@@ -238,8 +238,15 @@ std::int64_t Membership::newest_generation() {
 }
 
 WorldView Membership::join(Deadline deadline) {
+  const bool registered = lease_ != LeaseId{} && !lease_lost_.load();
   register_worker();
-  for (std::int64_t generation = newest_generation() + 1;; ++generation) {
+  const auto newest = newest_generation();
+  if (registered && newest > 0 && stored_world(newest)->is_member()) {
+    throw InvalidArgument("membership: worker '" + options_.worker_id +
+                          "' called join() but is a member of generation " + g_text(newest) +
+                          ", the newest; a member moves on with next_generation()");
+  }
+  for (std::int64_t generation = newest + 1;; ++generation) {
     auto view = form(generation, std::nullopt, {}, deadline);
     if (view.is_member()) return view;
   }

@@ -67,7 +67,7 @@ struct WorldView {
 // time; lease_lost from any. A background thread, owned by the object, renews the lease.
 // Errors: a store error passes through; LeaseExpired when this worker's lease ended (the others
 // counted it gone: call join() to come back as a newcomer); Timeout naming what was awaited and
-// who was missing. No call blocks past its deadline, beyond one store call.
+// who was missing. No call blocks past its deadline, beyond the store calls in flight then.
 class Membership {
  public:
   // Checks the options (InvalidArgument naming the option). Does not touch the store.
@@ -85,7 +85,7 @@ class Membership {
   // running world to form the next one (they look at step boundaries, joiners_waiting), and
   // for the one after when a world is formed without it (full, or it came too late). Throws
   // Timeout at `deadline`, naming the world it waited on and why (full, fewer than
-  // min_workers ready).
+  // min_workers ready); InvalidArgument for a live member of the newest world.
   [[nodiscard]] WorldView join(Deadline deadline);
 
   // Called by every member of generation `current` (after a failure, or to admit joiners):
