@@ -70,7 +70,8 @@ struct WorldView {
 // who was missing. No call blocks past its deadline, beyond the store calls in flight then.
 class Membership {
  public:
-  // Checks the options (InvalidArgument naming the option). Does not touch the store.
+  // Checks the options (InvalidArgument naming the option). Does not touch the store; shares
+  // ownership of it.
   Membership(std::shared_ptr<Store> store, MembershipOptions options);
   // Stops the heartbeat and revokes the lease: the others see this worker leave at once.
   ~Membership();
@@ -90,10 +91,11 @@ class Membership {
 
   // Called by every member of generation `current` (after a failure, or to admit joiners):
   // blocks until generation current+1 is formed and returns it; it may be formed without this
-  // worker (it came later than settle_time), which then call join(). `failed`: ids this worker
-  // knows are gone (a transport error named them); it does not wait for them. Throws
-  // InvalidArgument when this worker is not a member of `current`, and Timeout at `deadline`
-  // when fewer than min_workers are ready then, naming them and the option to change.
+  // worker (it came later than settle_time), which then calls join(). `failed`: ids this worker
+  // believes gone (a transport error named them); it does not wait for them, but one that marks
+  // itself ready anyway is alive and counted in. Throws InvalidArgument when this worker is not
+  // a member of `current`, and Timeout at `deadline` when fewer than min_workers are ready then,
+  // naming them and the option to change.
   [[nodiscard]] WorldView next_generation(std::int64_t current,
                                           const std::vector<std::string>& failed,
                                           Deadline deadline);
