@@ -105,6 +105,12 @@ unmount_all() {
     umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null || true
   done
   mounted=()
+  # What the commands mounted inside the root themselves (`ip netns` binds /run/netns onto
+  # itself), deepest first.
+  local leftover
+  while read -r leftover; do
+    umount "$leftover" 2>/dev/null || umount -l "$leftover" 2>/dev/null || true
+  done < <(awk -v r="$root/" 'index($5, r) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
 }
 cleanup() {
   unmount_all
