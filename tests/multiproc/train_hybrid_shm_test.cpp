@@ -1,7 +1,7 @@
-// `tessera train` with the hybrid strategy over shm worker processes: a tensor x pipeline mesh
-// follows the one-process ddp loss curve to 1e-5, a pipeline x data mesh gives ddp's losses
-// bit for bit at the same data-parallel size, a world the mesh does not divide is refused, and
-// `tessera trace timeline` draws each stage's GPipe and 1F1B order from the run's traces.
+// `tessera train` with the hybrid strategy over shm worker processes: every mesh of tp, pp,
+// dp in {1, 2} follows the one-process ddp loss curve to 1e-5, a pipeline x data mesh gives ddp's
+// losses bit for bit at the same data-parallel size, a world the mesh does not divide is refused,
+// and `tessera trace timeline` draws each stage's GPipe and 1F1B order from the run's traces.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,14 +31,17 @@ class HybridOverShm : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // tessera train on a small synthetic task with two Linear pairs; writes metrics to `name`.
-  int train(const std::string& name, const std::string& extra) const {
+  // `batch`: rows per data-parallel replica.
+  int train(const std::string& name, const std::string& extra, int batch = 16) const {
     const std::string command =
         "timeout 120 " + std::string(TESSERA_CLI_PATH) +
         " train --runtime.timeout=30s --train.dataset=synthetic"
         " --dataset.synthetic.samples=640 --dataset.synthetic.test_samples=100"
         " --dataset.synthetic.features=16 --dataset.synthetic.classes=8"
         " --model.mlp.layers=16,32,24,32,8 --train.optimizer=adam --train.max_grad_norm=0.5"
-        " --train.batch_size=16 --train.epochs=1 --train.lr=0.001 --train.progress=off"
+        " --train.batch_size=" +
+        std::to_string(batch) +
+        " --train.epochs=1 --train.lr=0.001 --train.progress=off"
         " --train.seed=3 --train.micro_batches=4 --train.metrics_file=" +
         (dir_ / name).string() + " " + extra + " > " + (dir_ / "out.txt").string() + " 2>&1";
     return std::system(command.c_str());
@@ -93,6 +96,39 @@ TEST_F(HybridOverShm, TensorTimesPipelineFollowsOneProcessDdp) {
           "hybrid: pipeline bubble over 39 steps (the first, untimed, not counted): measured"),
       std::string::npos)
       << output();
+}
+
+TEST_F(HybridOverShm, EveryMeshOfSizesOneAndTwoFollowsOneProcessDdp) {
+  // The same global batch of 16 rows everywhere: each of dp replicas takes 16 / dp of them.
+  ASSERT_EQ(train("ddp.jsonl", "-n 1 --runtime.transport=local --train.strategy=ddp"), 0)
+      << output();
+  const auto ddp = losses("ddp.jsonl");
+  ASSERT_EQ(ddp.size(), 40U);  // 640 samples / 16
+  for (const int tp : {1, 2}) {
+    for (const int pp : {1, 2}) {
+      for (const int dp : {1, 2}) {
+        const std::string mesh =
+            "tp" + std::to_string(tp) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp);
+        ASSERT_EQ(train(mesh + ".jsonl",
+                        "-n " + std::to_string(tp * pp * dp) +
+                            " --runtime.transport=shm --train.strategy=hybrid"
+                            " --strategy.hybrid.tensor_parallel=" +
+                            std::to_string(tp) +
+                            " --strategy.hybrid.pipeline_parallel=" + std::to_string(pp),
+                        16 / dp),
+                  0)
+            << mesh << "\n"
+            << output();
+        const auto hybrid = losses(mesh + ".jsonl");
+        ASSERT_EQ(hybrid.size(), ddp.size()) << mesh;
+        for (std::size_t s = 0; s < ddp.size(); ++s) {
+          const double want = std::stod(ddp[s]);
+          EXPECT_LT(std::fabs(std::stod(hybrid[s]) - want), 1e-5 * std::fabs(want))
+              << mesh << " step " << s + 1;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(HybridOverShm, PipelineTimesDataGivesDdpsBitsAtTheSameDataParallelSize) {
