@@ -4,7 +4,6 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
-#include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/trace.hpp"
 
