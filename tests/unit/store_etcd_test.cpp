@@ -1,9 +1,18 @@
 // What only the etcd store does: a real etcd server that dies, stops or restarts under it,
 // etcd's own limits on leases, and its options.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "etcd_server.hpp"
 #include "store_contract.hpp"
@@ -100,6 +109,82 @@ TEST_F(EtcdStoreTest, AnUnreachableServerIsAnErrorNamingTheEndpointAndTheOption)
   }
   EXPECT_GE(Clock::now() - start, 300ms);
   EXPECT_LT(Clock::now() - start, 300ms + kSchedulingMargin);
+}
+
+// Something on etcd's port that answers every request with HTTP 200 and `body`, then closes
+// the connection: not etcd, or an etcd answering what the store does not expect.
+class FixedAnswerServer {
+ public:
+  explicit FixedAnswerServer(std::string body) : body_(std::move(body)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+      throw std::runtime_error("FixedAnswerServer: no loopback port");
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FixedAnswerServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(listener_);
+  }
+  [[nodiscard]] std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    const std::string answer =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        "Connection: close\r\nContent-Length: " +
+        std::to_string(body_.size()) + "\r\n\r\n" + body_;
+    while (!stop_) {
+      pollfd ready{listener_, POLLIN, 0};
+      if (::poll(&ready, 1, 50) <= 0) continue;
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) continue;
+      // The whole request (the store's are small): up to the end of its headers and body.
+      std::string request;
+      char chunk[4096];
+      while (request.find("\r\n\r\n") == std::string::npos || request.back() != '}') {
+        const auto got = ::recv(client, chunk, sizeof chunk, 0);
+        if (got <= 0) break;
+        request.append(chunk, static_cast<std::size_t>(got));
+      }
+      (void)::send(client, answer.data(), answer.size(), MSG_NOSIGNAL);
+      ::close(client);
+    }
+  }
+
+  std::string body_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_F(EtcdStoreTest, AnAnswerThatIsNotAJsonObjectIsAnErrorNamingTheEndpoint) {
+  // Valid JSON of the wrong shape: reading its fields must not throw the JSON library's own
+  // exceptions through the store.
+  for (const std::string body : {"[1]", "5", "\"text\""}) {
+    FixedAnswerServer server(body);
+    auto store = open(server.endpoint(), "2s");
+    for (const auto& call : std::vector<std::function<void()>>{
+             [&] { (void)store->get("k", 1s); }, [&] { store->set("k", "v"); },
+             [&] { (void)store->compare_set("k", "", "v"); }, [&] { (void)store->list(""); },
+             [&] { (void)store->grant_lease(2s); }}) {
+      try {
+        call();
+        ADD_FAILURE() << "a call answered with " << body << " returned";
+      } catch (const Error& e) {
+        EXPECT_TRUE(contains(e.what(), server.endpoint())) << e.what();
+        EXPECT_TRUE(contains(e.what(), "not a JSON object")) << e.what();
+      }
+    }
+  }
 }
 
 // etcd killed while calls wait on it: each fails with the endpoint in its message within the

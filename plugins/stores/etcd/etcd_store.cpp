@@ -28,24 +28,9 @@ Duration bounded(Duration timeout) {
 // The least time a read inside get, wait or wait_for_change is given, whatever their timeout.
 constexpr Duration kShortestRead{1000};
 
-// etcd's JSON writes 64-bit integers as strings and leaves out fields that are zero.
-std::int64_t number(const json& object, const char* name) {
-  if (!object.is_object()) return 0;
-  const auto it = object.find(name);
-  if (it == object.end()) return 0;
-  if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (!it->is_string()) return 0;
-  const auto& text = it->get_ref<const std::string&>();
-  std::int64_t value = 0;
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
-}
-
+// A key or value: base64 in etcd's JSON.
 std::string bytes(const json& object, const char* name) {
-  if (!object.is_object()) return {};
-  const auto it = object.find(name);
-  if (it == object.end() || !it->is_string()) return {};
-  auto decoded = base64_decode(it->get_ref<const std::string&>());
+  auto decoded = base64_decode(json_text(object, name));
   if (!decoded) throw Error("etcd store: etcd sent a key or value that is not base64");
   return std::move(*decoded);
 }
@@ -180,13 +165,13 @@ EtcdStore::Entry EtcdStore::read(const std::string& full_key, const std::string&
     return entry;
   }
   if (reply.error_code != 0) fail(reply, what);
-  entry.revision = number(reply.body.value("header", json::object()), "revision");
+  entry.revision = json_integer(json_field(reply.body, "header"), "revision");
   const auto kvs = reply.body.find("kvs");
   if (kvs != reply.body.end() && kvs->is_array() && !kvs->empty()) {
     const auto& kv = kvs->front();
     entry.value = bytes(kv, "value");
-    entry.mod_revision = number(kv, "mod_revision");
-    entry.lease = number(kv, "lease");
+    entry.mod_revision = json_integer(kv, "mod_revision");
+    entry.lease = json_integer(kv, "lease");
   }
   return entry;
 }
@@ -210,7 +195,7 @@ bool EtcdStore::put_if_unchanged(const std::string& full_key, const std::string&
   // The key's lease ended between the read and the write: read again (the key is gone).
   if (lease_not_found(reply)) return false;
   if (reply.error_code != 0) fail(reply, what);
-  return reply.body.value("succeeded", false);
+  return json_flag(reply.body, "succeeded");
 }
 
 void EtcdStore::set(const std::string& key, const std::string& value) {
@@ -251,15 +236,14 @@ std::optional<std::optional<std::string>> EtcdStore::watch_until_differs(
       if (next.status == WatchStream::Status::deadline) return std::nullopt;
       // A broken stream (etcd restarted) or a watch etcd cancelled (its start revision was
       // compacted away): read the key again and watch anew.
-      if (next.status == WatchStream::Status::broken || next.message.value("canceled", false) ||
-          number(next.message, "compact_revision") != 0)
+      if (next.status == WatchStream::Status::broken || json_flag(next.message, "canceled") ||
+          json_integer(next.message, "compact_revision") != 0)
         break;
       const auto events = next.message.find("events");
       if (events == next.message.end() || !events->is_array()) continue;
       for (const auto& event : *events) {
         std::optional<std::string> value;
-        if (event.value("type", std::string("PUT")) != "DELETE")
-          value = bytes(event.value("kv", json::object()), "value");
+        if (json_text(event, "type") != "DELETE") value = bytes(json_field(event, "kv"), "value");
         if (value != known) return value;
       }
     }
@@ -372,14 +356,14 @@ std::vector<std::pair<std::string, std::string>> EtcdStore::list(const std::stri
         break;
       }
       if (reply.error_code != 0) fail(reply, what);
-      if (revision == 0) revision = number(reply.body.value("header", json::object()), "revision");
+      if (revision == 0) revision = json_integer(json_field(reply.body, "header"), "revision");
       const auto kvs = reply.body.find("kvs");
       if (kvs == reply.body.end() || !kvs->is_array() || kvs->empty()) break;
       for (const auto& kv : *kvs) {
         auto full = bytes(kv, "key");
         found.emplace_back(full.substr(prefix_.size()), bytes(kv, "value"));
       }
-      if (!reply.body.value("more", false)) break;
+      if (!json_flag(reply.body, "more")) break;
       from = prefix_ + found.back().first + std::string(1, '\0');
     }
     if (!compacted) return found;
@@ -390,14 +374,14 @@ bool EtcdStore::check(const std::string& key) {
   const auto reply =
       checked("/v3/kv/range", {{"key", base64_encode(prefix_ + key)}, {"count_only", true}},
               "check of key " + quoted(key), Resend::safe);
-  return number(reply.body, "count") > 0;
+  return json_integer(reply.body, "count") > 0;
 }
 
 bool EtcdStore::remove(const std::string& key) {
   // Not resent after a broken connection: the resent one would report the key absent.
   const auto reply = checked("/v3/kv/deleterange", {{"key", base64_encode(prefix_ + key)}},
                              "remove of key " + quoted(key), Resend::unsafe);
-  return number(reply.body, "deleted") > 0;
+  return json_integer(reply.body, "deleted") > 0;
 }
 
 LeaseId EtcdStore::grant_lease(Duration ttl) {
@@ -414,12 +398,11 @@ LeaseId EtcdStore::grant_lease(Duration ttl) {
   // by itself after ttl.
   const auto reply =
       checked("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, "grant_lease", Resend::safe);
-  if (reply.body.contains("error") && reply.body["error"].is_string() &&
-      !reply.body["error"].get<std::string>().empty())
+  if (const auto refusal = json_text(reply.body, "error"); !refusal.empty())
     throw Error("etcd store: etcd at " + client_->endpoints_text() +
-                " did not grant a lease: " + reply.body["error"].get<std::string>());
-  const LeaseId lease{number(reply.body, "ID")};
-  const auto granted = number(reply.body, "TTL");
+                " did not grant a lease: " + refusal);
+  const LeaseId lease{json_integer(reply.body, "ID")};
+  const auto granted = json_integer(reply.body, "TTL");
   if (granted != seconds) {
     // etcd raises a ttl below its minimum (1.5 election timeouts) without a word: a key
     // would then outlive its holder by more than the ttl asked for.
@@ -437,7 +420,7 @@ void EtcdStore::keep_alive(LeaseId lease) {
   // A stream in gRPC; over the gateway one request gets one answer and the stream ends.
   const auto reply =
       checked("/v3/lease/keepalive", {{"ID", lease_text(lease)}}, "keep_alive", Resend::safe);
-  if (number(reply.body.value("result", json::object()), "TTL") <= 0)
+  if (json_integer(json_field(reply.body, "result"), "TTL") <= 0)
     throw expired("keep_alive", lease);
 }
 

@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
+#include <charconv>
 #include <thread>
 #include <utility>
 
@@ -121,6 +122,33 @@ class Connection {
   std::optional<http::response_parser<http::buffer_body>> stream_parser_;
 };
 
+const nlohmann::json& json_field(const nlohmann::json& object, const char* name) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  if (!object.is_object()) return empty;
+  const auto it = object.find(name);
+  return it == object.end() ? empty : *it;
+}
+
+std::int64_t json_integer(const nlohmann::json& object, const char* name) {
+  const auto& field = json_field(object, name);
+  if (field.is_number_integer()) return field.get<std::int64_t>();
+  if (!field.is_string()) return 0;
+  const auto& text = field.get_ref<const std::string&>();
+  std::int64_t value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+bool json_flag(const nlohmann::json& object, const char* name) {
+  const auto& field = json_field(object, name);
+  return field.is_boolean() && field.get<bool>();
+}
+
+std::string json_text(const nlohmann::json& object, const char* name) {
+  const auto& field = json_field(object, name);
+  return field.is_string() ? field.get<std::string>() : std::string();
+}
+
 namespace {
 
 http::request<http::string_body> post(const Endpoint& to, const std::string& path,
@@ -138,9 +166,10 @@ http::request<http::string_body> post(const Endpoint& to, const std::string& pat
 GatewayReply error_reply(unsigned status, const std::string& body) {
   GatewayReply reply;
   const auto parsed = nlohmann::json::parse(body, nullptr, false);
-  if (parsed.is_object() && parsed.contains("code") && parsed["code"].is_number_integer()) {
-    reply.error_code = parsed["code"].get<int>();
-    reply.error_message = parsed.value("message", std::string("(no message)"));
+  if (json_field(parsed, "code").is_number_integer()) {
+    reply.error_code = static_cast<int>(json_integer(parsed, "code"));
+    reply.error_message = json_text(parsed, "message");
+    if (reply.error_message.empty()) reply.error_message = "(no message)";
   } else {
     reply.error_code = 2;  // gRPC "unknown"
     reply.error_message = "HTTP status " + std::to_string(status) + ": " + body.substr(0, 200);
@@ -226,9 +255,9 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
       GatewayReply reply;
       if (status == 200) {
         reply.body = nlohmann::json::parse(response.body(), nullptr, false);
-        if (reply.body.is_discarded())
+        if (!reply.body.is_object())
           throw Error("etcd store: etcd at " + endpoint.text() + " answered " + what +
-                      " with a body that is not JSON; is option " + option_name_ +
+                      " with a body that is not a JSON object; is option " + option_name_ +
                       " pointing at an etcd v3 client URL?");
       } else {
         reply = error_reply(status, response.body());
@@ -283,7 +312,7 @@ std::unique_ptr<WatchStream> GatewayClient::watch(const nlohmann::json& create_r
     if (!ec) {
       auto stream = std::make_unique<WatchStream>(std::move(connection));
       const auto first = stream->next(give_up);
-      if (first.status == WatchStream::Status::message && first.message.value("created", false))
+      if (first.status == WatchStream::Status::message && json_flag(first.message, "created"))
         return stream;
       if (first.status == WatchStream::Status::message)
         throw Error("etcd store: etcd at " + endpoint.text() + " did not create the watch for " +
@@ -326,11 +355,12 @@ WatchStream::Next WatchStream::next(Deadline deadline) {
         return {Status::broken, {}, "a watch message that is not JSON"};
       if (parsed.contains("error")) {
         const auto& error = parsed["error"];
-        return {Status::broken,
-                {},
-                error.is_object() ? error.value("message", error.dump()) : error.dump()};
+        auto message = json_text(error, "message");
+        return {Status::broken, {}, message.empty() ? error.dump() : std::move(message)};
       }
       if (!parsed.contains("result")) continue;
+      if (!parsed["result"].is_object())
+        return {Status::broken, {}, "a watch message whose result is not a JSON object"};
       return {Status::message, std::move(parsed["result"]), {}};
     }
     const auto ec = connection_->read_stream_some(pending_, deadline);

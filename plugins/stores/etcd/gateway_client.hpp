@@ -4,6 +4,7 @@
 // restarting server until the request timeout, and watch streams (/v3/watch) read one message
 // at a time. Knows nothing of the Store contract; etcd_store.cpp maps it onto that.
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -21,11 +22,19 @@ struct Endpoint {
   [[nodiscard]] std::string text() const;  // "host:port", as the user wrote it
 };
 
+// Fields of etcd's JSON, read without throwing whatever arrived: etcd leaves out fields that are
+// zero, false or empty and writes 64-bit integers as strings, and whatever answers on its port
+// may send anything, so an absent or mistyped field reads as {}, 0, false or "".
+[[nodiscard]] const nlohmann::json& json_field(const nlohmann::json& object, const char* name);
+[[nodiscard]] std::int64_t json_integer(const nlohmann::json& object, const char* name);
+[[nodiscard]] bool json_flag(const nlohmann::json& object, const char* name);
+[[nodiscard]] std::string json_text(const nlohmann::json& object, const char* name);
+
 // What etcd answered: its JSON body when the call succeeded, else the gRPC status code and
 // message it reported (5, "etcdserver: requested lease not found").
 struct GatewayReply {
-  nlohmann::json body;
-  int error_code = 0;  // 0: success; kNoAnswer: none before the caller's deadline
+  nlohmann::json body;  // a JSON object
+  int error_code = 0;   // 0: success; kNoAnswer: none before the caller's deadline
   std::string error_message;
 };
 
@@ -87,7 +96,7 @@ class WatchStream {
   enum class Status { message, deadline, broken };
   struct Next {
     Status status;
-    nlohmann::json message;  // the message's "result" (status message)
+    nlohmann::json message;  // the message's "result", a JSON object (status message)
     std::string problem;     // why the stream broke (status broken)
   };
 
