@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -82,10 +83,24 @@ class EtcdServer {
     kill_now();
     start();
   }
-  void pause() const { ::kill(pid_, SIGSTOP); }
+  // Stops etcd (SIGSTOP) and returns once the kernel shows it stopped (at most 2 s), so that a
+  // test's clock starts after the stop took effect, not while etcd still answers.
+  void pause() const {
+    ::kill(pid_, SIGSTOP);
+    for (int i = 0; i < 200 && process_state() != 'T'; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   void resume() const { ::kill(pid_, SIGCONT); }
 
  private:
+  // The state letter of /proc/<pid>/stat (R, S, T, ...), after the command name in parentheses.
+  [[nodiscard]] char process_state() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');
+    return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+  }
+
   static int& counter() {
     static int n = 0;
     return n;
