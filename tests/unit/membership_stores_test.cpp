@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <future>
-#include <latch>
 #include <map>
 #include <optional>
 #include <thread>
@@ -40,17 +38,8 @@ class MembershipOverStores : public store_test::StoreContract {
 
   std::vector<WorldView> on_threads(const Ids& ids,
                                     const std::function<WorldView(Membership&)>& call) {
-    std::latch start(static_cast<std::ptrdiff_t>(ids.size()));
-    std::vector<std::future<WorldView>> results;
-    for (const auto& id : ids) {
-      results.push_back(std::async(std::launch::async, [&, id] {
-        start.arrive_and_wait();
-        return call(*workers_[id]);
-      }));
-    }
-    std::vector<WorldView> views;
-    for (auto& result : results) views.push_back(result.get());
-    return views;
+    return membership_test::on_threads(
+        ids, [&](const std::string& id) -> Membership& { return *workers_.at(id); }, call);
   }
 
   void TearDown() override {

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <functional>
 #include <future>
-#include <latch>
 #include <map>
 #include <set>
 #include <thread>
@@ -55,22 +54,10 @@ struct Job {
   Membership& operator[](const std::string& id) { return *workers.at(id); }
 };
 
-// Runs `call` for every id on its own thread, all starting together once every thread is up (a
-// slow thread start must not pass for a slow worker); returns the views in the ids' order and
-// rethrows the first error.
 std::vector<WorldView> on_threads(Job& job, const std::vector<std::string>& ids,
                                   const std::function<WorldView(Membership&)>& call) {
-  std::latch start(static_cast<std::ptrdiff_t>(ids.size()));
-  std::vector<std::future<WorldView>> results;
-  for (const auto& id : ids) {
-    results.push_back(std::async(std::launch::async, [&, id] {
-      start.arrive_and_wait();
-      return call(job[id]);
-    }));
-  }
-  std::vector<WorldView> views;
-  for (auto& result : results) views.push_back(result.get());
-  return views;
+  return membership_test::on_threads(
+      ids, [&](const std::string& id) -> Membership& { return job[id]; }, call);
 }
 
 // The first world of `ids`: they all join at once and max_workers is their number.
@@ -104,6 +91,21 @@ void expect_same_world(const std::vector<WorldView>& views) {
 }
 
 using Ids = std::vector<std::string>;
+
+// `newcomer` joins while `members` run generation `current`, and they admit it at the next one
+// (`failed`: members gone meanwhile). Returns the members' views, then the newcomer's, having
+// checked that they are one world.
+std::vector<WorldView> admit(Job& job, const std::string& newcomer, const Ids& members,
+                             std::int64_t current, const Ids& failed = {}) {
+  auto joining =
+      std::async(std::launch::async, [&] { return job[newcomer].join(deadline_after(10s)); });
+  EXPECT_TRUE(eventually([&] { return job[members.front()].joiners_waiting(current); }))
+      << newcomer << " never showed as waiting to join";
+  auto views = on_threads(job, members, next_after(current, failed));
+  views.push_back(joining.get());
+  expect_same_world(views);
+  return views;
+}
 
 TEST(Membership, FirstWorldHoldsEveryoneInIdOrderOnceMaxWorkersAreReady) {
   Job job(1, 4, /*settle_time=*/2000ms);
@@ -169,12 +171,7 @@ TEST(Membership, ExpiredLeaseIsLeftOutAndItsHolderIsToldToRejoin) {
   EXPECT_THROW((void)job["c"].next_generation(1, {}, deadline_after(1s)), LeaseExpired);
 
   // It comes back as a newcomer.
-  auto rejoined =
-      std::async(std::launch::async, [&] { return job["c"].join(deadline_after(10s)); });
-  ASSERT_TRUE(eventually([&] { return job["a"].joiners_waiting(2); }));
-  const auto third = on_threads(job, {"a", "b"}, next_after(2));
-  const auto c = rejoined.get();
-  expect_same_world({third[0], third[1], c});
+  const auto c = admit(job, "c", {"a", "b"}, 2).back();
   EXPECT_EQ(c.generation, 3);
   EXPECT_EQ(c.members, (Ids{"a", "b", "c"}));
   EXPECT_EQ(c.joined, Ids{"c"});
@@ -195,12 +192,7 @@ TEST(Membership, SlowSurvivorFindsItselfLeftOutAndJoinsTheNextWorld) {
   EXPECT_EQ(late.members, (Ids{"a", "b"}));
   EXPECT_FALSE(late.is_member());
 
-  auto rejoined =
-      std::async(std::launch::async, [&] { return job["c"].join(deadline_after(10s)); });
-  ASSERT_TRUE(eventually([&] { return job["b"].joiners_waiting(2); }));
-  const auto third = on_threads(job, {"a", "b"}, next_after(2));
-  const auto c = rejoined.get();
-  expect_same_world({third[0], third[1], c});
+  const auto c = admit(job, "c", {"b", "a"}, 2).back();
   EXPECT_EQ(c.generation, 3);
   EXPECT_EQ(c.members, (Ids{"a", "b", "c"}));
   EXPECT_EQ(c.joined, Ids{"c"});
@@ -231,11 +223,7 @@ TEST(Membership, SurvivorsKeepTheirOrderAndNewcomersFollowById) {
   form_first_world(job, {"m", "n", "p"});
   auto& z = job.add("a-new");
   // "a-new" sorts first but enters after the survivors; m left, so n and p move up.
-  auto joined = std::async(std::launch::async, [&] { return z.join(deadline_after(10s)); });
-  ASSERT_TRUE(eventually([&] { return job["n"].joiners_waiting(1); }));
-  const auto views = on_threads(job, {"p", "n"}, next_after(1, {"m"}));
-  const auto newcomer = joined.get();
-  expect_same_world({views[0], views[1], newcomer});
+  const auto newcomer = admit(job, z.worker_id(), {"n", "p"}, 1, {"m"}).back();
   EXPECT_EQ(newcomer.members, (Ids{"n", "p", "a-new"}));
   EXPECT_EQ(newcomer.joined, Ids{"a-new"});
   EXPECT_EQ(newcomer.rank, 2);
@@ -247,11 +235,8 @@ TEST(Membership, JoinerIsAdmittedAtTheNextGeneration) {
   EXPECT_FALSE(job["a"].joiners_waiting(1));
 
   auto& z = job.add("z");
-  auto joined = std::async(std::launch::async, [&] { return z.join(deadline_after(10s)); });
-  ASSERT_TRUE(eventually([&] { return job["a"].joiners_waiting(1); }));
-  const auto views = on_threads(job, {"a", "b"}, next_after(1));
-  const auto newcomer = joined.get();
-  expect_same_world({views[0], views[1], newcomer});
+  const auto views = admit(job, z.worker_id(), {"a", "b"}, 1);
+  const auto& newcomer = views.back();
   EXPECT_EQ(newcomer.generation, 2);
   EXPECT_EQ(newcomer.members, (Ids{"a", "b", "z"}));
   EXPECT_EQ(newcomer.joined, Ids{"z"});

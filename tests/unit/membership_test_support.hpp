@@ -1,16 +1,22 @@
 #pragma once
-// Store decorators for the membership tests: a worker whose renewals can be held back, and a gate
-// that makes racing proposals reach the store together.
+// For the membership tests: store decorators (a worker whose renewals can be held back, a gate
+// that makes racing proposals reach the store together) and workers run on threads together.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tessera/plugin/store.hpp"
+#include "tessera/runtime/membership.hpp"
 
 namespace tessera::membership_test {
 
@@ -84,5 +90,25 @@ class HeartbeatSwitchStore final : public Store {
   std::atomic<bool> hold_{false};
   std::shared_ptr<ProposalGate> gate_;
 };
+
+// Runs `call` on worker(id) for every id on its own thread, all starting together once every
+// thread is up (a slow thread start must not pass for a slow worker); returns the views in the
+// ids' order and rethrows the first error.
+inline std::vector<WorldView> on_threads(
+    const std::vector<std::string>& ids,
+    const std::function<Membership&(const std::string&)>& worker,
+    const std::function<WorldView(Membership&)>& call) {
+  std::latch start(static_cast<std::ptrdiff_t>(ids.size()));
+  std::vector<std::future<WorldView>> results;
+  for (const auto& id : ids) {
+    results.push_back(std::async(std::launch::async, [&, id] {
+      start.arrive_and_wait();
+      return call(worker(id));
+    }));
+  }
+  std::vector<WorldView> views;
+  for (auto& result : results) views.push_back(result.get());
+  return views;
+}
 
 }  // namespace tessera::membership_test
