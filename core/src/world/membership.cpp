@@ -352,7 +352,6 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
         members.push_back(worker);
         joined.push_back(worker);
       }
-      if (members.size() > max_workers) members.resize(max_workers);
       (void)store_->compare_set(world_key(generation), "", encode_world(members, joined));
       store_->add(changes_key(generation), 1);
       continue;  // adopt what is stored, ours or not
