@@ -14,6 +14,6 @@ namespace tessera::cli {
 // the job's exit code, after printing which rank failed and how.
 int relaunch_as_workers(const std::vector<std::string>& command, int processes,
                         const std::vector<std::string>& args, const PluginRegistry& registry,
-                        bool plain_stdout);
+                        bool plain_stdout, bool elastic = false);
 
 }  // namespace tessera::cli

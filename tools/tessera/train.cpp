@@ -13,6 +13,7 @@
 
 #include "self_launch.hpp"
 #include "tessera/runtime/config.hpp"
+#include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/launcher.hpp"
 #include "tessera/runtime/registry.hpp"
@@ -100,19 +101,33 @@ int run_train(const std::vector<std::string>& args) {
   }
 
   const WorldPlan plan = plan_world(config, registry, launch);
-  if (plan.needs_workers) return relaunch_as_workers({"train"}, plan.size, args, registry, false);
+  const bool elastic = is_elastic(config);
+  if (plan.needs_workers) {
+    return relaunch_as_workers({"train"}, plan.size, args, registry, false, elastic);
+  }
 
   const TrainerOptions options = TrainerOptions::from(config.section("train"));
-  run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
-    const int rank = world->rank();
-    Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
-    const TrainResult result = trainer.run(resume);
-    if (rank != 0) return;
+  const auto report = [&](const TrainResult& result) {
+    if (result.rank != 0) return;
     std::printf("test accuracy %.2f %%  (%lld steps, %.1f s, %.0f samples/s)\n",
                 100.0 * result.test_accuracy, static_cast<long long>(result.steps), result.seconds,
                 result.samples_per_s);
     std::fflush(stdout);
     if (!summary_file.empty()) write_summary_json(summary_file, result);
+  };
+  if (elastic) {
+    run_elastic_world(
+        config, registry, plan, launch,
+        [&](std::shared_ptr<ElasticWorld> elastic_world, std::shared_ptr<Communicator> world) {
+          Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
+          trainer.set_elastic(std::move(elastic_world));
+          report(trainer.run(resume));
+        });
+    return 0;
+  }
+  run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
+    Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
+    report(trainer.run(resume));
   });
   return 0;
 }

@@ -82,7 +82,14 @@ void check_setting(const Setting& s, const Schemas& schemas) {
   if (auto error = validate_option_value(*spec, s.value)) {
     throw ConfigError(where + "[" + s.section + "] " + s.key + ": " + *error);
   }
-  if (auto kind = detail::selected_plugin_kind(s.section, s.key)) {
+  const bool elastic =
+      s.section == "train" && s.key == "strategy" && s.value == detail::kElasticStrategy;
+  if (auto kind = detail::selected_plugin_kind(s.section, s.key); kind && !elastic) {
+    if (s.section == detail::kElasticSection && s.value == detail::kElasticStrategy) {
+      throw ConfigError(where + "[" + s.section +
+                        "] inner = elastic: the inner strategy is the "
+                        "one that trains (ddp, zero1, zero2 or zero3)");
+    }
     try {
       (void)schemas.registry.find(*kind, s.value);
     } catch (const ConfigError& e) {

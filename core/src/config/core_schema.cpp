@@ -16,6 +16,8 @@ std::optional<PluginKind> selected_plugin_kind(std::string_view section,
     if (key == "model") return PluginKind::model;
     if (key == "optimizer") return PluginKind::optimizer;
     if (key == "dataset") return PluginKind::dataset;
+  } else if (section == kElasticSection) {
+    if (key == "inner") return PluginKind::strategy;
   }
   return std::nullopt;
 }
@@ -192,6 +194,68 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
             "and counted",
             {},
             "1000",
+            std::nullopt},
+       }},
+      // strategy = elastic: the runtime's, around the strategy plugin named by `inner`
+      // (runtime/elastic.hpp; docs/training.md, "Elastic training").
+      {std::string(detail::kElasticSection),
+       {
+           {"inner",
+            OptionType::string,
+            "ddp",
+            "the strategy plugin that trains (ddp, zero1, zero2, zero3: one that communicates "
+            "every step)",
+            {}},
+           {"min_workers",
+            OptionType::integer,
+            "1",
+            "fewer workers left: wait join_timeout for newcomers, then stop with an error",
+            {},
+            "1",
+            "65536"},
+           {"max_workers",
+            OptionType::integer,
+            "0",
+            "newcomers beyond it wait for room (0: the number of workers the run starts with)",
+            {},
+            "0",
+            "65536"},
+           {"replicas",
+            OptionType::integer,
+            "1",
+            "copies of each rank's state kept in the memory of the next ranks (0: none; a "
+            "failure then falls back to the newest checkpoint)",
+            {},
+            "0",
+            "16"},
+           {"replica_every",
+            OptionType::integer,
+            "1",
+            "steps between refreshes of those copies: a failure redoes at most this many steps",
+            {},
+            "1",
+            std::nullopt},
+           {"heartbeat",
+            OptionType::duration,
+            "500ms",
+            "how often each worker renews its lease in the store",
+            {},
+            "10ms",
+            std::nullopt},
+           {"failure_timeout",
+            OptionType::duration,
+            "5s",
+            "a worker that renewed no lease for this long is counted gone (a dead process is "
+            "seen at once when its launcher reports it)",
+            {},
+            "100ms",
+            std::nullopt},
+           {"join_timeout",
+            OptionType::duration,
+            "60s",
+            "below min_workers, how long to wait for newcomers before stopping",
+            {},
+            "0ms",
             std::nullopt},
        }},
   };

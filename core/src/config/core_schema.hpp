@@ -8,6 +8,10 @@
 
 namespace tessera::detail {
 
+// strategy = elastic is the runtime's own (runtime/elastic.hpp), with its options here.
+inline constexpr std::string_view kElasticStrategy = "elastic";
+inline constexpr std::string_view kElasticSection = "strategy.elastic";
+
 // The kind of plugin that core option section.key selects, e.g. runtime.transport → transport.
 [[nodiscard]] std::optional<PluginKind> selected_plugin_kind(std::string_view section,
                                                              std::string_view key) noexcept;

@@ -13,6 +13,7 @@
 #include "tessera/plugin/optimizer.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/plugin/transport.hpp"
+#include "tessera/runtime/elastic.hpp"
 
 namespace tessera {
 
@@ -278,8 +279,15 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
                                        {"train", "optimizer", PluginKind::optimizer},
                                        {"train", "model", PluginKind::model},
                                        {"train", "dataset", PluginKind::dataset}};
+  const auto [strategy_section, strategy_key] = trained_strategy_option(config);
+  if (is_elastic(config)) (void)ElasticOptions::from(config.section(strategy_section));
   for (const auto& s : kSelections) {
-    check_required_options(config, registry, s.section, s.key, s.kind);
+    if (s.kind == PluginKind::strategy) {
+      check_required_options(config, registry, strategy_section.c_str(), strategy_key.c_str(),
+                             s.kind);
+    } else {
+      check_required_options(config, registry, s.section, s.key, s.kind);
+    }
   }
 
   (void)create_plugin<Transport>(config, registry, "runtime", "transport");
@@ -291,7 +299,7 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
       world_size, processes,
       lead(config, "runtime", "world_size") + described(config, "runtime", "world_size"));
 
-  const auto strategy = create_plugin<Strategy>(config, registry, "train", "strategy");
+  const auto strategy = create_plugin<Strategy>(config, registry, strategy_section, strategy_key);
   const auto optimizer = create_plugin<Optimizer>(config, registry, "train", "optimizer");
   const auto model = create_plugin<Model>(config, registry, "train", "model");
   check_model_fits_host(config, *model, *optimizer);
@@ -300,15 +308,15 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
     data_parallel_size = strategy->plan_data_parallel_size(*model, world_size);
   } catch (const ConfigError& e) {
     // The strategy names its options and the figures; add where they were set.
-    const std::string section = "strategy." + value_of(config, "train", "strategy");
+    const std::string section = "strategy." + value_of(config, strategy_section, strategy_key);
     std::string where = first_set_origin(config, section);
     if (where.empty()) where = lead(config, "train", "strategy");
     throw ConfigError(where + e.what() + " (" + described(config, "runtime", "world_size") + ")");
   }
   if (data_parallel_size < 1 || world_size % data_parallel_size != 0) {
-    throw PluginError("the strategy " + value_of(config, "train", "strategy") + " planned " +
-                      std::to_string(data_parallel_size) + " data-parallel replicas of " +
-                      std::to_string(world_size) +
+    throw PluginError("the strategy " + value_of(config, strategy_section, strategy_key) +
+                      " planned " + std::to_string(data_parallel_size) +
+                      " data-parallel replicas of " + std::to_string(world_size) +
                       " ranks, which is not a divisor of the world; report it to the plugin's "
                       "author");
   }

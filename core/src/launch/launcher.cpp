@@ -119,6 +119,8 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
   env["TESSERA_NNODES"] = std::to_string(options.nodes);
   env["TESSERA_STORE_ADDR"] = address;
   env["TESSERA_STORE_TOKEN"] = token;
+  env["TESSERA_WORKER_ID"] =
+      "n" + std::to_string(options.node_rank) + ".w" + std::to_string(local_rank);
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
@@ -128,7 +130,8 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
 // The running job: its workers, their output, and how it is going.
 class Job {
  public:
-  Job(const LaunchOptions& options, launch::NodeGroup* group) : options_(options), group_(group) {}
+  Job(const LaunchOptions& options, launch::NodeGroup* group, std::shared_ptr<Store> store)
+      : options_(options), group_(group), store_(std::move(store)) {}
 
   ~Job() {
     // Reached with live workers only when starting them failed half way: leave no orphans.
@@ -215,6 +218,10 @@ class Job {
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
       if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed.push_back({rank, status});
     }
+    if (options_.elastic) {
+      elastic_exits(failed);
+      return;
+    }
     if (failed.empty() || !result_.failure.empty()) return;
     // The first failure is the one to report; later ones are its consequences. Exits found in
     // one pass, though, came within one wake-up of each other and their order is lost. Then a
@@ -257,6 +264,33 @@ class Job {
   }
 
   // SIGTERM now, SIGKILL after the grace period to whoever is still there.
+  // An elastic job goes on without the failed workers: each is reported, and its liveness key
+  // in the store goes at once (it would end with its lease anyway, failure_timeout later).
+  void elastic_exits(const std::vector<Exit>& failed) {
+    for (const auto& exit : failed) {
+      const auto local = exit.rank - options_.node_rank * options_.processes;
+      const auto id = "n" + std::to_string(options_.node_rank) + ".w" + std::to_string(local);
+      try {
+        if (store_) store_->remove("membership/workers/" + id);
+      } catch (const Error& e) {
+        print(options_.stderr_fd, "elastic: could not mark worker " + id + " gone in the store (" +
+                                      e.what() + "); the others see it at its lease's end");
+      }
+      print(options_.stderr_fd, "elastic: worker " + id +
+                                    " left: " + launch::describe_exit(exit.rank, exit.status) +
+                                    "; the others go on");
+      ++elastic_failures_;
+      last_failure_ = exit;
+    }
+    // Every worker gone and none finished the run: the job failed, as the last one did.
+    if (live_.empty() && elastic_failures_ == options_.processes && result_.failure.empty()) {
+      result_.failure = "every worker of the elastic job failed; the last: " +
+                        launch::describe_exit(last_failure_.rank, last_failure_.status);
+      result_.exit_code = launch::shell_exit_code(last_failure_.status);
+      if (result_.exit_code == 0) result_.exit_code = 1;
+    }
+  }
+
   void stop_all() {
     if (live_.empty() || kill_at_) return;
     stopped_note_ = "; stopping the other " + std::to_string(live_.size()) + " rank" +
@@ -271,6 +305,9 @@ class Job {
   std::vector<LineRelay> relays_;
   LaunchResult result_;
   std::optional<Clock::time_point> kill_at_;
+  std::shared_ptr<Store> store_;  // the job's, for elastic exits; may be null
+  int elastic_failures_ = 0;
+  Exit last_failure_{0, 0};
   std::optional<int> interrupted_;
   std::string stopped_note_;
 };
@@ -342,7 +379,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   launch::SignalRelay signals;
   LaunchResult result;
   {
-    Job job(options, group ? &*group : nullptr);
+    Job job(options, group ? &*group : nullptr, store);
     const auto cpu_sets =
         launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
     for (int rank = 0; rank < options.processes; ++rank) {

@@ -31,7 +31,9 @@ void append_text(std::vector<std::uint8_t>& out, const std::string& text) {
   append_bytes(out, text.data(), text.size());
 }
 
-std::vector<std::uint8_t> pack(const MemoryCheckpoint& state) {
+}  // namespace
+
+std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state) {
   std::vector<std::uint8_t> out;
   out.reserve(state.bytes() + 64 * (state.blobs().size() + 1));
   append_u64(out, state.blobs().size());
@@ -60,6 +62,8 @@ std::vector<std::uint8_t> pack(const MemoryCheckpoint& state) {
   return out;
 }
 
+namespace {
+
 class Unpacker {
  public:
   explicit Unpacker(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
@@ -70,7 +74,9 @@ class Unpacker {
   }
   std::span<const std::uint8_t> take(std::uint64_t n) {
     // Only our own pack() wrote these bytes; a short read means the exchange itself broke.
-    TESSERA_CHECK(n <= bytes_.size() - at_, "gather_state_in_memory: a rank's blobs arrived cut");
+    if (n > bytes_.size() - at_) {
+      throw CheckpointError("strategy state held in memory: its packed bytes end early");
+    }
     const auto part = bytes_.subspan(at_, n);
     at_ += n;
     return part;
@@ -147,12 +153,47 @@ std::size_t MemoryCheckpoint::bytes() const noexcept {
   return total;
 }
 
+void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into) {
+  Unpacker in(bytes);
+  const auto count = in.u64();
+  for (std::uint64_t b = 0; b < count; ++b) {
+    const auto name_bytes = in.take(in.u64());
+    const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
+    const auto blob = in.take(in.u64());
+    into.put(name, std::as_bytes(blob));
+  }
+  const auto slice_count = in.u64();
+  for (std::uint64_t k = 0; k < slice_count; ++k) {
+    StateSlice d;
+    d.layer = in.u64();
+    const auto param = in.take(in.u64());
+    d.param.assign(reinterpret_cast<const char*>(param.data()), param.size());
+    const auto rank_count = in.u64();
+    if (rank_count > 64)
+      throw CheckpointError("strategy state held in memory: a slice of rank " +
+                            std::to_string(rank_count));
+    d.shape.resize(rank_count);
+    for (auto& extent : d.shape) extent = in.u64();
+    d.kind = in.u64() == 0 ? StateKind::parameter : StateKind::optimizer_state;
+    for (std::size_t* field : {&d.slot, &d.dim, &d.begin, &d.end, &d.first, &d.last}) {
+      *field = in.u64();
+    }
+    if (const auto problem = slice_problem(d); !problem.empty()) {
+      throw CheckpointError("strategy state held in memory: the slice " + problem);
+    }
+    const auto raw = in.take(d.elements() * sizeof(float));
+    std::vector<float> values(d.elements());
+    if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());
+    into.put_slice(d, values);
+  }
+}
+
 std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strategy,
                                                                Communicator& world) {
   const int size = world.size();
   MemoryCheckpoint mine(size);
   strategy.save(mine);
-  std::vector<std::uint8_t> packed = pack(mine);
+  std::vector<std::uint8_t> packed = pack_memory_checkpoint(mine);
 
   std::int64_t my_length = static_cast<std::int64_t>(packed.size());
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(size));
@@ -168,32 +209,9 @@ std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strateg
 
   auto state = std::make_shared<MemoryCheckpoint>(size);
   for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
-    Unpacker in(std::span<const std::uint8_t>(all).subspan(r * longest,
-                                                           static_cast<std::size_t>(lengths[r])));
-    const auto count = in.u64();
-    for (std::uint64_t b = 0; b < count; ++b) {
-      const auto name_bytes = in.take(in.u64());
-      const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
-      const auto blob = in.take(in.u64());
-      state->put(name, std::as_bytes(blob));
-    }
-    const auto slice_count = in.u64();
-    for (std::uint64_t k = 0; k < slice_count; ++k) {
-      StateSlice d;
-      d.layer = in.u64();
-      const auto param = in.take(in.u64());
-      d.param.assign(reinterpret_cast<const char*>(param.data()), param.size());
-      d.shape.resize(in.u64());
-      for (auto& extent : d.shape) extent = in.u64();
-      d.kind = in.u64() == 0 ? StateKind::parameter : StateKind::optimizer_state;
-      for (std::size_t* field : {&d.slot, &d.dim, &d.begin, &d.end, &d.first, &d.last}) {
-        *field = in.u64();
-      }
-      const auto raw = in.take(d.elements() * sizeof(float));
-      std::vector<float> values(d.elements());
-      if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());
-      state->put_slice(d, values);
-    }
+    unpack_memory_checkpoint(std::span<const std::uint8_t>(all).subspan(
+                                 r * longest, static_cast<std::size_t>(lengths[r])),
+                             *state);
   }
   return state;
 }

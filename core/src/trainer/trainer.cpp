@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "elastic/replica_ring.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/data_order.hpp"
@@ -136,6 +139,9 @@ void Trainer::check_nonfinite_step(const StepStats& stats, const StepInfo& info)
   }
 }
 
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+
 Trainer::Trainer(TrainerOptions options, TrainerComponents components)
     : options_(std::move(options)), parts_(std::move(components)) {
   TESSERA_CHECK(
@@ -163,14 +169,22 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
 }
 
 Trainer::Position Trainer::restore(TrainResult& result) {
-  Position start;
   if (options_.checkpoint_dir.empty()) {
     throw ConfigError("--resume needs [train] checkpoint_dir");
   }
   const auto reader = open_newest_checkpoint(options_.checkpoint_dir);
-  if (!reader) return start;  // nothing written yet: a fresh start
-  const auto& folder = reader->folder();
-  const auto& manifest = reader->manifest();
+  if (!reader) return Position{};  // nothing written yet: a fresh start
+  const Position start = checkpoint_position(*reader);
+  const trace::Span span("checkpoint_load", "checkpoint", {{"step", start.step}});
+  parts_.strategy->load(*reader);
+  result.resumed_from_step = start.step;
+  return start;
+}
+
+Trainer::Position Trainer::checkpoint_position(const FileCheckpointReader& reader) const {
+  Position start;
+  const auto& folder = reader.folder();
+  const auto& manifest = reader.manifest();
   const auto& meta = manifest.metadata;
   const auto where = "checkpoint " + folder.string() + ": ";
   // Every field is checked before the strategy loads anything.
@@ -179,7 +193,7 @@ Trainer::Position Trainer::restore(TrainResult& result) {
     throw CheckpointError(where + "was written with seed " + seed + ", this run has seed " +
                           std::to_string(options_.seed) + ": the data order would differ");
   }
-  check_strategy_name(*reader, parts_);
+  check_strategy_name(reader, parts_);
   start.step = manifest.step;
   start.epoch = metadata_number<std::int64_t>(meta, kEpochKey, folder);
   if (start.epoch > start.step) {
@@ -193,7 +207,7 @@ Trainer::Position Trainer::restore(TrainResult& result) {
     // Written before positions were kept in samples: batch index at the writer's world size.
     const auto batch = metadata_number<std::size_t>(meta, kLegacyBatchKey, folder);
     const auto batch_size = metadata_number<std::size_t>(meta, "batch_size", folder);
-    const auto writers = static_cast<std::size_t>(reader->saved_world_size());
+    const auto writers = static_cast<std::size_t>(reader.saved_world_size());
     if (__builtin_mul_overflow(batch, batch_size, &start.samples) ||
         __builtin_mul_overflow(start.samples, writers, &start.samples)) {
       start.samples = std::numeric_limits<std::size_t>::max();
@@ -210,9 +224,6 @@ Trainer::Position Trainer::restore(TrainResult& result) {
     throw CheckpointError(where + "is inside epoch " + std::to_string(start.epoch + 1) +
                           " after only " + std::to_string(start.step) + " steps");
   }
-  const trace::Span span("checkpoint_load", "checkpoint", {{"step", start.step}});
-  parts_.strategy->load(*reader);
-  result.resumed_from_step = start.step;
   return start;
 }
 
@@ -293,6 +304,99 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
   parts_.world = std::move(change->world);
   placement_ = checked_placement();
   return WorldStep::changed;
+}
+
+void Trainer::set_elastic(std::shared_ptr<ElasticWorld> elastic) {
+  elastic_ = std::move(elastic);
+  replicas_ =
+      elastic_ ? std::make_unique<elastic::ReplicaRing>(elastic_->options().replicas) : nullptr;
+}
+
+void Trainer::refresh_replicas(const Position& at, bool force) {
+  const auto every = elastic_->options().replica_every;
+  if (!force && at.step % every != 0) return;
+  const trace::Span span("replica_refresh", "run", {{"step", at.step}});
+  replicas_->refresh(*parts_.strategy, *parts_.world,
+                     {at.step, at.epoch, static_cast<std::int64_t>(at.samples)});
+}
+
+Trainer::Position Trainer::recover_from_failure(const std::string& reason,
+                                                const Position& failed_at, TrainResult& result) {
+  const auto started = std::chrono::steady_clock::now();
+  if (recorder_) recorder_->set_active(true);
+  const trace::Span span("elastic_recovery", "run", {{"step", failed_at.step}});
+  const auto& options = elastic_->options();
+  // Below min_workers the survivors wait for newcomers up to join_timeout.
+  auto regroup =
+      elastic_->regroup(reason, deadline_after(options.failure_timeout + options.join_timeout));
+  auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
+  if (recorder_) regroup.world = trace::traced_communicator(regroup.world, recorder_);
+
+  WorldEvent event;
+  event.generation = regroup.generation;
+  event.left = regroup.left;
+  event.joined = regroup.joined;
+  event.world_size = regroup.world->size();
+  event.failed_at_step = failed_at.step;
+  Position at;
+  if (recovered.state) {
+    at = {recovered.position.step, recovered.position.epoch,
+          static_cast<std::size_t>(recovered.position.samples)};
+    parts_.strategy->reconfigure(regroup.world, *recovered.state);
+    event.state_from = "memory";
+  } else {
+    std::string lost;
+    for (const int r : recovered.missing) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+    const auto why =
+        "elastic: the state of rank(s) " + lost + " of the " +
+        std::to_string(recovered.previous_world_size) +
+        "-rank world and every copy of it (replicas = " + std::to_string(options.replicas) +
+        ") were lost with the failed workers";
+    const auto reader =
+        options_.checkpoint_dir.empty() ? nullptr : open_newest_checkpoint(options_.checkpoint_dir);
+    if (!reader) {
+      throw TrainingError(why +
+                          ", and there is no checkpoint to fall back to; set [train] "
+                          "checkpoint_dir and checkpoint_every, or raise [strategy.elastic] "
+                          "replicas");
+    }
+    at = checkpoint_position(*reader);
+    parts_.strategy->reconfigure(regroup.world, *reader);
+    event.state_from = reader->folder().string();
+    if (regroup.world->rank() == 0) {
+      std::fprintf(stderr, "%s; going on from the newest checkpoint, %s (step %lld)\n", why.c_str(),
+                   event.state_from.c_str(), static_cast<long long>(at.step));
+    }
+  }
+  parts_.world = regroup.world;
+  placement_ = checked_placement();
+  // This run's losses are kept for the steps the state is of; redone steps are logged again.
+  const auto kept = std::max<std::int64_t>(at.step - first_step_of_run_, 0);
+  if (static_cast<std::int64_t>(result.losses.size()) > kept) {
+    result.losses.resize(static_cast<std::size_t>(kept));
+  }
+  // The copies of the old world are no use any more; the new world's are made at once, so that
+  // a second failure right away finds them.
+  replicas_->clear();
+  refresh_replicas(at, true);
+  event.resumed_at_step = at.step;
+  event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (regroup.world->rank() == 0) {
+    const auto names = [](const std::vector<std::string>& ids) {
+      std::string text;
+      for (const auto& id : ids) text += (text.empty() ? "" : ",") + id;
+      return text.empty() ? std::string("-") : text;
+    };
+    std::fprintf(
+        stderr,
+        "elastic: generation %lld: %d worker(s); left %s; joined %s; failed at step %lld, "
+        "going on from step %lld (%s); %.2f s\n",
+        static_cast<long long>(event.generation), event.world_size, names(event.left).c_str(),
+        names(event.joined).c_str(), static_cast<long long>(event.failed_at_step),
+        static_cast<long long>(event.resumed_at_step), event.state_from.c_str(), event.seconds);
+  }
+  result.world_events.push_back(std::move(event));
+  return at;
 }
 
 std::vector<RankSummary> Trainer::gather_rank_summaries() {
@@ -429,86 +533,110 @@ TrainResult Trainer::train(bool resume) {
   };
 
   const std::size_t epoch_samples = data.size(Split::train);
-  while (at.epoch < options_.epochs && at.step < total_steps) {
-    const EpochShard shard = train_shard(options_, data, placement_, at.epoch, at.samples);
-    // For the progress line: batches of this data-parallel size already behind in the epoch.
-    const std::size_t global_batch =
-        options_.batch_size * static_cast<std::size_t>(placement_.size);
-    const std::size_t batches_before = at.samples / global_batch;
-    bool world_changed = false;
-    for (std::size_t b = 0; b < shard.steps() && at.step < total_steps; ++b) {
-      // The step window: this step, and what follows it up to the next step, is recorded or not.
-      if (recorder_) recorder_->set_active(options_.trace.covers(at.step + 1));
-      const trace::Span step_span("step", "run", {{"step", at.step + 1}, {"epoch", at.epoch}});
-      Batch batch;
-      {
-        const trace::Span span("load_batch", "run");
-        batch = data.gather(Split::train, shard.batch(b));
+  first_step_of_run_ = at.step;
+  // The position copies of the state record: the next sample, rolled into the next epoch at an
+  // epoch's end, as checkpoints record it.
+  const auto next_position = [&] {
+    return at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
+  };
+  if (elastic_) refresh_replicas(at, true);
+  // One pass, unless an elastic run's world fails: then the survivors go on from the position
+  // they recovered, possibly a step back, in the next pass.
+  for (;;) {
+    try {
+      while (at.epoch < options_.epochs && at.step < total_steps) {
+        const EpochShard shard = train_shard(options_, data, placement_, at.epoch, at.samples);
+        // For the progress line: batches of this data-parallel size already behind in the epoch.
+        const std::size_t global_batch =
+            options_.batch_size * static_cast<std::size_t>(placement_.size);
+        const std::size_t batches_before = at.samples / global_batch;
+        bool world_changed = false;
+        for (std::size_t b = 0; b < shard.steps() && at.step < total_steps; ++b) {
+          // The step window: this step, and what follows it up to the next step, is recorded or
+          // not.
+          if (recorder_) recorder_->set_active(options_.trace.covers(at.step + 1));
+          const trace::Span step_span("step", "run", {{"step", at.step + 1}, {"epoch", at.epoch}});
+          Batch batch;
+          {
+            const trace::Span span("load_batch", "run");
+            batch = data.gather(Split::train, shard.batch(b));
+          }
+          const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
+                              shard.global_batch_size(b)};
+          StepStats stats;
+          {
+            const trace::Span span("train_step", "run", {{"step", info.step}});
+            stats = parts_.strategy->train_step(batch, info);
+          }
+          ++at.step;
+          at.samples += shard.global_batch_size(b);
+          result.losses.push_back(stats.loss);
+          reporter.step({at.step, at.epoch, batches_before + b + 1, batches_before + shard.steps(),
+                         info.global_batch_size, info.learning_rate, stats});
+          // The metrics keep the step's record; then the run stops, or the skipped step is counted.
+          // Loss and norm are reduced over the ranks, so every rank decides the same here.
+          if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+            check_nonfinite_step(stats, info);
+            ++result.skipped_steps;
+          }
+          // The position saved is the next sample, rolled into the next epoch at an epoch's end.
+          if (checkpoints && options_.checkpoint_every > 0 &&
+              at.step % options_.checkpoint_every == 0) {
+            save_checkpoint(next_position(), result);
+            last_saved = at.step;
+            reporter.checkpoint(at.step, *result.last_checkpoint);
+          }
+          if (options_.eval_every > 0 && at.step % options_.eval_every == 0)
+            run_evaluation(at.epoch);
+          if (elastic_) refresh_replicas(next_position(), false);
+          const auto world_step = consult_world_provider(at.step);
+          if (world_step == WorldStep::left) {
+            reporter.finish();
+            result.left_world = true;
+            result.steps = at.step;
+            result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
+            result.seconds = reporter.seconds();
+            result.samples_per_s = reporter.samples_per_s();
+            return result;
+          }
+          if (world_step == WorldStep::changed) {
+            world_changed = true;
+            total_steps = planned_total_steps();
+            break;
+          }
+        }
+        // The rest of the epoch is dealt anew over the new world's replicas.
+        if (world_changed && at.samples < epoch_samples) continue;
+        if (at.samples < epoch_samples) break;  // max_steps reached inside the epoch
+        if (options_.eval_every == 0) run_evaluation(at.epoch);
+        ++at.epoch;
+        at.samples = 0;
       }
-      const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
-                          shard.global_batch_size(b)};
-      StepStats stats;
-      {
-        const trace::Span span("train_step", "run", {{"step", info.step}});
-        stats = parts_.strategy->train_step(batch, info);
-      }
-      ++at.step;
-      at.samples += shard.global_batch_size(b);
-      result.losses.push_back(stats.loss);
-      reporter.step({at.step, at.epoch, batches_before + b + 1, batches_before + shard.steps(),
-                     info.global_batch_size, info.learning_rate, stats});
-      // The metrics keep the step's record; then the run stops, or the skipped step is counted.
-      // Loss and norm are reduced over the ranks, so every rank decides the same here.
-      if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
-        check_nonfinite_step(stats, info);
-        ++result.skipped_steps;
-      }
-      // The position saved is the next sample, rolled into the next epoch at an epoch's end.
-      if (checkpoints && options_.checkpoint_every > 0 &&
-          at.step % options_.checkpoint_every == 0) {
-        const Position next = at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
-        save_checkpoint(next, result);
-        last_saved = at.step;
+      if (recorder_) recorder_->set_active(true);  // the end of the run is always recorded
+      if (last_evaluated != at.step)
+        run_evaluation(at.samples == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
+      if (checkpoints && last_saved != at.step) {
+        save_checkpoint(at, result);
         reporter.checkpoint(at.step, *result.last_checkpoint);
       }
-      if (options_.eval_every > 0 && at.step % options_.eval_every == 0) run_evaluation(at.epoch);
-      const auto world_step = consult_world_provider(at.step);
-      if (world_step == WorldStep::left) {
-        reporter.finish();
-        result.left_world = true;
-        result.steps = at.step;
-        result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
-        result.seconds = reporter.seconds();
-        result.samples_per_s = reporter.samples_per_s();
-        return result;
-      }
-      if (world_step == WorldStep::changed) {
-        world_changed = true;
-        total_steps = planned_total_steps();
-        break;
-      }
-    }
-    // The rest of the epoch is dealt anew over the new world's replicas.
-    if (world_changed && at.samples < epoch_samples) continue;
-    if (at.samples < epoch_samples) break;  // max_steps reached inside the epoch
-    if (options_.eval_every == 0) run_evaluation(at.epoch);
-    ++at.epoch;
-    at.samples = 0;
-  }
-  if (recorder_) recorder_->set_active(true);  // the end of the run is always recorded
-  if (last_evaluated != at.step)
-    run_evaluation(at.samples == 0 ? std::max<std::int64_t>(at.epoch - 1, 0) : at.epoch);
-  if (checkpoints && last_saved != at.step) {
-    save_checkpoint(at, result);
-    reporter.checkpoint(at.step, *result.last_checkpoint);
-  }
-  reporter.finish();
+      reporter.finish();
 
-  result.steps = at.step;
-  result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
-  result.seconds = reporter.seconds();
-  result.samples_per_s = reporter.samples_per_s();
-  result.ranks = gather_rank_summaries();
+      result.steps = at.step;
+      result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
+      result.seconds = reporter.seconds();
+      result.samples_per_s = reporter.samples_per_s();
+      result.ranks = gather_rank_summaries();
+      result.rank = parts_.world->rank();
+      break;
+    } catch (const Error& e) {
+      if (!elastic_ || !(dynamic_cast<const TransportError*>(&e) != nullptr ||
+                         dynamic_cast<const Timeout*>(&e) != nullptr)) {
+        throw;
+      }
+      at = recover_from_failure(e.what(), at, result);
+      total_steps = planned_total_steps();
+    }
+  }
   return result;
 }
 

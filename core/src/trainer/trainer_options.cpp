@@ -2,6 +2,7 @@
 #include <string_view>
 
 #include "tessera/base/error.hpp"
+#include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/trainer.hpp"
 
 namespace tessera {
@@ -85,9 +86,11 @@ TrainerComponents build_trainer_components(const Config& config, const PluginReg
   parts.model = config.create<Model>(registry, "train", "model");
   parts.optimizer = config.create<Optimizer>(registry, "train", "optimizer");
   parts.dataset = config.create<Dataset>(registry, "train", "dataset");
-  parts.strategy = config.create<Strategy>(registry, "train", "strategy");
+  // An elastic run trains with its inner strategy; its checkpoints are that strategy's.
+  const auto [section, key] = trained_strategy_option(config);
+  parts.strategy = config.create<Strategy>(registry, section, key);
   parts.strategy_name =
-      registry.find(PluginKind::strategy, config.section("train").get_string("strategy")).name;
+      registry.find(PluginKind::strategy, config.section(section).get_string(key)).name;
   for (const auto* info : registry.plugins(PluginKind::strategy)) {
     parts.known_strategies.push_back(info->name);
   }

@@ -265,6 +265,15 @@ WorldView Membership::next_generation(std::int64_t current, const std::vector<st
   return form(current + 1, world, failed, deadline);
 }
 
+std::vector<std::string> Membership::departed(const WorldView& world) {
+  const auto alive = listed_ids(*store_, "workers/");
+  std::vector<std::string> gone;
+  for (const auto& member : world.members) {
+    if (!alive.contains(member)) gone.push_back(member);
+  }
+  return gone;
+}
+
 bool Membership::joiners_waiting(std::int64_t current) {
   throw_if_lease_lost();
   const auto world = stored_world(current);

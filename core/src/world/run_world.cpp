@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -148,6 +150,60 @@ void run_world(const Config& config, const PluginRegistry& registry, const World
   }
   auto store = config.create<Store>(registry, "runtime", "store");
   body(transport->connect(std::move(store), plan.rank, plan.size, timeout));
+}
+
+void run_elastic_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
+                       const LaunchInfo& launch, const ElasticRankBody& body) {
+  if (plan.needs_workers) {
+    throw ConfigError("[train] strategy = elastic with transport " +
+                      config.section("runtime").get_string("transport") +
+                      " needs one process per rank, but no launcher started this process; start "
+                      "them with tessera launch -n N, or tessera train -n N");
+  }
+  const Duration timeout = config.section("runtime").get_duration("timeout");
+  auto options = ElasticOptions::from(config.section("strategy.elastic"));
+  if (options.max_workers == 0) options.max_workers = std::max(plan.size, options.min_workers);
+  if (options.min_workers > options.max_workers) {
+    throw ConfigError("[strategy.elastic] min_workers = " + std::to_string(options.min_workers) +
+                      " is above max_workers = " + std::to_string(options.max_workers) +
+                      "; lower min_workers or raise max_workers");
+  }
+  auto transport = config.create<Transport>(registry, "runtime", "transport");
+  const auto enter_and_train = [&](const std::shared_ptr<Store>& store, const std::string& id) {
+    auto elastic = make_elastic_world(transport, store, options, id, timeout);
+    auto first = elastic->enter(deadline_after(options.join_timeout + options.failure_timeout));
+    body(elastic, first.world);
+  };
+  if (plan.layout == WorldPlan::Layout::processes) {
+    auto store = config.create<Store>(registry, "runtime", "store");
+    enter_and_train(
+        store, launch.worker_id.empty() ? "rank" + std::to_string(plan.rank) : launch.worker_id);
+    return;
+  }
+  auto store = make_memory_store();
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(plan.size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < plan.size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        enter_and_train(store, "thread" + std::to_string(rank));
+      } catch (...) {
+        errors[static_cast<std::size_t>(rank)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t rank = 0; rank < errors.size(); ++rank) {
+    if (!errors[rank]) continue;
+    try {
+      std::rethrow_exception(errors[rank]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "elastic: rank thread %zu left the run: %s\n", rank, e.what());
+    }
+  }
+  if (std::all_of(errors.begin(), errors.end(), [](const auto& e) { return e != nullptr; })) {
+    std::rethrow_exception(errors.front());
+  }
 }
 
 }  // namespace tessera

@@ -16,6 +16,9 @@ struct LaunchInfo {
   std::string store_address;  // "host:port" of the job's tcp store; empty if none was given
   std::string store_token;    // the job's store token; empty if none was given
   std::string source;  // "tessera", "openmpi", "slurm", or "none" (a lone process: rank 0 of 1)
+  // Elastic runs: this worker's id in the job (TESSERA_WORKER_ID; `tessera launch` gives
+  // "n<node>.w<local rank>"); empty: "rank<rank>".
+  std::string worker_id;
 };
 
 // Reads the variables of the first launcher found, in the order TESSERA_RANK, then

@@ -43,7 +43,12 @@ struct LaunchOptions {
   Duration finish_wait{60000};
   std::optional<Duration> timeout;  // the whole job's deadline; none: no deadline
   Duration grace_period{3000};      // between SIGTERM and SIGKILL when stopping workers
-  int stdout_fd = 1;                // where relayed output and messages go
+  // Elastic jobs (strategy = elastic): a worker that fails no longer stops the others; the
+  // launcher reports it on one line and removes its liveness key from the job's store at once,
+  // so the survivors regroup without waiting for its lease to end. The job succeeds when a
+  // worker finishes the run.
+  bool elastic = false;
+  int stdout_fd = 1;  // where relayed output and messages go
   int stderr_fd = 2;
 };
 

@@ -64,10 +64,10 @@ struct WorldView {
 // first world.
 //
 // Thread-safety: join, next_generation and joiners_waiting are called from one thread at a
-// time; lease_lost from any. A background thread, owned by the object, renews the lease.
-// Errors: a store error passes through; LeaseExpired when this worker's lease ended (the others
-// counted it gone: call join() to come back as a newcomer); Timeout naming what was awaited and
-// who was missing. No call blocks past its deadline, beyond the store calls in flight then.
+// time; lease_lost, world and departed from any. A background thread, owned by the object, renews
+// the lease. Errors: a store error passes through; LeaseExpired when this worker's lease ended (the
+// others counted it gone: call join() to come back as a newcomer); Timeout naming what was awaited
+// and who was missing. No call blocks past its deadline, beyond the store calls in flight then.
 class Membership {
  public:
   // Checks the options (InvalidArgument naming the option). Does not touch the store; shares
@@ -105,6 +105,13 @@ class Membership {
   // become true at different times: one rank asks and tells the others.
   [[nodiscard]] bool joiners_waiting(std::int64_t current);
 
+  // Generation `generation`'s world as stored, nullopt if it is not formed (yet). Thread-safe.
+  [[nodiscard]] std::optional<WorldView> world(std::int64_t generation) {
+    return stored_world(generation);
+  }
+  // The members of `world` whose lease has ended (or that left): one store read. Thread-safe;
+  // the elastic runtime's watcher asks it every heartbeat.
+  [[nodiscard]] std::vector<std::string> departed(const WorldView& world);
   // True once a renewal found the lease ended. Non-blocking, thread-safe.
   [[nodiscard]] bool lease_lost() const noexcept { return lease_lost_.load(); }
 

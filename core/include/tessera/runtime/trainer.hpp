@@ -18,6 +18,7 @@
 #include "tessera/plugin/optimizer.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/runtime/config.hpp"
+#include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/schedule.hpp"
 
 namespace tessera {
@@ -25,6 +26,10 @@ namespace tessera {
 namespace trace {
 class Recorder;
 }  // namespace trace
+namespace elastic {
+class ReplicaRing;
+}  // namespace elastic
+class FileCheckpointReader;
 
 // Training went wrong: a step's loss or gradient norm is not finite, or its metrics cannot be
 // written. The message names the step or the file. (Declared with the trainer, which alone
@@ -106,6 +111,20 @@ struct RankSummary {
   MemoryReport memory;
 };
 
+// One change of an elastic run's world (Trainer::set_elastic), as every rank of the new world
+// saw it.
+struct WorldEvent {
+  std::int64_t generation = 0;
+  std::vector<std::string> left;     // worker ids
+  std::vector<std::string> joined;   // worker ids
+  int world_size = 0;                // of the new world
+  std::int64_t failed_at_step = 0;   // steps done when the old world failed (or changed)
+  std::int64_t resumed_at_step = 0;  // the step the new world went on from
+  // "memory" (the survivors' state and the copies they held) or the checkpoint folder read.
+  std::string state_from;
+  double seconds = 0.0;  // from the failure to the new world being ready to train
+};
+
 struct TrainResult {
   std::int64_t steps = 0;  // optimizer steps in total, including before a resume
   std::int64_t steps_this_run = 0;
@@ -118,6 +137,8 @@ struct TrainResult {
   std::vector<double> losses;      // this run's per-step loss, in order
   std::vector<RankSummary> ranks;  // every rank's, on every rank
   std::optional<std::filesystem::path> last_checkpoint;
+  std::vector<WorldEvent> world_events;  // elastic runs: each world change, in order
+  int rank = 0;                          // this rank in the world that finished the run
   // The world provider dropped this rank after step `steps`: run() returned right after the
   // state exchange, without the final evaluation, checkpoint or `ranks`, which the ranks that
   // go on produce.
@@ -171,6 +192,18 @@ class Trainer {
   // by the new world. The learning-rate schedule keeps the length it was given at the start.
   // A rank that joins the run is not supported here (issue 15). Call before run().
   void set_world_provider(WorldProvider provider) { world_provider_ = std::move(provider); }
+  // Makes the run elastic (docs/training.md, "Elastic training"): the world the trainer was
+  // given is `elastic`'s current one (ElasticWorld::enter). Every replica_every steps each rank
+  // saves the strategy into memory and copies it to the next `replicas` ranks; when a
+  // collective fails (a rank died, stalled or left: TransportError, Timeout), every survivor
+  // regroups into the next generation, rebuilds the whole state from what the survivors hold
+  // (or, when a rank's state and all its copies are gone, from the newest checkpoint, saying
+  // so), reconfigures the strategy for the new world and goes on from the step the state is
+  // of, dealing the rest of the epoch over the new world. Each change is in
+  // TrainResult::world_events and on standard error. Call before run().
+  void set_elastic(std::shared_ptr<ElasticWorld> elastic);
+  ~Trainer();
+  Trainer(Trainer&&) noexcept;
 
  private:
   struct Position;
@@ -189,12 +222,23 @@ class Trainer {
   // Asks the world provider; on a change, exchanges the state and reconfigures the strategy.
   enum class WorldStep : std::uint8_t { same, changed, left };
   WorldStep consult_world_provider(std::int64_t steps_done);
+  // Where a checkpoint says the run is; throws CheckpointError for one that does not fit.
+  Position checkpoint_position(const FileCheckpointReader& reader) const;
+  // Elastic: refreshes the copies of the state when `at` is on the replica_every grid (or
+  // always, with force).
+  void refresh_replicas(const Position& at, bool force);
+  // Elastic: the world failed while the run was at `failed_at`; returns where it goes on.
+  Position recover_from_failure(const std::string& reason, const Position& failed_at,
+                                TrainResult& result);
 
   TrainerOptions options_;
   TrainerComponents parts_;
   std::vector<std::filesystem::path> written_checkpoints_;  // by this run, oldest first
   DataParallelPlacement placement_;
   WorldProvider world_provider_;
+  std::shared_ptr<ElasticWorld> elastic_;
+  std::unique_ptr<elastic::ReplicaRing> replicas_;
+  std::int64_t first_step_of_run_ = 0;  // result.losses[i] is of step first_step_of_run_ + i + 1
   std::shared_ptr<trace::Recorder> recorder_;  // null unless tracing
   std::filesystem::path trace_path_;
 };

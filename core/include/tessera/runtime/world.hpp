@@ -9,6 +9,7 @@
 
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/runtime/config.hpp"
+#include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/registry.hpp"
 
@@ -51,5 +52,17 @@ using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 // needs_workers, naming how to start them.
 void run_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                const RankBody& body);
+
+// An elastic run's rank (strategy = elastic): its ElasticWorld and the first world it entered.
+using ElasticRankBody =
+    std::function<void(std::shared_ptr<ElasticWorld> elastic, std::shared_ptr<Communicator> world)>;
+
+// run_world for strategy = elastic: each rank of this process enters the job through an
+// ElasticWorld ([strategy.elastic] options; the worker id is the launcher's TESSERA_WORKER_ID)
+// over the runtime.store plugin, or for threads one in-memory store, and `body` trains. Threads
+// are not aborted when one fails: the others regroup without it. Blocks until every body has
+// returned; rethrows the first failure only when no rank finished.
+void run_elastic_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
+                       const LaunchInfo& launch, const ElasticRankBody& body);
 
 }  // namespace tessera

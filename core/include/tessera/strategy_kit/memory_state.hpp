@@ -4,6 +4,7 @@
 // world reads it back as it would read a checkpoint, without touching a disk.
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
@@ -52,6 +53,14 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
   std::vector<HeldSlice> slices_;  // in the order written
   int saved_world_size_;
 };
+
+// One MemoryCheckpoint as bytes and back, to move a rank's saved state between ranks (the
+// elastic runtime keeps copies of each rank's state on others this way). The layout is host
+// order and this build's: for ranks of one job, never for files. unpack_memory_checkpoint adds
+// what `bytes` holds to `into` and throws CheckpointError for bytes that end early or describe
+// a slice that is not a part of its parameter, and for blob names or slices `into` already has.
+[[nodiscard]] std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state);
+void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into);
 
 // Collective over `world` (the old world, every rank alive), between steps, before a planned
 // world change: every rank save()s `strategy` into memory and the ranks all-gather their blobs,

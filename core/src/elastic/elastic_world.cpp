@@ -1,0 +1,217 @@
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "tessera/base/buffer_view.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/elastic.hpp"
+#include "tessera/runtime/membership.hpp"
+
+namespace tessera {
+
+ElasticWorld::~ElasticWorld() = default;
+
+bool Regrouping::newcomer() const {
+  return world != nullptr && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
+}
+
+bool is_elastic(const Config& config) {
+  return config.section("train").get_string("strategy") == "elastic";
+}
+
+std::pair<std::string, std::string> trained_strategy_option(const Config& config) {
+  if (is_elastic(config)) return {"strategy.elastic", "inner"};
+  return {"train", "strategy"};
+}
+
+ElasticOptions ElasticOptions::from(const Options& section) {
+  ElasticOptions o;
+  o.inner = section.get_string("inner");
+  o.min_workers = static_cast<int>(section.get_int("min_workers"));
+  o.max_workers = static_cast<int>(section.get_int("max_workers"));
+  o.replicas = static_cast<int>(section.get_int("replicas"));
+  o.replica_every = section.get_int("replica_every");
+  o.heartbeat = section.get_duration("heartbeat");
+  o.failure_timeout = section.get_duration("failure_timeout");
+  o.join_timeout = section.get_duration("join_timeout");
+  if (o.max_workers != 0 && o.max_workers < o.min_workers) {
+    throw ConfigError("[strategy.elastic] max_workers = " + std::to_string(o.max_workers) +
+                      " is below min_workers = " + std::to_string(o.min_workers) +
+                      "; raise max_workers (--max-workers) or lower min_workers (--min-workers)");
+  }
+  if (o.heartbeat >= o.failure_timeout) {
+    throw ConfigError("[strategy.elastic] heartbeat (" + std::to_string(o.heartbeat.count()) +
+                      " ms) must be shorter than failure_timeout (" +
+                      std::to_string(o.failure_timeout.count()) +
+                      " ms): a worker renews its lease every heartbeat and is counted gone "
+                      "after failure_timeout without a renewal");
+  }
+  return o;
+}
+
+namespace {
+
+std::string listed(const std::vector<std::string>& ids) {
+  std::string text;
+  for (const auto& id : ids) text += (text.empty() ? "" : ", ") + id;
+  return text.empty() ? "none" : text;
+}
+
+class MembershipWorld final : public ElasticWorld {
+ public:
+  MembershipWorld(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store,
+                  ElasticOptions options, std::string worker_id, Duration timeout)
+      : transport_(std::move(transport)),
+        store_(std::move(store)),
+        options_(std::move(options)),
+        worker_id_(std::move(worker_id)),
+        timeout_(timeout),
+        membership_(store_, {worker_id_, options_.min_workers, options_.max_workers,
+                             options_.heartbeat, options_.failure_timeout,
+                             // Survivors wait this long for a worker that is alive but not
+                             // ready; a dead one's lease ends within failure_timeout anyway.
+                             options_.failure_timeout}),
+        watcher_([this] { watch(); }) {}
+
+  ~MembershipWorld() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    watcher_.join();
+  }
+
+  Regrouping enter(Deadline deadline) override { return connect(membership_.join(deadline)); }
+
+  Regrouping regroup(const std::string& reason, Deadline deadline) override {
+    WorldView current;
+    {
+      std::lock_guard lock(mutex_);
+      if (world_) world_->abort(reason);
+      aborted_ = true;
+      current = view_;
+    }
+    TESSERA_CHECK(current.is_member(), "elastic: regroup before enter");
+    auto view =
+        membership_.next_generation(current.generation, membership_.departed(current), deadline);
+    // Formed without this worker (it came late): it enters the next one as a newcomer.
+    if (!view.is_member()) view = membership_.join(deadline);
+    return connect(std::move(view));
+  }
+
+  bool newcomers_waiting() override {
+    std::shared_ptr<Communicator> world;
+    std::int64_t generation = 0;
+    {
+      std::lock_guard lock(mutex_);
+      world = world_;
+      generation = view_.generation;
+    }
+    TESSERA_CHECK(world != nullptr, "elastic: newcomers_waiting outside a world");
+    std::int64_t waiting = 0;
+    if (world->rank() == 0) waiting = membership_.joiners_waiting(generation) ? 1 : 0;
+    world->broadcast(view_of(std::span<std::int64_t>(&waiting, 1)), 0)->wait(world->timeout());
+    return waiting != 0;
+  }
+
+  const ElasticOptions& options() const override { return options_; }
+  const std::string& worker_id() const override { return worker_id_; }
+
+ private:
+  Regrouping connect(WorldView view) {
+    Regrouping out;
+    out.generation = view.generation;
+    out.joined = view.joined;
+    const auto previous =
+        view.generation > 1 ? membership_.world(view.generation - 1) : std::nullopt;
+    for (const auto& member : view.members) {
+      int rank = -1;
+      const bool newcomer =
+          std::find(view.joined.begin(), view.joined.end(), member) != view.joined.end();
+      if (previous && !newcomer) {
+        const auto it = std::find(previous->members.begin(), previous->members.end(), member);
+        if (it != previous->members.end()) rank = static_cast<int>(it - previous->members.begin());
+      }
+      out.previous_rank.push_back(rank);
+    }
+    if (previous) {
+      for (const auto& member : previous->members) {
+        if (std::find(view.members.begin(), view.members.end(), member) == view.members.end()) {
+          out.left.push_back(member);
+        }
+      }
+    }
+    // Each generation meets under its own prefix: no key of a world that failed is read again.
+    auto rendezvous =
+        std::make_shared<PrefixStore>("gen/" + std::to_string(view.generation), store_);
+    out.world = transport_->connect(std::move(rendezvous), *view.rank, view.size(), timeout_);
+    {
+      std::lock_guard lock(mutex_);
+      world_ = out.world;
+      aborted_ = false;
+      view_ = std::move(view);
+    }
+    wake_.notify_all();
+    return out;
+  }
+
+  // Aborts the current world once a member's lease is gone, so that nobody waits on it for the
+  // transport's timeout.
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::max(options_.heartbeat / 2, Duration(20)));
+      if (stop_ || !world_ || aborted_) continue;
+      const auto world = world_;
+      const auto view = view_;
+      lock.unlock();
+      std::string reason;
+      try {
+        if (membership_.lease_lost()) {
+          reason = "elastic: this worker's lease ended (it was counted gone)";
+        } else if (const auto gone = membership_.departed(view); !gone.empty()) {
+          reason = "elastic: worker(s) " + listed(gone) + " of generation " +
+                   std::to_string(view.generation) + " left (their lease ended)";
+        }
+      } catch (const Error& e) {
+        reason = std::string("elastic: the store failed while watching the members: ") + e.what();
+      }
+      lock.lock();
+      if (!reason.empty() && world_ == world && !aborted_) {
+        world->abort(reason);
+        aborted_ = true;
+      }
+    }
+  }
+
+  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<Store> store_;
+  ElasticOptions options_;
+  std::string worker_id_;
+  Duration timeout_;
+  Membership membership_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::shared_ptr<Communicator> world_;  // the current generation's
+  bool aborted_ = false;                 // world_ was aborted (by the watcher or regroup)
+  WorldView view_;
+  std::thread watcher_;  // last: started once everything it reads exists
+};
+
+}  // namespace
+
+std::shared_ptr<ElasticWorld> make_elastic_world(std::shared_ptr<Transport> transport,
+                                                 std::shared_ptr<Store> store,
+                                                 ElasticOptions options, std::string worker_id,
+                                                 Duration timeout) {
+  TESSERA_CHECK(transport != nullptr && store != nullptr,
+                "make_elastic_world: no transport or store");
+  return std::make_shared<MembershipWorld>(std::move(transport), std::move(store),
+                                           std::move(options), std::move(worker_id), timeout);
+}
+
+}  // namespace tessera

@@ -1,0 +1,315 @@
+// Elastic training through the Trainer: ranks (threads over the local transport, meeting in one
+// memory store) die in the middle of a step; the survivors notice through the membership
+// leases, regroup, rebuild the state from the copies they hold and finish the run. Checked:
+// every sample of every epoch trained exactly once, the final parameters equal a run resumed at
+// the new world size from the same state, and the fallback to a checkpoint when a rank's state
+// and all its copies are gone.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ddp_strategy.hpp"
+#include "ddp_test_support.hpp"
+#include "mlp/mlp_model.hpp"
+#include "sgd/sgd.hpp"
+#include "synthetic/synthetic.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/elastic.hpp"
+#include "tessera/runtime/trainer.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+thread_local int t_worker = -1;  // the worker (thread) that gathers
+
+// What a worker "dies" with: its thread stops, its ElasticWorld is destroyed (the lease goes).
+struct Died {};
+
+// Samples each worker gathered, per gather, in order.
+class RecordingDataset final : public Dataset {
+ public:
+  explicit RecordingDataset(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
+  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
+  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
+  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
+  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
+    if (split == Split::train) {
+      const std::lock_guard lock(mutex_);
+      last_[t_worker].assign(indices.begin(), indices.end());
+    }
+    return data_->gather(split, indices);
+  }
+  [[nodiscard]] std::vector<std::size_t> last(int worker) const {
+    const std::lock_guard lock(mutex_);
+    return last_.at(worker);
+  }
+
+ private:
+  std::shared_ptr<const Dataset> data_;
+  mutable std::mutex mutex_;
+  mutable std::map<int, std::vector<std::size_t>> last_;
+};
+
+// A step a worker completed: its number, the world generation it ran in (how many times the
+// strategy was reconfigured before it) and the samples.
+struct StepRecord {
+  std::int64_t step = 0;
+  int generation = 0;
+  std::vector<std::size_t> samples;
+};
+
+// ddp, recording completed steps, and dying in step `die_at` (0: never).
+class RecordingStrategy final : public Strategy {
+ public:
+  RecordingStrategy(std::shared_ptr<const RecordingDataset> data, int worker, std::int64_t die_at)
+      : data_(std::move(data)), worker_(worker), die_at_(die_at) {
+    ddp::DdpConfig config;
+    config.sync.first_bucket_bytes = 1024;
+    config.sync.bucket_cap_bytes = 4096;
+    inner_ = std::make_shared<ddp::DdpStrategy>(config);
+  }
+  void setup(const StrategySetup& setup) override { inner_->setup(setup); }
+  StepStats train_step(const Batch& batch, const StepInfo& info) override {
+    if (info.step == die_at_) throw Died{};
+    const auto stats = inner_->train_step(batch, info);
+    steps_.push_back({info.step, generation_, data_->last(worker_)});
+    return stats;
+  }
+  StepStats evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
+  void save(CheckpointWriter& writer) override { inner_->save(writer); }
+  void load(const CheckpointReader& reader) override { inner_->load(reader); }
+  void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state) override {
+    ++generation_;
+    inner_->reconfigure(std::move(world), state);
+  }
+  [[nodiscard]] DataParallelPlacement data_parallel_placement() const override {
+    return inner_->data_parallel_placement();
+  }
+  [[nodiscard]] MemoryReport memory_report() const override { return inner_->memory_report(); }
+
+  [[nodiscard]] const std::vector<StepRecord>& steps() const { return steps_; }
+  [[nodiscard]] std::vector<float> parameters() const {
+    const auto p = inner_->parameters();
+    return {p.begin(), p.end()};
+  }
+
+ private:
+  std::shared_ptr<const RecordingDataset> data_;
+  int worker_;
+  std::int64_t die_at_;
+  int generation_ = 0;
+  std::shared_ptr<ddp::DdpStrategy> inner_;
+  std::vector<StepRecord> steps_;
+};
+
+std::shared_ptr<const Dataset> small_data() {
+  synthetic::SyntheticConfig data;
+  data.samples = 120;
+  data.test_samples = 30;
+  data.features = 16;
+  data.classes = 4;
+  return std::make_shared<synthetic::SyntheticDataset>(data);
+}
+
+std::shared_ptr<const Model> small_model() {
+  mlp::MlpConfig sizes;
+  sizes.sizes = {16, 32, 4};
+  return std::make_shared<mlp::MlpModel>(sizes);
+}
+
+std::shared_ptr<const Optimizer> momentum_sgd() {
+  return std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 0.0F});
+}
+
+TrainerOptions options() {
+  TrainerOptions o;
+  o.epochs = 2;
+  o.batch_size = 8;
+  o.schedule.base_lr = 0.05F;
+  o.seed = 11;
+  o.progress = ProgressMode::off;
+  return o;
+}
+
+ElasticOptions elastic_options(int workers, int replicas) {
+  ElasticOptions o;
+  o.min_workers = 1;
+  o.max_workers = workers;
+  o.replicas = replicas;
+  o.heartbeat = Duration(50);
+  o.failure_timeout = Duration(1000);
+  o.join_timeout = Duration(2000);
+  return o;
+}
+
+std::shared_ptr<Transport> local_transport() {
+  const auto& registry = testing::test_registry();
+  return registry.create<Transport>("local",
+                                    registry.default_options(PluginKind::transport, "local"));
+}
+
+struct WorkerOutcome {
+  bool died = false;
+  TrainResult result;
+  std::shared_ptr<RecordingStrategy> strategy;
+  std::exception_ptr error;
+};
+
+// `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
+std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64_t>& die_at,
+                                       int replicas, const TrainerOptions& o,
+                                       const std::shared_ptr<RecordingDataset>& data) {
+  const auto transport = local_transport();
+  const auto store = make_memory_store();
+  std::vector<WorkerOutcome> out(static_cast<std::size_t>(workers));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      t_worker = w;
+      auto& outcome = out[static_cast<std::size_t>(w)];
+      try {
+        auto elastic = make_elastic_world(transport, store, elastic_options(workers, replicas),
+                                          "w" + std::to_string(w), testing::kTestTimeout);
+        auto first = elastic->enter(deadline_after(testing::kTestTimeout));
+        outcome.strategy =
+            std::make_shared<RecordingStrategy>(data, w, die_at[static_cast<std::size_t>(w)]);
+        Trainer trainer(
+            o, {first.world, small_model(), momentum_sgd(), data, outcome.strategy, "ddp"});
+        trainer.set_elastic(elastic);
+        outcome.result = trainer.run(false);
+      } catch (const Died&) {
+        outcome.died = true;  // the trainer and the ElasticWorld are gone with the scope
+      } catch (...) {
+        outcome.error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void rethrow_errors(const std::vector<WorkerOutcome>& outcomes) {
+  for (const auto& o : outcomes) {
+    if (o.error) std::rethrow_exception(o.error);
+  }
+}
+
+// How often each training sample was trained on in steps that count: a step a worker completed
+// in generation g counts unless the world after g went on from an earlier step (it was redone).
+std::vector<int> counted_samples(const std::vector<WorkerOutcome>& outcomes,
+                                 const std::vector<WorldEvent>& events, std::size_t n) {
+  std::vector<int> counts(n, 0);
+  for (const auto& o : outcomes) {
+    for (const auto& record : o.strategy->steps()) {
+      const auto g = static_cast<std::size_t>(record.generation);
+      if (g < events.size() && record.step > events[g].resumed_at_step) continue;
+      for (const auto i : record.samples) ++counts.at(i);
+    }
+  }
+  return counts;
+}
+
+TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampleOnce) {
+  const auto data = std::make_shared<RecordingDataset>(small_data());
+  constexpr std::int64_t kDieAt = 4;
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[2].died);
+  for (int w = 0; w < 2; ++w) {
+    const auto& result = outcomes[static_cast<std::size_t>(w)].result;
+    ASSERT_EQ(result.world_events.size(), 1U) << "worker " << w;
+    const auto& event = result.world_events[0];
+    EXPECT_EQ(event.generation, 2);
+    EXPECT_EQ(event.left, std::vector<std::string>{"w2"});
+    EXPECT_TRUE(event.joined.empty());
+    EXPECT_EQ(event.world_size, 2);
+    EXPECT_EQ(event.state_from, "memory");
+    // The copies are refreshed every step: the failed step is redone, none is lost.
+    EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
+    EXPECT_GE(event.failed_at_step, kDieAt - 1);
+    EXPECT_EQ(result.ranks.size(), 2U);  // the summary is the new world's
+  }
+  // 120 samples, 2 epochs: epoch 1 = 3 steps of 24 at 3 ranks, then 48 samples at 2 ranks (3
+  // steps of 16); epoch 2 = 8 steps at 2 ranks.
+  EXPECT_EQ(outcomes[0].result.steps, 3 + 3 + 8);
+  EXPECT_EQ(outcomes[0].result.losses, outcomes[1].result.losses);
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
+            std::vector<int>(120, 2));
+}
+
+TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSameState) {
+  constexpr std::int64_t kDieAt = 5;
+  const auto data = std::make_shared<RecordingDataset>(small_data());
+  const auto failed = run_elastic(3, {0, kDieAt, 0}, 1, options(), data);
+  rethrow_errors(failed);
+  ASSERT_EQ(failed[0].result.world_events.size(), 1U);
+  ASSERT_EQ(failed[0].result.world_events[0].resumed_at_step, kDieAt - 1);
+
+  // The same state by another road: 3 ranks train kDieAt - 1 steps and write a checkpoint,
+  // then 2 ranks resume from it and train to the end.
+  const fs::path folder =
+      fs::temp_directory_path() / ("tessera-elastic-test-" + std::to_string(::getpid()));
+  fs::remove_all(folder);
+  auto first = options();
+  first.max_steps = kDieAt - 1;
+  first.checkpoint_dir = folder;
+  testing::run_ranks(3, [&](std::shared_ptr<Communicator> world) {
+    t_worker = world->rank();
+    auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
+    Trainer(first, {world, small_model(), momentum_sgd(), data, strategy, "ddp"}).run(false);
+  });
+  auto rest = options();
+  rest.checkpoint_dir = folder;
+  std::vector<std::vector<float>> resumed(2);
+  testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    t_worker = world->rank();
+    auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
+    Trainer(rest, {world, small_model(), momentum_sgd(), data, strategy, "ddp"}).run(true);
+    resumed[static_cast<std::size_t>(world->rank())] = strategy->parameters();
+  });
+  fs::remove_all(folder);
+
+  EXPECT_EQ(failed[0].strategy->parameters(), resumed[0]);
+  EXPECT_EQ(failed[2].strategy->parameters(), resumed[1]);
+}
+
+TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWhich) {
+  const auto data = std::make_shared<RecordingDataset>(small_data());
+  const fs::path folder =
+      fs::temp_directory_path() / ("tessera-elastic-ckpt-test-" + std::to_string(::getpid()));
+  fs::remove_all(folder);
+  auto o = options();
+  o.checkpoint_dir = folder;
+  o.checkpoint_every = 2;
+  const auto outcomes = run_elastic(3, {7, 0, 0}, 0, o, data);
+  rethrow_errors(outcomes);
+  const auto& event = outcomes[1].result.world_events.at(0);
+  EXPECT_EQ(event.resumed_at_step, 6);
+  EXPECT_NE(event.state_from.find("step-000000000006"), std::string::npos) << event.state_from;
+  EXPECT_EQ(counted_samples(outcomes, outcomes[1].result.world_events, 120),
+            std::vector<int>(120, 2));
+
+  // No checkpoint either: the survivors stop, naming what was lost and what to set.
+  fs::remove_all(folder);
+  auto bare = options();
+  const auto lost = run_elastic(3, {0, 0, 3}, 0, bare, data);
+  ASSERT_TRUE(lost[0].error);
+  try {
+    std::rethrow_exception(lost[0].error);
+  } catch (const TrainingError& e) {
+    EXPECT_NE(std::string(e.what()).find("replicas"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("checkpoint_dir"), std::string::npos) << e.what();
+  }
+  fs::remove_all(folder);
+}
+
+}  // namespace
+}  // namespace tessera
