@@ -1,0 +1,111 @@
+// `tessera train` with strategy = elastic over shm: three launched workers, one SIGKILLed while
+// it trains. The launcher reports it and goes on, the survivors regroup from the copies they
+// hold and finish; nothing is left in /dev/shm.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::set<std::string> shm_entries() {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// The pid of a process whose environment has every one of `variables` (NAME=value), if any.
+pid_t process_with(const std::set<std::string>& variables) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::stringstream vars(text);
+    std::size_t found = 0;
+    for (std::string var; std::getline(vars, var, '\0');) found += variables.count(var);
+    if (found == variables.size()) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+std::size_t lines_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto shm_before = shm_entries();
+  // A token only this test's job carries, so that the kill finds its worker and no other.
+  const std::string tag = "ELASTIC_SHM_TEST_JOB=" + std::to_string(::getpid());
+  const std::string command =
+      tag + " timeout 300 " + std::string(TESSERA_CLI_PATH) +
+      " train -n 3 --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
+      " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
+      " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+      " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
+      " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
+      " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
+      " --train.batch_size=16 --train.epochs=1 --train.lr=0.02 --train.progress=off"
+      " --train.seed=5 --train.metrics_file=" +
+      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() +
+      " > " + (dir / "out.txt").string() + " 2>&1";
+  std::thread job([&] { EXPECT_EQ(std::system(command.c_str()), 0); });
+
+  // Kill worker n0.w1 (world rank 1) once the run has trained 50 steps.
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  pid_t victim = -1;
+  while (std::chrono::steady_clock::now() < give_up) {
+    if (lines_of(dir / "metrics.jsonl") >= 50) {
+      // Only a worker of this job: it inherited the tag.
+      victim = process_with({"TESSERA_WORKER_ID=n0.w1", tag});
+      if (victim > 0) break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  if (victim <= 0) {
+    job.join();
+    FAIL() << "the job never reached step 50";
+  }
+  EXPECT_EQ(::kill(victim, SIGKILL), 0);
+  job.join();
+
+  std::ifstream in(dir / "out.txt");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("elastic: generation 2: 2 worker(s); left n0.w1"), std::string::npos) << out;
+  EXPECT_NE(out.find("(memory)"), std::string::npos) << out;
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+  // The job's segments are gone, the dead worker's too (the survivors and the launcher
+  // unlink what they created; a dead worker created none it did not already unlink).
+  std::set<std::string> left_over;
+  for (const auto& name : shm_entries()) {
+    if (!shm_before.contains(name) && name.starts_with("tessera")) left_over.insert(name);
+  }
+  EXPECT_TRUE(left_over.empty()) << *left_over.begin();
+  fs::remove_all(dir);
+}
+
+}  // namespace
