@@ -52,7 +52,8 @@ std::size_t lines_of(const fs::path& file) {
 }
 
 TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
-  const fs::path dir = fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto shm_before = shm_entries();
@@ -68,8 +69,8 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
       " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
       " --train.batch_size=16 --train.epochs=1 --train.lr=0.02 --train.progress=off"
       " --train.seed=5 --train.metrics_file=" +
-      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() +
-      " > " + (dir / "out.txt").string() + " 2>&1";
+      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() + " > " +
+      (dir / "out.txt").string() + " 2>&1";
   std::thread job([&] { EXPECT_EQ(std::system(command.c_str()), 0); });
 
   // Kill worker n0.w1 (world rank 1) once the run has trained 50 steps.
