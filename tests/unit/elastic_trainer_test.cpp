@@ -16,12 +16,11 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
-#include "mlp/mlp_model.hpp"
 #include "sgd/sgd.hpp"
-#include "synthetic/synthetic.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/trainer.hpp"
+#include "trainer_test_support.hpp"
 
 namespace tessera {
 namespace {
@@ -33,27 +32,20 @@ thread_local int t_worker = -1;  // the worker (thread) that gathers
 // What a worker "dies" with: its thread stops, its ElasticWorld is destroyed (the lease goes).
 struct Died {};
 
-// Samples each worker gathered, per gather, in order.
-class RecordingDataset final : public Dataset {
+// The samples each worker gathered last.
+class RecordingDataset final : public testing::RecordingDatasetBase {
  public:
-  explicit RecordingDataset(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
-  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
-  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
-  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
-    if (split == Split::train) {
-      const std::lock_guard lock(mutex_);
-      last_[t_worker].assign(indices.begin(), indices.end());
-    }
-    return data_->gather(split, indices);
-  }
+  using RecordingDatasetBase::RecordingDatasetBase;
   [[nodiscard]] std::vector<std::size_t> last(int worker) const {
     const std::lock_guard lock(mutex_);
     return last_.at(worker);
   }
 
  private:
-  std::shared_ptr<const Dataset> data_;
+  void record(std::span<const std::size_t> indices) const override {
+    const std::lock_guard lock(mutex_);
+    last_[t_worker].assign(indices.begin(), indices.end());
+  }
   mutable std::mutex mutex_;
   mutable std::map<int, std::vector<std::size_t>> last_;
 };
@@ -109,21 +101,6 @@ class RecordingStrategy final : public Strategy {
   std::shared_ptr<ddp::DdpStrategy> inner_;
   std::vector<StepRecord> steps_;
 };
-
-std::shared_ptr<const Dataset> small_data() {
-  synthetic::SyntheticConfig data;
-  data.samples = 120;
-  data.test_samples = 30;
-  data.features = 16;
-  data.classes = 4;
-  return std::make_shared<synthetic::SyntheticDataset>(data);
-}
-
-std::shared_ptr<const Model> small_model() {
-  mlp::MlpConfig sizes;
-  sizes.sizes = {16, 32, 4};
-  return std::make_shared<mlp::MlpModel>(sizes);
-}
 
 std::shared_ptr<const Optimizer> momentum_sgd() {
   return std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 0.0F});
@@ -182,7 +159,7 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         outcome.strategy =
             std::make_shared<RecordingStrategy>(data, w, die_at[static_cast<std::size_t>(w)]);
         Trainer trainer(
-            o, {first.world, small_model(), momentum_sgd(), data, outcome.strategy, "ddp"});
+            o, {first.world, testing::small_mlp(), momentum_sgd(), data, outcome.strategy, "ddp"});
         trainer.set_elastic(elastic);
         outcome.result = trainer.run(false);
       } catch (const Died&) {
@@ -218,7 +195,7 @@ std::vector<int> counted_samples(const std::vector<WorkerOutcome>& outcomes,
 }
 
 TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampleOnce) {
-  const auto data = std::make_shared<RecordingDataset>(small_data());
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   constexpr std::int64_t kDieAt = 4;
   const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data);
   rethrow_errors(outcomes);
@@ -247,7 +224,7 @@ TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampl
 
 TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSameState) {
   constexpr std::int64_t kDieAt = 5;
-  const auto data = std::make_shared<RecordingDataset>(small_data());
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   const auto failed = run_elastic(3, {0, kDieAt, 0}, 1, options(), data);
   rethrow_errors(failed);
   ASSERT_EQ(failed[0].result.world_events.size(), 1U);
@@ -264,7 +241,7 @@ TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSame
   testing::run_ranks(3, [&](std::shared_ptr<Communicator> world) {
     t_worker = world->rank();
     auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
-    Trainer(first, {world, small_model(), momentum_sgd(), data, strategy, "ddp"}).run(false);
+    Trainer(first, {world, testing::small_mlp(), momentum_sgd(), data, strategy, "ddp"}).run(false);
   });
   auto rest = options();
   rest.checkpoint_dir = folder;
@@ -272,7 +249,7 @@ TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSame
   testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
     t_worker = world->rank();
     auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
-    Trainer(rest, {world, small_model(), momentum_sgd(), data, strategy, "ddp"}).run(true);
+    Trainer(rest, {world, testing::small_mlp(), momentum_sgd(), data, strategy, "ddp"}).run(true);
     resumed[static_cast<std::size_t>(world->rank())] = strategy->parameters();
   });
   fs::remove_all(folder);
@@ -282,7 +259,7 @@ TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSame
 }
 
 TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWhich) {
-  const auto data = std::make_shared<RecordingDataset>(small_data());
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   const fs::path folder =
       fs::temp_directory_path() / ("tessera-elastic-ckpt-test-" + std::to_string(::getpid()));
   fs::remove_all(folder);

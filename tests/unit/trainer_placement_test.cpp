@@ -12,10 +12,10 @@
 #include "ddp_test_support.hpp"
 #include "mlp/mlp_model.hpp"
 #include "sgd/sgd.hpp"
-#include "synthetic/synthetic.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/trainer.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "trainer_test_support.hpp"
 
 namespace tessera {
 namespace {
@@ -23,24 +23,13 @@ namespace {
 thread_local int t_rank = -1;  // the world rank of the thread that gathers
 
 // The synthetic data set, recording the training samples each rank's thread gathers.
-class PerRankRecordingDataset final : public Dataset {
+class PerRankRecordingDataset final : public testing::RecordingDatasetBase {
  public:
-  explicit PerRankRecordingDataset(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
-  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
-  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
-  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
-    if (split == Split::train) {
-      const std::lock_guard lock(mutex_);
-      auto& seen = seen_[t_rank];
-      seen.insert(seen.end(), indices.begin(), indices.end());
-    }
-    return data_->gather(split, indices);
-  }
+  using RecordingDatasetBase::RecordingDatasetBase;
   // Uses of each training sample by the given ranks together.
   [[nodiscard]] std::vector<int> counts(const std::vector<int>& ranks) const {
     const std::lock_guard lock(mutex_);
-    std::vector<int> counts(data_->size(Split::train), 0);
+    std::vector<int> counts(size(Split::train), 0);
     for (const int r : ranks) {
       const auto it = seen_.find(r);
       if (it == seen_.end()) continue;
@@ -50,25 +39,14 @@ class PerRankRecordingDataset final : public Dataset {
   }
 
  private:
-  std::shared_ptr<const Dataset> data_;
+  void record(std::span<const std::size_t> indices) const override {
+    const std::lock_guard lock(mutex_);
+    auto& seen = seen_[t_rank];
+    seen.insert(seen.end(), indices.begin(), indices.end());
+  }
   mutable std::mutex mutex_;
   mutable std::map<int, std::vector<std::size_t>> seen_;
 };
-
-std::shared_ptr<const Dataset> small_data() {
-  synthetic::SyntheticConfig data;
-  data.samples = 100;
-  data.test_samples = 30;
-  data.features = 16;
-  data.classes = 4;
-  return std::make_shared<synthetic::SyntheticDataset>(data);
-}
-
-std::shared_ptr<const Model> small_model() {
-  mlp::MlpConfig sizes;
-  sizes.sizes = {16, 32, 4};
-  return std::make_shared<mlp::MlpModel>(sizes);
-}
 
 TrainerOptions options() {
   TrainerOptions o;
@@ -115,15 +93,15 @@ class OneReplicaOfTwoRanks final : public Strategy {
 };
 
 TEST(TrainerPlacement, RanksOfOneReplicaSeeTheSameSamplesAndMetricsCountOnce) {
-  const auto data = std::make_shared<PerRankRecordingDataset>(small_data());
+  const auto data = std::make_shared<PerRankRecordingDataset>(testing::small_synthetic_data(100));
   std::vector<TrainResult> results(2);
   std::vector<std::size_t> evaluated(2);
   testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
     t_rank = world->rank();
     auto strategy = std::make_shared<OneReplicaOfTwoRanks>();
     TrainerComponents parts{
-        world, small_model(), std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{}),
-        data,  strategy,      "one_replica"};
+        world,    testing::small_mlp(), std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{}), data,
+        strategy, "one_replica"};
     Trainer trainer(options(), parts);
     results[static_cast<std::size_t>(t_rank)] = trainer.run(false);
     evaluated[static_cast<std::size_t>(t_rank)] = strategy->evaluated_rows();
@@ -143,9 +121,9 @@ TEST(TrainerPlacement, AReplicaWithTwoReportingRanksIsRefused) {
   std::vector<std::string> errors(2);
   testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
     TrainerComponents parts{world,
-                            small_model(),
+                            testing::small_mlp(),
                             std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{}),
-                            small_data(),
+                            testing::small_synthetic_data(100),
                             std::make_shared<OneReplicaOfTwoRanks>(true),
                             "one_replica"};
     Trainer trainer(options(), parts);
@@ -164,7 +142,7 @@ TEST(TrainerPlacement, AReplicaWithTwoReportingRanksIsRefused) {
 }
 
 TEST(TrainerWorldChange, ThreeRanksBecomingTwoMidEpochSeeEverySampleOncePerEpoch) {
-  const auto data = std::make_shared<PerRankRecordingDataset>(small_data());
+  const auto data = std::make_shared<PerRankRecordingDataset>(testing::small_synthetic_data(100));
   const auto& registry = testing::test_registry();
   auto defaults = registry.default_options(PluginKind::transport, "local");
   const auto transport = registry.create<Transport>("local", defaults);
@@ -179,7 +157,7 @@ TEST(TrainerWorldChange, ThreeRanksBecomingTwoMidEpochSeeEverySampleOncePerEpoch
     auto o = options();
     o.epochs = 2;
     TrainerComponents parts{world,
-                            small_model(),
+                            testing::small_mlp(),
                             std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 0.0F}),
                             data,
                             std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{}),

@@ -18,6 +18,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/trainer.hpp"
+#include "trainer_test_support.hpp"
 
 namespace tessera {
 namespace {
@@ -27,30 +28,23 @@ using testing::forge_manifest;
 using testing::replaced;
 
 // The synthetic data set, recording every training sample any rank gathers.
-class RecordingDataset final : public Dataset {
+class RecordingDataset final : public testing::RecordingDatasetBase {
  public:
-  explicit RecordingDataset(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
-  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
-  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
-  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
-    if (split == Split::train) {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      seen_.insert(seen_.end(), indices.begin(), indices.end());
-    }
-    return data_->gather(split, indices);
-  }
+  using RecordingDatasetBase::RecordingDatasetBase;
   // Each training sample's count, then the record is cleared.
   std::vector<int> take_counts() const {
     const std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<int> counts(data_->size(Split::train), 0);
+    std::vector<int> counts(size(Split::train), 0);
     for (const auto i : seen_) ++counts.at(i);
     seen_.clear();
     return counts;
   }
 
  private:
-  std::shared_ptr<const Dataset> data_;
+  void record(std::span<const std::size_t> indices) const override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    seen_.insert(seen_.end(), indices.begin(), indices.end());
+  }
   mutable std::mutex mutex_;
   mutable std::vector<std::size_t> seen_;
 };

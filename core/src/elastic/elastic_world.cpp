@@ -3,7 +3,6 @@
 #include <mutex>
 #include <thread>
 
-#include "tessera/base/buffer_view.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/membership.hpp"
@@ -11,10 +10,6 @@
 namespace tessera {
 
 ElasticWorld::~ElasticWorld() = default;
-
-bool Regrouping::newcomer() const {
-  return world != nullptr && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
-}
 
 bool is_elastic(const Config& config) {
   return config.section("train").get_string("strategy") == "elastic";
@@ -65,9 +60,8 @@ class MembershipWorld final : public ElasticWorld {
       : transport_(std::move(transport)),
         store_(std::move(store)),
         options_(std::move(options)),
-        worker_id_(std::move(worker_id)),
         timeout_(timeout),
-        membership_(store_, {worker_id_, options_.min_workers, options_.max_workers,
+        membership_(store_, {std::move(worker_id), options_.min_workers, options_.max_workers,
                              options_.heartbeat, options_.failure_timeout,
                              // Survivors wait this long for a worker that is alive but not
                              // ready; a dead one's lease ends within failure_timeout anyway.
@@ -101,23 +95,7 @@ class MembershipWorld final : public ElasticWorld {
     return connect(std::move(view));
   }
 
-  bool newcomers_waiting() override {
-    std::shared_ptr<Communicator> world;
-    std::int64_t generation = 0;
-    {
-      std::lock_guard lock(mutex_);
-      world = world_;
-      generation = view_.generation;
-    }
-    TESSERA_CHECK(world != nullptr, "elastic: newcomers_waiting outside a world");
-    std::int64_t waiting = 0;
-    if (world->rank() == 0) waiting = membership_.joiners_waiting(generation) ? 1 : 0;
-    world->broadcast(view_of(std::span<std::int64_t>(&waiting, 1)), 0)->wait(world->timeout());
-    return waiting != 0;
-  }
-
   const ElasticOptions& options() const override { return options_; }
-  const std::string& worker_id() const override { return worker_id_; }
 
  private:
   Regrouping connect(WorldView view) {
@@ -189,7 +167,6 @@ class MembershipWorld final : public ElasticWorld {
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<Store> store_;
   ElasticOptions options_;
-  std::string worker_id_;
   Duration timeout_;
   Membership membership_;
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "strategy_kit/byte_gather.hpp"
 #include "tessera/base/buffer_view.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/trainer.hpp"
@@ -23,26 +24,6 @@ std::vector<std::int64_t> gather_i64(Communicator& world, std::vector<std::int64
   world.all_gather(view_of(std::span<std::int64_t>(mine)), view_of(std::span<std::int64_t>(all)))
       ->wait(world.timeout());
   return all;
-}
-
-// Every rank's byte string, lengths first, then the strings padded to the longest.
-std::vector<std::vector<std::uint8_t>> gather_bytes(Communicator& world,
-                                                    std::vector<std::uint8_t> mine) {
-  const auto lengths = gather_i64(world, {static_cast<std::int64_t>(mine.size())});
-  const auto longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
-  mine.resize(longest, 0);
-  const auto n = static_cast<std::size_t>(world.size());
-  std::vector<std::uint8_t> all(longest * n);
-  if (longest > 0) {
-    world.all_gather(view_of(std::span<std::uint8_t>(mine)), view_of(std::span<std::uint8_t>(all)))
-        ->wait(world.timeout());
-  }
-  std::vector<std::vector<std::uint8_t>> out(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    const auto* begin = all.data() + r * longest;
-    out[r].assign(begin, begin + lengths[r]);
-  }
-  return out;
 }
 
 // Sends `out` to `to` while receiving `in` from `from`. A transport may run a communicator's
@@ -84,7 +65,7 @@ void ReplicaRing::keep(TwoNewest& held, Snapshot snapshot) {
   if (held.size() > 2) held.resize(2);
 }
 
-const ReplicaRing::Snapshot* ReplicaRing::at_step(const TwoNewest& held, std::int64_t step) const {
+const ReplicaRing::Snapshot* ReplicaRing::at_step(const TwoNewest& held, std::int64_t step) {
   for (const auto& snapshot : held) {
     if (snapshot.position.step == step) return &snapshot;
   }
@@ -208,7 +189,7 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
       given.insert(given.end(), snapshot->bytes.begin(), snapshot->bytes.end());
     }
   }
-  const auto everyone_gave = gather_bytes(world, std::move(given));
+  const auto everyone_gave = all_gather_bytes(world, std::move(given));
 
   auto state = out.missing.empty() ? std::make_shared<MemoryCheckpoint>(static_cast<int>(old_size))
                                    : nullptr;
@@ -241,15 +222,6 @@ void ReplicaRing::clear() noexcept {
   own_.clear();
   copies_.clear();
   rank_ = -1;
-}
-
-std::size_t ReplicaRing::bytes() const noexcept {
-  std::size_t total = 0;
-  for (const auto& snapshot : own_) total += snapshot.bytes.size();
-  for (const auto& [of, snapshots] : copies_) {
-    for (const auto& snapshot : snapshots) total += snapshot.bytes.size();
-  }
-  return total;
 }
 
 }  // namespace tessera::elastic

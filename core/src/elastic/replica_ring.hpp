@@ -55,9 +55,6 @@ class ReplicaRing {
   // Drops every copy: after a recovery, the copies of the old world are of no further use.
   void clear() noexcept;
 
-  // Bytes held: own snapshots and copies of others', both generations.
-  [[nodiscard]] std::size_t bytes() const noexcept;
-
  private:
   struct Snapshot {
     TrainingPosition position;
@@ -67,7 +64,7 @@ class ReplicaRing {
   // Newest first: [0] the latest refresh, [1] the one before.
   using TwoNewest = std::vector<Snapshot>;
   static void keep(TwoNewest& held, Snapshot snapshot);
-  [[nodiscard]] const Snapshot* at_step(const TwoNewest& held, std::int64_t step) const;
+  [[nodiscard]] static const Snapshot* at_step(const TwoNewest& held, std::int64_t step);
 
   int replicas_;
   int rank_ = -1;  // this rank in the world of the refreshes

@@ -107,6 +107,11 @@ std::string job_token(const LaunchOptions& options, const std::map<std::string, 
   return token;
 }
 
+// A worker's id in an elastic job (TESSERA_WORKER_ID): stable across generations.
+std::string worker_id(int node_rank, int local_rank) {
+  return "n" + std::to_string(node_rank) + ".w" + std::to_string(local_rank);
+}
+
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& base,
                                             const LaunchOptions& options, int local_rank,
                                             const std::string& address, const std::string& token) {
@@ -119,8 +124,7 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
   env["TESSERA_NNODES"] = std::to_string(options.nodes);
   env["TESSERA_STORE_ADDR"] = address;
   env["TESSERA_STORE_TOKEN"] = token;
-  env["TESSERA_WORKER_ID"] =
-      "n" + std::to_string(options.node_rank) + ".w" + std::to_string(local_rank);
+  env["TESSERA_WORKER_ID"] = worker_id(options.node_rank, local_rank);
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
@@ -269,7 +273,7 @@ class Job {
   void elastic_exits(const std::vector<Exit>& failed) {
     for (const auto& exit : failed) {
       const auto local = exit.rank - options_.node_rank * options_.processes;
-      const auto id = "n" + std::to_string(options_.node_rank) + ".w" + std::to_string(local);
+      const auto id = worker_id(options_.node_rank, local);
       try {
         if (store_) store_->remove("membership/workers/" + id);
       } catch (const Error& e) {

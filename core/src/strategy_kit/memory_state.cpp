@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "strategy_kit/byte_gather.hpp"
 #include "tessera/base/buffer_view.hpp"
 #include "tessera/base/error.hpp"
 
@@ -188,30 +189,36 @@ void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpo
   }
 }
 
-std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strategy,
-                                                               Communicator& world) {
-  const int size = world.size();
-  MemoryCheckpoint mine(size);
-  strategy.save(mine);
-  std::vector<std::uint8_t> packed = pack_memory_checkpoint(mine);
-
-  std::int64_t my_length = static_cast<std::int64_t>(packed.size());
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(size));
+std::vector<std::vector<std::uint8_t>> all_gather_bytes(Communicator& world,
+                                                        std::vector<std::uint8_t> mine) {
+  const auto n = static_cast<std::size_t>(world.size());
+  std::int64_t my_length = static_cast<std::int64_t>(mine.size());
+  std::vector<std::int64_t> lengths(n);
   world
       .all_gather(view_of(std::span<std::int64_t>(&my_length, 1)),
                   view_of(std::span<std::int64_t>(lengths)))
       ->wait(world.timeout());
   const auto longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
-  packed.resize(longest, 0);
-  std::vector<std::uint8_t> all(longest * static_cast<std::size_t>(size));
-  world.all_gather(view_of(std::span<std::uint8_t>(packed)), view_of(std::span<std::uint8_t>(all)))
+  std::vector<std::vector<std::uint8_t>> out(n);
+  if (longest == 0) return out;
+  mine.resize(longest, 0);
+  std::vector<std::uint8_t> all(longest * n);
+  world.all_gather(view_of(std::span<std::uint8_t>(mine)), view_of(std::span<std::uint8_t>(all)))
       ->wait(world.timeout());
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto* begin = all.data() + r * longest;
+    out[r].assign(begin, begin + lengths[r]);
+  }
+  return out;
+}
 
-  auto state = std::make_shared<MemoryCheckpoint>(size);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(size); ++r) {
-    unpack_memory_checkpoint(std::span<const std::uint8_t>(all).subspan(
-                                 r * longest, static_cast<std::size_t>(lengths[r])),
-                             *state);
+std::shared_ptr<const MemoryCheckpoint> gather_state_in_memory(Strategy& strategy,
+                                                               Communicator& world) {
+  MemoryCheckpoint mine(world.size());
+  strategy.save(mine);
+  auto state = std::make_shared<MemoryCheckpoint>(world.size());
+  for (const auto& bytes : all_gather_bytes(world, pack_memory_checkpoint(mine))) {
+    unpack_memory_checkpoint(bytes, *state);
   }
   return state;
 }

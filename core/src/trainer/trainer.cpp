@@ -371,7 +371,8 @@ Trainer::Position Trainer::recover_from_failure(const std::string& reason,
   parts_.world = regroup.world;
   placement_ = checked_placement();
   // This run's losses are kept for the steps the state is of; redone steps are logged again.
-  const auto kept = std::max<std::int64_t>(at.step - first_step_of_run_, 0);
+  const auto first_step = std::max<std::int64_t>(result.resumed_from_step, 0);
+  const auto kept = std::max<std::int64_t>(at.step - first_step, 0);
   if (static_cast<std::int64_t>(result.losses.size()) > kept) {
     result.losses.resize(static_cast<std::size_t>(kept));
   }
@@ -533,7 +534,6 @@ TrainResult Trainer::train(bool resume) {
   };
 
   const std::size_t epoch_samples = data.size(Split::train);
-  first_step_of_run_ = at.step;
   // The position copies of the state record: the next sample, rolled into the next epoch at an
   // epoch's end, as checkpoints record it.
   const auto next_position = [&] {

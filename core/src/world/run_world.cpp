@@ -162,12 +162,8 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
   }
   const Duration timeout = config.section("runtime").get_duration("timeout");
   auto options = ElasticOptions::from(config.section("strategy.elastic"));
+  // ElasticOptions::from checked min_workers <= max_workers when max_workers is set.
   if (options.max_workers == 0) options.max_workers = std::max(plan.size, options.min_workers);
-  if (options.min_workers > options.max_workers) {
-    throw ConfigError("[strategy.elastic] min_workers = " + std::to_string(options.min_workers) +
-                      " is above max_workers = " + std::to_string(options.max_workers) +
-                      "; lower min_workers or raise max_workers");
-  }
   auto transport = config.create<Transport>(registry, "runtime", "transport");
   const auto enter_and_train = [&](const std::shared_ptr<Store>& store, const std::string& id) {
     auto elastic = make_elastic_world(transport, store, options, id, timeout);

@@ -53,8 +53,6 @@ struct Regrouping {
   std::vector<int> previous_rank;
   std::vector<std::string> left;    // worker ids of the previous world not in this one
   std::vector<std::string> joined;  // newcomers
-  // This worker entered as a newcomer (it holds no state of the previous world).
-  [[nodiscard]] bool newcomer() const;
 };
 
 // What the Trainer needs from the host to survive failures. One per worker.
@@ -68,11 +66,7 @@ class ElasticWorld {
   // whoever is alive and connects it. Throws Timeout when fewer than min_workers are left at
   // the deadline; LeaseExpired when the others counted this worker gone.
   [[nodiscard]] virtual Regrouping regroup(const std::string& reason, Deadline deadline) = 0;
-  // Collective over the current world, at a step boundary: whether newcomers wait for room (one
-  // rank asks the store and tells the others, so every rank answers the same).
-  [[nodiscard]] virtual bool newcomers_waiting() = 0;
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
-  [[nodiscard]] virtual const std::string& worker_id() const = 0;
 };
 
 // An ElasticWorld over a store shared by the job's workers (runtime.store, or the launcher's):

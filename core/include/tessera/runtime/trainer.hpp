@@ -238,7 +238,6 @@ class Trainer {
   WorldProvider world_provider_;
   std::shared_ptr<ElasticWorld> elastic_;
   std::unique_ptr<elastic::ReplicaRing> replicas_;
-  std::int64_t first_step_of_run_ = 0;  // result.losses[i] is of step first_step_of_run_ + i + 1
   std::shared_ptr<trace::Recorder> recorder_;  // null unless tracing
   std::filesystem::path trace_path_;
 };
