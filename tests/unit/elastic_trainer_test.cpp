@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -58,11 +60,18 @@ struct StepRecord {
   std::vector<std::size_t> samples;
 };
 
+// The job's progress as the tests see it: the highest step any worker completed.
+struct JobProgress {
+  std::atomic<std::int64_t> step{0};
+  std::chrono::milliseconds step_pause{0};  // each step takes at least this long
+};
+
 // ddp, recording completed steps, and dying in step `die_at` (0: never).
 class RecordingStrategy final : public Strategy {
  public:
-  RecordingStrategy(std::shared_ptr<const RecordingDataset> data, int worker, std::int64_t die_at)
-      : data_(std::move(data)), worker_(worker), die_at_(die_at) {
+  RecordingStrategy(std::shared_ptr<const RecordingDataset> data, int worker, std::int64_t die_at,
+                    JobProgress* progress = nullptr)
+      : data_(std::move(data)), worker_(worker), die_at_(die_at), progress_(progress) {
     ddp::DdpConfig config;
     config.sync.first_bucket_bytes = 1024;
     config.sync.bucket_cap_bytes = 4096;
@@ -73,6 +82,12 @@ class RecordingStrategy final : public Strategy {
     if (info.step == die_at_) throw Died{};
     const auto stats = inner_->train_step(batch, info);
     steps_.push_back({info.step, generation_, data_->last(worker_)});
+    if (progress_ != nullptr) {
+      std::this_thread::sleep_for(progress_->step_pause);
+      std::int64_t seen = progress_->step.load();
+      while (seen < info.step && !progress_->step.compare_exchange_weak(seen, info.step)) {
+      }
+    }
     return stats;
   }
   StepStats evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
@@ -97,6 +112,7 @@ class RecordingStrategy final : public Strategy {
   std::shared_ptr<const RecordingDataset> data_;
   int worker_;
   std::int64_t die_at_;
+  JobProgress* progress_;
   int generation_ = 0;
   std::shared_ptr<ddp::DdpStrategy> inner_;
   std::vector<StepRecord> steps_;
@@ -140,12 +156,22 @@ struct WorkerOutcome {
   std::exception_ptr error;
 };
 
+// Workers that start later: worker w enters once some worker completed step start_after[w].
+struct LateStarts {
+  std::vector<std::int64_t> start_after;  // one per worker; 0: from the start
+  std::chrono::milliseconds step_pause{0};
+  std::shared_ptr<Store> store;  // the job's; a fresh memory store when null
+};
+
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
 std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64_t>& die_at,
                                        int replicas, const TrainerOptions& o,
-                                       const std::shared_ptr<RecordingDataset>& data) {
+                                       const std::shared_ptr<RecordingDataset>& data,
+                                       const LateStarts& late = {}) {
   const auto transport = local_transport();
-  const auto store = make_memory_store();
+  const auto store = late.store ? late.store : make_memory_store();
+  JobProgress progress;
+  progress.step_pause = late.step_pause;
   std::vector<WorkerOutcome> out(static_cast<std::size_t>(workers));
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
@@ -153,14 +179,22 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
       t_worker = w;
       auto& outcome = out[static_cast<std::size_t>(w)];
       try {
+        const auto after =
+            late.start_after.empty() ? 0 : late.start_after[static_cast<std::size_t>(w)];
+        while (after > 0 && progress.step.load() < after) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        // With workers still to come, the first world forms once the others waited
+        // failure_timeout for more (the settle time).
         auto elastic = make_elastic_world(transport, store, elastic_options(workers, replicas),
                                           "w" + std::to_string(w), testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
-        outcome.strategy =
-            std::make_shared<RecordingStrategy>(data, w, die_at[static_cast<std::size_t>(w)]);
+        if (first.finished) return;
+        outcome.strategy = std::make_shared<RecordingStrategy>(
+            data, w, die_at[static_cast<std::size_t>(w)], &progress);
         Trainer trainer(
             o, {first.world, testing::small_mlp(), momentum_sgd(), data, outcome.strategy, "ddp"});
-        trainer.set_elastic(elastic);
+        trainer.set_elastic(elastic, first);
         outcome.result = trainer.run(false);
       } catch (const Died&) {
         outcome.died = true;  // the trainer and the ElasticWorld are gone with the scope
@@ -220,6 +254,50 @@ TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampl
   EXPECT_EQ(outcomes[0].result.losses, outcomes[1].result.losses);
   EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
             std::vector<int>(120, 2));
+}
+
+TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.store = make_memory_store();
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  const auto& members = outcomes[0].result;
+  ASSERT_EQ(members.world_events.size(), 1U);
+  const auto& event = members.world_events[0];
+  EXPECT_EQ(event.generation, 2);
+  EXPECT_EQ(event.joined, std::vector<std::string>{"w2"});
+  EXPECT_TRUE(event.left.empty());
+  EXPECT_EQ(event.world_size, 3);
+  EXPECT_EQ(event.failed_at_step, -1);  // admitted, nothing failed
+  EXPECT_EQ(event.state_from, "memory");
+  EXPECT_GE(event.resumed_at_step, 3);
+  EXPECT_EQ(members.ranks.size(), 3U);
+
+  // The newcomer went on from the members' step with their state: the same steps, losses and
+  // parameters from there on.
+  const auto& joiner = outcomes[2].result;
+  ASSERT_EQ(joiner.world_events.size(), 1U);
+  EXPECT_EQ(joiner.world_events[0].generation, 2);
+  EXPECT_EQ(joiner.resumed_from_step, event.resumed_at_step);
+  EXPECT_EQ(joiner.steps, members.steps);
+  EXPECT_EQ(joiner.rank, 2);
+  const std::vector<double> after_admission(
+      members.losses.begin() + static_cast<std::ptrdiff_t>(event.resumed_at_step),
+      members.losses.end());
+  EXPECT_EQ(joiner.losses, after_admission);
+  EXPECT_EQ(outcomes[2].strategy->parameters(), outcomes[0].strategy->parameters());
+  EXPECT_EQ(outcomes[1].strategy->parameters(), outcomes[0].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, members.world_events, 480), std::vector<int>(480, 2));
+
+  // A worker that comes after the run ended is told so instead of starting one of its own.
+  auto late_worker = make_elastic_world(local_transport(), late.store, elastic_options(3, 1), "w3",
+                                        testing::kTestTimeout);
+  const auto entered = late_worker->enter(deadline_after(testing::kTestTimeout));
+  EXPECT_TRUE(entered.finished);
+  EXPECT_EQ(entered.world, nullptr);
 }
 
 TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSameState) {

@@ -103,7 +103,12 @@ int run_train(const std::vector<std::string>& args) {
   const WorldPlan plan = plan_world(config, registry, launch);
   const bool elastic = is_elastic(config);
   if (plan.needs_workers) {
-    return relaunch_as_workers({"train"}, plan.size, args, registry, false, elastic);
+    std::optional<ElasticLaunch> how;
+    if (elastic) {
+      how = ElasticLaunch{
+          static_cast<int>(config.section("strategy.elastic").get_int("max_restarts"))};
+    }
+    return relaunch_as_workers({"train"}, plan.size, args, registry, false, how);
   }
 
   const TrainerOptions options = TrainerOptions::from(config.section("train"));
@@ -116,13 +121,13 @@ int run_train(const std::vector<std::string>& args) {
     if (!summary_file.empty()) write_summary_json(summary_file, result);
   };
   if (elastic) {
-    run_elastic_world(
-        config, registry, plan, launch,
-        [&](std::shared_ptr<ElasticWorld> elastic_world, std::shared_ptr<Communicator> world) {
-          Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));
-          trainer.set_elastic(std::move(elastic_world));
-          report(trainer.run(resume));
-        });
+    run_elastic_world(config, registry, plan, launch,
+                      [&](std::shared_ptr<ElasticWorld> elastic_world, const Regrouping& entered) {
+                        Trainer trainer(options,
+                                        build_trainer_components(config, registry, entered.world));
+                        trainer.set_elastic(std::move(elastic_world), entered);
+                        report(trainer.run(resume));
+                      });
     return 0;
   }
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -10,6 +11,13 @@
 namespace tessera {
 
 ElasticWorld::~ElasticWorld() = default;
+
+bool Regrouping::joins_running_job() const {
+  if (!world) return false;
+  const bool members =
+      std::any_of(previous_rank.begin(), previous_rank.end(), [](int rank) { return rank >= 0; });
+  return members && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
+}
 
 bool is_elastic(const Config& config) {
   return config.section("train").get_string("strategy") == "elastic";
@@ -91,8 +99,51 @@ class MembershipWorld final : public ElasticWorld {
     auto view =
         membership_.next_generation(current.generation, membership_.departed(current), deadline);
     // Formed without this worker (it came late): it enters the next one as a newcomer.
-    if (!view.is_member()) view = membership_.join(deadline);
+    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
     return connect(std::move(view));
+  }
+
+  bool newcomers_waiting() override {
+    std::shared_ptr<Communicator> world;
+    std::int64_t waiting = 0;
+    {
+      std::lock_guard lock(mutex_);
+      TESSERA_CHECK(view_.is_member(), "elastic: newcomers_waiting before enter");
+      if (view_.size() >= options_.max_workers) return false;
+      world = world_;
+      waiting = joiners_seen_for_.load() == view_.generation ? 1 : 0;
+    }
+    world->broadcast({&waiting, 1, DType::i64, Device::cpu()}, 0)->wait();
+    return waiting != 0;
+  }
+
+  Regrouping admit(Deadline deadline) override {
+    WorldView current;
+    {
+      std::lock_guard lock(mutex_);
+      current = view_;
+      // The old world stays whole until every member has left it for the new one; the watcher
+      // must not take a member's move for a departure.
+      aborted_ = true;
+    }
+    auto view = membership_.next_generation(current.generation, {}, deadline);
+    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
+    return connect(std::move(view));
+  }
+
+  std::shared_ptr<Communicator> private_world() override {
+    auto rendezvous = std::make_shared<PrefixStore>(
+        "private/" + membership_.worker_id() + "/" + std::to_string(++private_worlds_), store_);
+    return transport_->connect(std::move(rendezvous), 0, 1, timeout_);
+  }
+
+  void finish() override {
+    std::int64_t generation = 0;
+    {
+      std::lock_guard lock(mutex_);
+      generation = view_.generation;
+    }
+    membership_.finish(generation);
   }
 
   const ElasticOptions& options() const override { return options_; }
@@ -101,6 +152,10 @@ class MembershipWorld final : public ElasticWorld {
   Regrouping connect(WorldView view) {
     Regrouping out;
     out.generation = view.generation;
+    if (view.finished) {
+      out.finished = true;
+      return out;
+    }
     out.joined = view.joined;
     const auto previous =
         view.generation > 1 ? membership_.world(view.generation - 1) : std::nullopt;
@@ -147,6 +202,10 @@ class MembershipWorld final : public ElasticWorld {
       lock.unlock();
       std::string reason;
       try {
+        // Rank 0 looks for newcomers; it tells the others at the next step boundary.
+        if (view.rank == 0 && view.size() < options_.max_workers) {
+          if (membership_.joiners_waiting(view.generation)) joiners_seen_for_ = view.generation;
+        }
         if (membership_.lease_lost()) {
           reason = "elastic: this worker's lease ended (it was counted gone)";
         } else if (const auto gone = membership_.departed(view); !gone.empty()) {
@@ -176,6 +235,9 @@ class MembershipWorld final : public ElasticWorld {
   std::shared_ptr<Communicator> world_;  // the current generation's
   bool aborted_ = false;                 // world_ was aborted (by the watcher or regroup)
   WorldView view_;
+  // Rank 0: the generation after which the watcher saw newcomers waiting.
+  std::atomic<std::int64_t> joiners_seen_for_{-1};
+  int private_worlds_ = 0;
   std::thread watcher_;  // last: started once everything it reads exists
 };
 

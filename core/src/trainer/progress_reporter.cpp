@@ -32,21 +32,32 @@ std::string format_duration(double seconds) {
 
 ProgressReporter::ProgressReporter(ProgressMode mode, const std::filesystem::path& metrics_file,
                                    bool active, std::int64_t total_steps, std::int64_t epochs)
-    : active_(active), total_steps_(total_steps), epochs_(epochs) {
-  if (!active_) return;
-  enabled_ = mode != ProgressMode::off;
-  in_place_ = mode == ProgressMode::bar || (mode == ProgressMode::automatic && ::isatty(2) == 1);
-  if (!metrics_file.empty()) {
-    // Appended to, so that a resumed run keeps the lines of the run it continues.
-    std::error_code ignored;  // a missing folder is reported by the open below
-    if (metrics_file.has_parent_path())
-      std::filesystem::create_directories(metrics_file.parent_path(), ignored);
-    metrics_fd_ = ::open(metrics_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (metrics_fd_ < 0) {
-      throw ConfigError("[train] metrics_file " + metrics_file.string() +
-                        ": cannot open it: " + std::strerror(errno));
-    }
-    metrics_path_ = metrics_file;
+    : mode_(mode), total_steps_(total_steps), epochs_(epochs), metrics_path_(metrics_file) {
+  hand_over(active);
+}
+
+void ProgressReporter::hand_over(bool active) {
+  if (active == active_) return;
+  active_ = active;
+  if (!active_) {
+    close_metrics();
+    return;
+  }
+  enabled_ = mode_ != ProgressMode::off;
+  in_place_ = mode_ == ProgressMode::bar || (mode_ == ProgressMode::automatic && ::isatty(2) == 1);
+  open_metrics();
+}
+
+void ProgressReporter::open_metrics() {
+  if (metrics_path_.empty()) return;
+  // Appended to, so that a resumed run keeps the lines of the run it continues.
+  std::error_code ignored;  // a missing folder is reported by the open below
+  if (metrics_path_.has_parent_path())
+    std::filesystem::create_directories(metrics_path_.parent_path(), ignored);
+  metrics_fd_ = ::open(metrics_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (metrics_fd_ < 0) {
+    throw ConfigError("[train] metrics_file " + metrics_path_.string() +
+                      ": cannot open it: " + std::strerror(errno));
   }
 }
 
@@ -124,6 +135,8 @@ void ProgressReporter::step(const StepReport& r) {
     line["samples"] = r.samples;
     line["samples_per_s"] = samples_per_s();
     line["time_s"] = seconds();
+    line["wall_time"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     write_metrics(line.dump() + "\n", "step " + std::to_string(r.step));
   }
   // A terminal gets ~10 updates a second; a log file a line every 5 s and at each epoch's end.

@@ -31,6 +31,10 @@ class ProgressReporter {
   ProgressReporter(const ProgressReporter&) = delete;
   ProgressReporter& operator=(const ProgressReporter&) = delete;
 
+  // Makes this rank the reporting one, or not: an elastic run's rank 0 may die, and the new
+  // world's rank 0 goes on reporting (appending to the metrics file).
+  void hand_over(bool active);
+
   void step(const StepReport& report);
   void evaluation(std::int64_t step, std::int64_t epoch, double accuracy, double loss);
   void checkpoint(std::int64_t step, const std::filesystem::path& folder);
@@ -42,6 +46,7 @@ class ProgressReporter {
   [[nodiscard]] double seconds() const noexcept;
 
  private:
+  void open_metrics();
   void print_line(const std::string& text, bool transient);
   // Appends one JSON line to the metrics file; throws TrainingError naming the file and the
   // system's reason when it cannot, since metrics lost must not look like a clean run.
@@ -50,7 +55,8 @@ class ProgressReporter {
   void close_metrics();
 
   using Clock = std::chrono::steady_clock;
-  bool active_;
+  ProgressMode mode_;
+  bool active_ = false;
   bool in_place_ = false;
   bool enabled_ = true;
   bool bar_open_ = false;

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "elastic/replica_ring.hpp"
 #include "tessera/base/error.hpp"
@@ -306,10 +308,12 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
   return WorldStep::changed;
 }
 
-void Trainer::set_elastic(std::shared_ptr<ElasticWorld> elastic) {
+void Trainer::set_elastic(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered) {
   elastic_ = std::move(elastic);
   replicas_ =
       elastic_ ? std::make_unique<elastic::ReplicaRing>(elastic_->options().replicas) : nullptr;
+  joining_.reset();
+  if (elastic_ && entered.joins_running_job()) joining_ = entered;
 }
 
 void Trainer::refresh_replicas(const Position& at, bool force) {
@@ -320,24 +324,14 @@ void Trainer::refresh_replicas(const Position& at, bool force) {
                      {at.step, at.epoch, static_cast<std::int64_t>(at.samples)});
 }
 
-Trainer::Position Trainer::recover_from_failure(const std::string& reason,
-                                                const Position& failed_at, TrainResult& result) {
-  const auto started = std::chrono::steady_clock::now();
-  if (recorder_) recorder_->set_active(true);
-  const trace::Span span("elastic_recovery", "run", {{"step", failed_at.step}});
+Trainer::Position Trainer::adopt_world(Regrouping regroup, WorldEvent& event) {
   const auto& options = elastic_->options();
-  // Below min_workers the survivors wait for newcomers up to join_timeout.
-  auto regroup =
-      elastic_->regroup(reason, deadline_after(options.failure_timeout + options.join_timeout));
   auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
   if (recorder_) regroup.world = trace::traced_communicator(regroup.world, recorder_);
-
-  WorldEvent event;
   event.generation = regroup.generation;
   event.left = regroup.left;
   event.joined = regroup.joined;
   event.world_size = regroup.world->size();
-  event.failed_at_step = failed_at.step;
   Position at;
   if (recovered.state) {
     at = {recovered.position.step, recovered.position.epoch,
@@ -370,34 +364,99 @@ Trainer::Position Trainer::recover_from_failure(const std::string& reason,
   }
   parts_.world = regroup.world;
   placement_ = checked_placement();
+  // The copies of the old world are no use any more; the new world's are made at once, so that
+  // a second failure right away finds them.
+  replicas_->clear();
+  refresh_replicas(at, true);
+  // The schedule keeps the length it had at the start; a newcomer learns it from rank 0, a
+  // member of the world before.
+  std::int64_t length = schedule_.total_steps;
+  parts_.world->broadcast({&length, 1, DType::i64, Device::cpu()}, 0)->wait();
+  schedule_.total_steps = length;
+  event.resumed_at_step = at.step;
+  return at;
+}
+
+void Trainer::record_world_event(WorldEvent event, std::chrono::steady_clock::time_point started,
+                                 TrainResult& result) const {
+  event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (parts_.world->rank() == 0) {
+    const auto names = [](const std::vector<std::string>& ids) {
+      std::string text;
+      for (const auto& id : ids) text += (text.empty() ? "" : ",") + id;
+      return text.empty() ? std::string("-") : text;
+    };
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    std::tm local{};
+    ::localtime_r(&seconds, &local);
+    char clock[16];
+    std::strftime(clock, sizeof clock, "%H:%M:%S", &local);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
+        1000;
+    const std::string what = event.failed_at_step < 0
+                                 ? "admitted at step " + std::to_string(event.resumed_at_step)
+                                 : "failed at step " + std::to_string(event.failed_at_step) +
+                                       ", going on from step " +
+                                       std::to_string(event.resumed_at_step);
+    std::fprintf(stderr,
+                 "elastic: %s.%03lld generation %lld: %d worker(s); left %s; joined %s; %s (%s); "
+                 "%.2f s\n",
+                 clock, static_cast<long long>(ms), static_cast<long long>(event.generation),
+                 event.world_size, names(event.left).c_str(), names(event.joined).c_str(),
+                 what.c_str(), event.state_from.c_str(), event.seconds);
+    std::fflush(stderr);
+  }
+  result.world_events.push_back(std::move(event));
+}
+
+Trainer::Position Trainer::recover_from_failure(const std::string& reason,
+                                                const Position& failed_at, TrainResult& result) {
+  const auto started = std::chrono::steady_clock::now();
+  if (recorder_) recorder_->set_active(true);
+  const trace::Span span("elastic_recovery", "run", {{"step", failed_at.step}});
+  const auto& options = elastic_->options();
+  // Below min_workers the survivors wait for newcomers up to join_timeout.
+  auto regroup =
+      elastic_->regroup(reason, deadline_after(options.failure_timeout + options.join_timeout));
+  if (regroup.finished) {
+    throw TrainingError(
+        "elastic: the other workers finished the run while this one regrouped "
+        "after: " +
+        reason);
+  }
+  WorldEvent event;
+  event.failed_at_step = failed_at.step;
+  const Position at = adopt_world(std::move(regroup), event);
   // This run's losses are kept for the steps the state is of; redone steps are logged again.
   const auto first_step = std::max<std::int64_t>(result.resumed_from_step, 0);
   const auto kept = std::max<std::int64_t>(at.step - first_step, 0);
   if (static_cast<std::int64_t>(result.losses.size()) > kept) {
     result.losses.resize(static_cast<std::size_t>(kept));
   }
-  // The copies of the old world are no use any more; the new world's are made at once, so that
-  // a second failure right away finds them.
-  replicas_->clear();
-  refresh_replicas(at, true);
-  event.resumed_at_step = at.step;
-  event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (regroup.world->rank() == 0) {
-    const auto names = [](const std::vector<std::string>& ids) {
-      std::string text;
-      for (const auto& id : ids) text += (text.empty() ? "" : ",") + id;
-      return text.empty() ? std::string("-") : text;
-    };
-    std::fprintf(
-        stderr,
-        "elastic: generation %lld: %d worker(s); left %s; joined %s; failed at step %lld, "
-        "going on from step %lld (%s); %.2f s\n",
-        static_cast<long long>(event.generation), event.world_size, names(event.left).c_str(),
-        names(event.joined).c_str(), static_cast<long long>(event.failed_at_step),
-        static_cast<long long>(event.resumed_at_step), event.state_from.c_str(), event.seconds);
-  }
-  result.world_events.push_back(std::move(event));
+  record_world_event(std::move(event), started, result);
   return at;
+}
+
+Trainer::Position Trainer::admit_newcomers(const Position& at, TrainResult& result) {
+  const auto started = std::chrono::steady_clock::now();
+  const trace::Span span("elastic_admission", "run", {{"step", at.step}});
+  const auto& options = elastic_->options();
+  // Every member's own state at this step is what the newcomers receive.
+  if (at.step % options.replica_every != 0) refresh_replicas(at, true);
+  auto regroup = elastic_->admit(deadline_after(options.failure_timeout + options.join_timeout));
+  if (regroup.finished) {
+    throw TrainingError(
+        "elastic: the job was marked finished while its members admitted "
+        "newcomers at step " +
+        std::to_string(at.step));
+  }
+  WorldEvent event;
+  event.failed_at_step = -1;
+  const Position next = adopt_world(std::move(regroup), event);
+  record_world_event(std::move(event), started, result);
+  return next;
 }
 
 std::vector<RankSummary> Trainer::gather_rank_summaries() {
@@ -445,7 +504,8 @@ TrainResult Trainer::run(bool resume) {
   try {
     // One time axis for every rank's file, across processes and hosts: zero is the end of
     // this barrier (the ranks leave it within the transport's latency of each other).
-    parts_.world->barrier()->wait();
+    // (A worker entering a running elastic job has no start in common with the others.)
+    if (!joining_) parts_.world->barrier()->wait();
     recorder_->set_origin(trace::Clock::now());
     recorder_->set_active(true);
     result = train(resume);
@@ -481,7 +541,9 @@ TrainResult Trainer::train(bool resume) {
         "measured (give the data set a test split)");
   }
 
-  StrategySetup setup{parts_.world,
+  // A worker entering a running elastic job sets its strategy up alone, then receives the
+  // state from the members.
+  StrategySetup setup{joining_ ? elastic_->private_world() : parts_.world,
                       parts_.model,
                       parts_.optimizer,
                       options_.seed,
@@ -493,12 +555,23 @@ TrainResult Trainer::train(bool resume) {
     const trace::Span span("setup", "run");
     parts_.strategy->setup(setup);
   }
-  placement_ = checked_placement();
 
   TrainResult result;
-  if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
   written_checkpoints_.clear();
-  Position at = resume ? restore(result) : Position{};
+  schedule_ = options_.schedule;
+  Position at;
+  if (joining_) {
+    const auto started = std::chrono::steady_clock::now();
+    WorldEvent event;
+    event.failed_at_step = -1;
+    at = adopt_world(*std::exchange(joining_, std::nullopt), event);
+    result.resumed_from_step = at.step;
+    record_world_event(std::move(event), started, result);
+  } else {
+    placement_ = checked_placement();
+    if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
+    at = resume ? restore(result) : Position{};
+  }
 
   // The run ends after the rest of this epoch at this data-parallel size, then whole epochs; at
   // the size that wrote the checkpoint this is epochs * steps_per_epoch, as uninterrupted.
@@ -515,9 +588,8 @@ TrainResult Trainer::train(bool resume) {
     return total;
   };
   std::int64_t total_steps = planned_total_steps();
-  LrSchedule schedule = options_.schedule;
-  if (schedule.total_steps == 0) schedule.total_steps = total_steps;
-  validate(schedule);
+  if (schedule_.total_steps == 0) schedule_.total_steps = total_steps;
+  validate(schedule_);
 
   // Progress and metrics come from the rank that is 0 at the start, for the whole run.
   trainer::ProgressReporter reporter(options_.progress, options_.metrics_file,
@@ -539,7 +611,7 @@ TrainResult Trainer::train(bool resume) {
   const auto next_position = [&] {
     return at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
   };
-  if (elastic_) refresh_replicas(at, true);
+  if (elastic_ && result.world_events.empty()) refresh_replicas(at, true);
   // One pass, unless an elastic run's world fails: then the survivors go on from the position
   // they recovered, possibly a step back, in the next pass.
   for (;;) {
@@ -561,7 +633,7 @@ TrainResult Trainer::train(bool resume) {
             const trace::Span span("load_batch", "run");
             batch = data.gather(Split::train, shard.batch(b));
           }
-          const StepInfo info{at.step + 1, learning_rate_at(schedule, at.step + 1),
+          const StepInfo info{at.step + 1, learning_rate_at(schedule_, at.step + 1),
                               shard.global_batch_size(b)};
           StepStats stats;
           {
@@ -588,7 +660,17 @@ TrainResult Trainer::train(bool resume) {
           }
           if (options_.eval_every > 0 && at.step % options_.eval_every == 0)
             run_evaluation(at.epoch);
-          if (elastic_) refresh_replicas(next_position(), false);
+          if (elastic_) {
+            refresh_replicas(next_position(), false);
+            // Newcomers enter inside an epoch, so that the epoch's end is evaluated as usual.
+            if (at.samples < epoch_samples && elastic_->newcomers_waiting()) {
+              at = admit_newcomers(at, result);
+              reporter.hand_over(parts_.world->rank() == 0);
+              world_changed = true;
+              total_steps = planned_total_steps();
+              break;
+            }
+          }
           const auto world_step = consult_world_provider(at.step);
           if (world_step == WorldStep::left) {
             reporter.finish();
@@ -627,6 +709,8 @@ TrainResult Trainer::train(bool resume) {
       result.samples_per_s = reporter.samples_per_s();
       result.ranks = gather_rank_summaries();
       result.rank = parts_.world->rank();
+      // Newcomers still waiting to enter learn that there is nothing left to join.
+      if (elastic_ && result.rank == 0) elastic_->finish();
       break;
     } catch (const Error& e) {
       if (!elastic_ || !(dynamic_cast<const TransportError*>(&e) != nullptr ||
@@ -634,6 +718,7 @@ TrainResult Trainer::train(bool resume) {
         throw;
       }
       at = recover_from_failure(e.what(), at, result);
+      reporter.hand_over(parts_.world->rank() == 0);
       total_steps = planned_total_steps();
     }
   }

@@ -76,6 +76,9 @@ std::string encode_world(const std::vector<std::string>& members,
   return "members=" + join_ids(members, ",") + "\njoined=" + join_ids(joined, ",") + "\n";
 }
 
+// A generation stored as this value ends the job (Membership::finish).
+constexpr std::string_view kFinishedWorld = "finished\n";
+
 WorldView decode_world(std::int64_t generation, const std::string& value, const std::string& self) {
   const auto malformed = [&] {
     return Error("membership: the store's key 'membership/" + world_key(generation) + "' holds '" +
@@ -86,6 +89,10 @@ WorldView decode_world(std::int64_t generation, const std::string& value, const 
   std::string_view rest = value;
   WorldView view;
   view.generation = generation;
+  if (value == kFinishedWorld) {
+    view.finished = true;
+    return view;
+  }
   for (const std::string_view field : {std::string_view("members="), std::string_view("joined=")}) {
     const auto end = rest.find('\n');
     if (!rest.starts_with(field) || end == std::string_view::npos) throw malformed();
@@ -246,10 +253,20 @@ WorldView Membership::join(Deadline deadline) {
                           "' called join() but is a member of generation " + g_text(newest) +
                           ", the newest; a member moves on with next_generation()");
   }
+  if (newest > 0) {
+    if (auto world = stored_world(newest); world && world->finished) return *world;
+  }
   for (std::int64_t generation = newest + 1;; ++generation) {
     auto view = form(generation, std::nullopt, {}, deadline);
-    if (view.is_member()) return view;
+    if (view.is_member() || view.finished) return view;
   }
+}
+
+void Membership::finish(std::int64_t current) {
+  const auto generation = current + 1;
+  (void)store_->compare_set(world_key(generation), "", std::string(kFinishedWorld));
+  store_->add(changes_key(generation), 1);
+  advance_generation_pointer(generation);
 }
 
 WorldView Membership::next_generation(std::int64_t current, const std::vector<std::string>& failed,

@@ -167,8 +167,16 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
   auto transport = config.create<Transport>(registry, "runtime", "transport");
   const auto enter_and_train = [&](const std::shared_ptr<Store>& store, const std::string& id) {
     auto elastic = make_elastic_world(transport, store, options, id, timeout);
-    auto first = elastic->enter(deadline_after(options.join_timeout + options.failure_timeout));
-    body(elastic, first.world);
+    const auto first =
+        elastic->enter(deadline_after(options.join_timeout + options.failure_timeout));
+    if (first.finished) {
+      std::fprintf(stderr,
+                   "elastic: worker %s came after the run ended (generation %lld); nothing left "
+                   "to train\n",
+                   id.c_str(), static_cast<long long>(first.generation));
+      return;
+    }
+    body(elastic, first);
   };
   if (plan.layout == WorldPlan::Layout::processes) {
     auto store = config.create<Store>(registry, "runtime", "store");

@@ -47,12 +47,18 @@ struct ElasticOptions {
 
 // A world formed after a failure or to admit newcomers.
 struct Regrouping {
-  std::shared_ptr<Communicator> world;  // this worker's communicator in it
+  std::shared_ptr<Communicator> world;  // this worker's communicator in it; null when finished
   std::int64_t generation = 0;
   // For each rank of the new world, its rank in the previous one; -1 for a newcomer.
   std::vector<int> previous_rank;
   std::vector<std::string> left;    // worker ids of the previous world not in this one
   std::vector<std::string> joined;  // newcomers
+  // The job's run ended (ElasticWorld::finish) before this worker got into a world.
+  bool finished = false;
+
+  // Whether this worker enters a running job: a newcomer beside members of the previous world,
+  // who hold the state it must receive (false in the job's first world).
+  [[nodiscard]] bool joins_running_job() const;
 };
 
 // What the Trainer needs from the host to survive failures. One per worker.
@@ -60,12 +66,26 @@ class ElasticWorld {
  public:
   virtual ~ElasticWorld();
   // Blocks until this worker is in a world (the first one, or, for a worker started later, the
-  // running job's next generation) and returns it. Throws Timeout at the deadline.
+  // running job's next generation) and returns it; a finished one when the run ended first.
+  // Throws Timeout at the deadline.
   [[nodiscard]] virtual Regrouping enter(Deadline deadline) = 0;
   // The current world failed (a collective threw): aborts it, forms the next generation with
   // whoever is alive and connects it. Throws Timeout when fewer than min_workers are left at
   // the deadline; LeaseExpired when the others counted this worker gone.
   [[nodiscard]] virtual Regrouping regroup(const std::string& reason, Deadline deadline) = 0;
+  // Collective over the current world, at a step boundary: whether newcomers wait to enter and
+  // there is room for them (below max_workers). Every rank returns the same answer (rank 0
+  // decides); false at once, with no communication, while the world is full.
+  [[nodiscard]] virtual bool newcomers_waiting() = 0;
+  // Called by every member once newcomers_waiting() said so: forms the next generation with
+  // the members and the newcomers and connects it. Throws like regroup().
+  [[nodiscard]] virtual Regrouping admit(Deadline deadline) = 0;
+  // A world of this worker alone, on the job's transport: a newcomer sets its strategy up on it
+  // before it receives the running job's state.
+  [[nodiscard]] virtual std::shared_ptr<Communicator> private_world() = 0;
+  // The run ended in the current generation: newcomers waiting, and any that come later, are
+  // told so (enter() returns a finished Regrouping) instead of starting a run of their own.
+  virtual void finish() = 0;
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
 };
 

@@ -44,6 +44,8 @@ struct WorldView {
   std::vector<std::string> joined;
   // This worker's rank (its index in members); nullopt when the world was formed without it.
   std::optional<int> rank;
+  // The job ended at this generation (Membership::finish): no members, nobody is admitted.
+  bool finished = false;
 
   [[nodiscard]] bool is_member() const noexcept { return rank.has_value(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(members.size()); }
@@ -63,11 +65,12 @@ struct WorldView {
 // newest world is alive (a job restarted from scratch), when they form it themselves as for the
 // first world.
 //
-// Thread-safety: join, next_generation and joiners_waiting are called from one thread at a
-// time; lease_lost, world and departed from any. A background thread, owned by the object, renews
-// the lease. Errors: a store error passes through; LeaseExpired when this worker's lease ended (the
-// others counted it gone: call join() to come back as a newcomer); Timeout naming what was awaited
-// and who was missing. No call blocks past its deadline, beyond the store calls in flight then.
+// Thread-safety: join and next_generation are called from one thread at a time; lease_lost,
+// world, departed, joiners_waiting and finish from any. A background thread, owned by the object,
+// renews the lease. Errors: a store error passes through; LeaseExpired when this worker's lease
+// ended (the others counted it gone: call join() to come back as a newcomer); Timeout naming what
+// was awaited and who was missing. No call blocks past its deadline, beyond the store calls in
+// flight then.
 class Membership {
  public:
   // Checks the options (InvalidArgument naming the option). Does not touch the store; shares
@@ -84,7 +87,8 @@ class Membership {
   // exists yet, it forms the first one with the others: once max_workers are ready, or once
   // min_workers are and settle_time has passed. Otherwise it waits for the members of the
   // running world to form the next one (they look at step boundaries, joiners_waiting), and
-  // for the one after when a world is formed without it (full, or it came too late). Throws
+  // for the one after when a world is formed without it (full, or it came too late). Returns a
+  // view with `finished` set, and no rank, when the job ended (finish) first. Throws
   // Timeout at `deadline`, naming the world it waited on and why (full, fewer than
   // min_workers ready); InvalidArgument for a live member of the newest world.
   [[nodiscard]] WorldView join(Deadline deadline);
@@ -101,9 +105,14 @@ class Membership {
                                           Deadline deadline);
 
   // Whether a newcomer waits to enter after generation `current` and there is room for it
-  // (fewer than max_workers members). Non-blocking (a few store reads). Members may see it
-  // become true at different times: one rank asks and tells the others.
+  // (fewer than max_workers members). Non-blocking (a few store reads), thread-safe. Members may
+  // see it become true at different times: one rank asks and tells the others.
   [[nodiscard]] bool joiners_waiting(std::int64_t current);
+
+  // The run ended in generation `current`: stores generation current+1 as finished, so that
+  // newcomers waiting in join() (and any that come later) return a finished view instead of
+  // forming a world of their own. Any member may call it; later calls change nothing.
+  void finish(std::int64_t current);
 
   // Generation `generation`'s world as stored, nullopt if it is not formed (yet). Thread-safe.
   [[nodiscard]] std::optional<WorldView> world(std::int64_t generation) {

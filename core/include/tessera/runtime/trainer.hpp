@@ -3,6 +3,7 @@
 // strategy's data-parallel replicas, epochs, evaluation, metrics, progress, checkpoints and
 // world changes between steps — around one Strategy.
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -115,14 +116,15 @@ struct RankSummary {
 // saw it.
 struct WorldEvent {
   std::int64_t generation = 0;
-  std::vector<std::string> left;     // worker ids
-  std::vector<std::string> joined;   // worker ids
-  int world_size = 0;                // of the new world
-  std::int64_t failed_at_step = 0;   // steps done when the old world failed (or changed)
+  std::vector<std::string> left;    // worker ids
+  std::vector<std::string> joined;  // worker ids
+  int world_size = 0;               // of the new world
+  // Steps done when the old world failed; -1 when it did not fail but admitted newcomers.
+  std::int64_t failed_at_step = 0;
   std::int64_t resumed_at_step = 0;  // the step the new world went on from
   // "memory" (the survivors' state and the copies they held) or the checkpoint folder read.
   std::string state_from;
-  double seconds = 0.0;  // from the failure to the new world being ready to train
+  double seconds = 0.0;  // from the failure (or admission) to the new world being ready to train
 };
 
 struct TrainResult {
@@ -192,16 +194,20 @@ class Trainer {
   // by the new world. The learning-rate schedule keeps the length it was given at the start.
   // A rank that joins the run is not supported here (issue 15). Call before run().
   void set_world_provider(WorldProvider provider) { world_provider_ = std::move(provider); }
-  // Makes the run elastic (docs/training.md, "Elastic training"): the world the trainer was
-  // given is `elastic`'s current one (ElasticWorld::enter). Every replica_every steps each rank
-  // saves the strategy into memory and copies it to the next `replicas` ranks; when a
-  // collective fails (a rank died, stalled or left: TransportError, Timeout), every survivor
-  // regroups into the next generation, rebuilds the whole state from what the survivors hold
-  // (or, when a rank's state and all its copies are gone, from the newest checkpoint, saying
-  // so), reconfigures the strategy for the new world and goes on from the step the state is
-  // of, dealing the rest of the epoch over the new world. Each change is in
-  // TrainResult::world_events and on standard error. Call before run().
-  void set_elastic(std::shared_ptr<ElasticWorld> elastic);
+  // Makes the run elastic (docs/training.md, "Elastic training"): `entered` is the world this
+  // worker entered the job with (ElasticWorld::enter), and the trainer was given its world.
+  // Every replica_every steps each rank saves the strategy into memory and copies it to the
+  // next `replicas` ranks; when a collective fails (a rank died, stalled or left:
+  // TransportError, Timeout), every survivor regroups into the next generation, rebuilds the
+  // whole state from what the survivors hold (or, when a rank's state and all its copies are
+  // gone, from the newest checkpoint, saying so), reconfigures the strategy for the new world
+  // and goes on from the step the state is of, dealing the rest of the epoch over the new
+  // world. Newcomers are admitted at step boundaries inside an epoch: they receive the state
+  // from the members. A worker that enters a running job (entered.joins_running_job()) sets
+  // its strategy up on a world of its own, then receives the state; --resume does not apply
+  // to it. Each change is in TrainResult::world_events and, from rank 0, on standard error.
+  // Call before run().
+  void set_elastic(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered);
   ~Trainer();
   Trainer(Trainer&&) noexcept;
 
@@ -230,6 +236,16 @@ class Trainer {
   // Elastic: the world failed while the run was at `failed_at`; returns where it goes on.
   Position recover_from_failure(const std::string& reason, const Position& failed_at,
                                 TrainResult& result);
+  // Elastic: newcomers wait; every member is at `at` (the next sample). Returns where the new
+  // world goes on (`at` itself).
+  Position admit_newcomers(const Position& at, TrainResult& result);
+  // Elastic: moves the run onto `regroup`'s world, the members and newcomers of it together:
+  // gathers the state of the world before (from memory, or the newest checkpoint), reconfigures
+  // the strategy, refreshes the copies and agrees on the schedule's length. Fills `event`.
+  Position adopt_world(Regrouping regroup, WorldEvent& event);
+  // Elastic: records `event` and, on rank 0, prints its line.
+  void record_world_event(WorldEvent event, std::chrono::steady_clock::time_point started,
+                          TrainResult& result) const;
 
   TrainerOptions options_;
   TrainerComponents parts_;
@@ -238,6 +254,8 @@ class Trainer {
   WorldProvider world_provider_;
   std::shared_ptr<ElasticWorld> elastic_;
   std::unique_ptr<elastic::ReplicaRing> replicas_;
+  std::optional<Regrouping> joining_;  // elastic: the running job's world this worker entered
+  LrSchedule schedule_;                // the run's, its length fixed at the start
   std::shared_ptr<trace::Recorder> recorder_;  // null unless tracing
   std::filesystem::path trace_path_;
 };
