@@ -208,6 +208,51 @@ TEST(Launch, AProgramThatDoesNotExistIsAClearError) {
   EXPECT_TRUE(contains(r.err, "'no-such-program-tessera-test' not found in PATH")) << r.err;
 }
 
+TEST(Launch, AnElasticJobReplacesAFailedWorkerWhileRestartsAreLeft) {
+  const auto r = launch({"-n", "2", "--elastic", "--max-restarts", "1", "--timeout", "60s", "--",
+                         TESSERA_TEST_WORKER, "elastic", "n0.w1", "1500"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: elastic: worker n0.w1 left: rank 1 exited with code 3; "
+                       "the others go on; starting n0.w1.r1 to join them (0 restart(s) left)"))
+      << r.err;
+  EXPECT_TRUE(contains(r.out, "worker n0.w1.r1 ran")) << r.out;
+  EXPECT_TRUE(contains(r.out, "worker n0.w0 ran")) << r.out;
+}
+
+TEST(Launch, AnElasticJobFailsOnlyWhenEveryWorkerFailed) {
+  // Without restarts the survivor finishes: the job succeeds.
+  const auto survived = launch({"-n", "2", "--elastic", "--timeout", "60s", "--",
+                                TESSERA_TEST_WORKER, "elastic", "n0.w1", "200"});
+  EXPECT_EQ(survived.exit_code, 0) << survived.err;
+  EXPECT_TRUE(contains(survived.err,
+                       "worker n0.w1 left: rank 1 exited with code 3; the others "
+                       "go on\n"))
+      << survived.err;
+  const auto failed = launch({"-n", "1", "--elastic", "--timeout", "60s", "--", TESSERA_TEST_WORKER,
+                              "elastic", "n0.w0", "0"});
+  EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  EXPECT_TRUE(contains(failed.err, "every worker of the elastic job failed")) << failed.err;
+}
+
+TEST(Launch, ElasticFlagsOutsideAnElasticJobAreRefusedNamingWhatToAdd) {
+  const auto restarts =
+      launch({"-n", "1", "--max-restarts", "2", "--", TESSERA_TEST_WORKER, "print"});
+  EXPECT_EQ(restarts.exit_code, 2) << restarts.err;
+  EXPECT_TRUE(contains(restarts.err, "add --elastic")) << restarts.err;
+  const auto workers =
+      launch({"-n", "1", "--min-workers", "2", "--", TESSERA_TEST_WORKER, "print"});
+  EXPECT_EQ(workers.exit_code, 2) << workers.err;
+  EXPECT_TRUE(contains(workers.err, "add --elastic")) << workers.err;
+  const auto join = launch({"-n", "1", "--elastic", "--join", "--", TESSERA_TEST_WORKER, "print"});
+  EXPECT_EQ(join.exit_code, 2) << join.err;
+  EXPECT_TRUE(contains(join.err, "--store HOST:PORT")) << join.err;
+  const auto etcd =
+      launch({"-n", "1", "--store", "etcd://127.0.0.1:2379", "--", TESSERA_TEST_WORKER, "print"});
+  EXPECT_EQ(etcd.exit_code, 2) << etcd.err;
+  EXPECT_TRUE(contains(etcd.err, "the etcd scheme is not supported")) << etcd.err;
+}
+
 TEST(Launch, MissingProcessCountIsAUsageError) {
   const auto r = launch({"--", TESSERA_TEST_WORKER, "print"});
   EXPECT_EQ(r.exit_code, 2);

@@ -84,6 +84,15 @@ int main(int argc, char** argv) {
       if (target()) return std::atoi(argv[3]);
       ::raise(SIGSEGV);
     }
+    // An elastic job's worker: the one whose TESSERA_WORKER_ID is argv[2] exits with code 3
+    // at once; every other (its replacements too) says who it is and exits 0 after argv[3] ms.
+    if (mode == "elastic" && argc > 3) {
+      const char* id = std::getenv("TESSERA_WORKER_ID");
+      if (id != nullptr && std::string(id) == argv[2]) return 3;
+      std::cout << "worker " << (id != nullptr ? id : "?") << " ran" << std::endl;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
+      return 0;
+    }
     if (mode == "sleep" || mode == "stubborn") {
       if (mode == "stubborn") ::signal(SIGTERM, SIG_IGN);
       std::cout << "ready" << std::endl;

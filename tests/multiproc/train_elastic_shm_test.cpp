@@ -51,7 +51,9 @@ std::size_t lines_of(const fs::path& file) {
   return n;
 }
 
-TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
+// A job of three shm workers training `tessera train -n 3` elastic; worker n0.w1 is SIGKILLed
+// once the run has trained 50 steps. Returns what the job printed; checks its exit and /dev/shm.
+std::string run_and_kill_one(const std::string& extra_flags) {
   const fs::path dir =
       fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -67,10 +69,10 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
       " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
       " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
       " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
-      " --train.batch_size=16 --train.epochs=1 --train.lr=0.02 --train.progress=off"
+      " --train.batch_size=16 --train.lr=0.02 --train.progress=off"
       " --train.seed=5 --train.metrics_file=" +
-      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() + " > " +
-      (dir / "out.txt").string() + " 2>&1";
+      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() + " " +
+      extra_flags + " > " + (dir / "out.txt").string() + " 2>&1";
   std::thread job([&] { EXPECT_EQ(std::system(command.c_str()), 0); });
 
   // Kill worker n0.w1 (world rank 1) once the run has trained 50 steps.
@@ -84,21 +86,15 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
     }
     std::this_thread::sleep_for(20ms);
   }
-  if (victim <= 0) {
-    job.join();
-    FAIL() << "the job never reached step 50";
+  if (victim > 0) {
+    EXPECT_EQ(::kill(victim, SIGKILL), 0);
+  } else {
+    ADD_FAILURE() << "the job never reached step 50";
   }
-  EXPECT_EQ(::kill(victim, SIGKILL), 0);
   job.join();
 
   std::ifstream in(dir / "out.txt");
-  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("elastic: generation 2: 2 worker(s); left n0.w1"), std::string::npos) << out;
-  EXPECT_NE(out.find("(memory)"), std::string::npos) << out;
-  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // The job's segments are gone, the dead worker's too (the survivors and the launcher
   // unlink what they created; a dead worker created none it did not already unlink).
   std::set<std::string> left_over;
@@ -107,6 +103,37 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
   }
   EXPECT_TRUE(left_over.empty()) << *left_over.begin();
   fs::remove_all(dir);
+  return out;
+}
+
+TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
+  const auto out = run_and_kill_one("--train.epochs=1");
+  EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" generation 2: 2 worker(s); left n0.w1; joined -; failed at step"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(memory)"), std::string::npos) << out;
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+}
+
+TEST(ElasticOverShm, AKilledWorkerIsReplacedAndTheReplacementJoinsTheRun) {
+  const auto out = run_and_kill_one("--train.epochs=3 --strategy.elastic.max_restarts=1");
+  EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9 (SIGKILL); the "
+                     "others go on; starting n0.w1.r1 to join them (0 restart(s) left)"),
+            std::string::npos)
+      << out;
+  // The replacement enters in the regroup after the failure when it is ready by then, or at a
+  // step boundary after it: either way the run ends at three workers again.
+  std::istringstream lines(out);
+  bool rejoined = false;
+  for (std::string line; std::getline(lines, line);) {
+    rejoined = rejoined || (line.find(": 3 worker(s); left ") != std::string::npos &&
+                            line.find("joined n0.w1.r1; ") != std::string::npos);
+  }
+  EXPECT_TRUE(rejoined) << out;
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
 }
 
 }  // namespace

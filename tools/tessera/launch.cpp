@@ -16,6 +16,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: tessera launch -n N [options] [--] PROGRAM [ARGS...]
        tessera launch --nnodes M --node-rank R --store HOST:PORT -n N [options] [--] PROGRAM ...
+       tessera launch --elastic [--min-workers A] [--max-workers B] [--max-restarts R] -n N ...
+       tessera launch --elastic --join --store HOST:PORT -n N [options] [--] PROGRAM ...
 
 Starts N processes of PROGRAM on this host, serves the job's tcp store, and gives each worker
 TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_LOCAL_RANK, TESSERA_LOCAL_WORLD_SIZE,
@@ -34,12 +36,23 @@ options:
   --nnodes M             hosts in the job, one launcher on each (default 1)
   --node-rank R          this host's index, 0..M-1; node 0 serves the store (default 0)
   --store HOST:PORT      where node 0 serves the store and every node dials it (required
-                         with --nnodes > 1; node 0 binds HOST unless --store-host says else)
+                         with --nnodes > 1 and --join; node 0 binds HOST unless --store-host
+                         says else); tcp://HOST:PORT is the same
   --store-token T        the job token (default: TESSERA_STORE_TOKEN; with one node and
                          neither, a random one). Prefer the variable: arguments are visible
                          to every user of the host in ps
   --store-host HOST      address the store server binds (default 127.0.0.1)
   --store-port PORT      port the store server binds (default 0: a free one)
+  --elastic              an elastic job (the workers train with strategy = elastic): a
+                         failed worker no longer stops the others; the job succeeds when a
+                         worker finishes the run, fails when every worker failed
+  --min-workers A        elastic: [strategy.elastic] min_workers for every worker
+  --max-workers B        elastic: [strategy.elastic] max_workers for every worker
+  --max-restarts R       elastic: replace up to R failed workers of this host, in all; each
+                         replacement (id n0.w1 -> n0.w1.r1) joins at the next step boundary
+  --join                 elastic: start this host's workers into a job already running,
+                         whose store --store names (same TESSERA_STORE_TOKEN); they are
+                         admitted at its next step boundary while it is below max_workers
   --timeout T            stop the job after T (e.g. 90s, 2h; default: no limit); exit 124
   --grace T              wait T between SIGTERM and SIGKILL when stopping workers (default 3s)
   -h, --help             this text
@@ -97,6 +110,28 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       options.node_rank = parse_count(a, value_of(a));
     } else if (a == "--store") {
       options.store_address = value_of(a);
+      if (options.store_address.starts_with("tcp://")) {
+        options.store_address = options.store_address.substr(6);
+      } else if (const auto scheme = options.store_address.find("://");
+                 scheme != std::string::npos) {
+        throw UsageError(
+            "launch: --store " + options.store_address + ": the launcher serves and dials " +
+            "tessera's tcp store only (tcp://HOST:PORT or HOST:PORT); the " +
+            options.store_address.substr(0, scheme) + " scheme is not supported by tessera launch");
+      }
+    } else if (a == "--elastic") {
+      options.elastic = true;
+    } else if (a == "--join") {
+      options.join = true;
+    } else if (a == "--max-restarts") {
+      options.max_restarts = parse_count(a, value_of(a));
+    } else if (a == "--min-workers" || a == "--max-workers") {
+      const auto count = parse_count(a, value_of(a));
+      if (count < (a == "--min-workers" ? 1 : 0))
+        throw UsageError("launch: " + a + " must be at least " +
+                         (a == "--min-workers" ? "1" : "0") + ", not " + std::to_string(count));
+      const auto key = a == "--min-workers" ? "MIN_WORKERS" : "MAX_WORKERS";
+      options.environment[std::string("TESSERA_STRATEGY_ELASTIC_") + key] = std::to_string(count);
     } else if (a == "--store-token") {
       options.store_token = value_of(a);
     } else if (a == "--store-host") {
@@ -113,6 +148,8 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     }
   }
   if (!have_n) throw UsageError("launch: -n N is required (see tessera launch --help)");
+  if (!options.environment.empty() && !options.elastic)
+    throw UsageError("launch: --min-workers and --max-workers are for elastic jobs: add --elastic");
   if (!options.store_address.empty() && !have_bind_host) {
     // Bind exactly the address the other nodes dial: nothing else on the host is exposed.
     const auto colon = options.store_address.rfind(':');

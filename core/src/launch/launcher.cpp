@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "line_relay.hpp"
@@ -83,6 +85,17 @@ void check_nodes(const LaunchOptions& options) {
   if (options.node_rank < 0 || options.node_rank >= options.nodes)
     throw ConfigError("launch: --node-rank " + std::to_string(options.node_rank) +
                       " is not in 0.." + std::to_string(options.nodes - 1));
+  if (options.join && (options.nodes > 1 || options.store_address.empty() || !options.elastic))
+    throw ConfigError(
+        "launch: --join starts this host's workers into an elastic job already running: it "
+        "needs --elastic and --store HOST:PORT (the job's store), and takes no --nnodes");
+  if (options.max_restarts < 0)
+    throw ConfigError("launch: --max-restarts must be at least 0, not " +
+                      std::to_string(options.max_restarts));
+  if (options.max_restarts > 0 && !options.elastic)
+    throw ConfigError(
+        "launch: --max-restarts replaces failed workers of an elastic job: add "
+        "--elastic (and train with strategy = elastic)");
   if (options.nodes > 1 && options.store_address.empty())
     throw ConfigError(
         "launch: a job on several nodes needs --store HOST:PORT, the address where node 0 "
@@ -94,9 +107,10 @@ std::string job_token(const LaunchOptions& options, const std::map<std::string, 
   std::string token = options.store_token;
   if (token.empty() && env.contains("TESSERA_STORE_TOKEN")) token = env.at("TESSERA_STORE_TOKEN");
   if (token.empty()) {
-    if (options.nodes > 1)
+    if (options.nodes > 1 || options.join)
       throw ConfigError(
-          "launch: a job on several nodes needs the same store token on every node: set "
+          "launch: a job on several nodes (or joined by --join) needs the same store token on "
+          "every node: set "
           "TESSERA_STORE_TOKEN (or --store-token) to one secret, e.g. `openssl rand -hex 32`");
     return random_store_token();
   }
@@ -107,15 +121,33 @@ std::string job_token(const LaunchOptions& options, const std::map<std::string, 
   return token;
 }
 
-// A worker's id in an elastic job (TESSERA_WORKER_ID): stable across generations.
-std::string worker_id(int node_rank, int local_rank) {
-  return "n" + std::to_string(node_rank) + ".w" + std::to_string(local_rank);
+// A worker's id in an elastic job (TESSERA_WORKER_ID): stable across generations, unique in the
+// job. "n<node>.w<local>", "<host>-<pid>.w<local>" for a host that joins a running job, and
+// ".r<k>" after it for the k-th replacement of a failed worker.
+std::string worker_id(const LaunchOptions& options, int local_rank, int restart) {
+  std::string id;
+  if (options.join) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
+    // Ids allow letters, digits and . _ - : @ only.
+    for (char* c = host; *c != '\0'; ++c) {
+      if (std::isalnum(static_cast<unsigned char>(*c)) == 0 && *c != '-' && *c != '.') *c = '-';
+    }
+    id = std::string(host) + "-" + std::to_string(::getpid());
+  } else {
+    id = "n" + std::to_string(options.node_rank);
+  }
+  id += ".w" + std::to_string(local_rank);
+  if (restart > 0) id += ".r" + std::to_string(restart);
+  return id;
 }
 
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& base,
                                             const LaunchOptions& options, int local_rank,
-                                            const std::string& address, const std::string& token) {
+                                            const std::string& address, const std::string& token,
+                                            const std::string& id) {
   auto env = base;
+  for (const auto& [name, value] : options.environment) env[name] = value;
   env["TESSERA_RANK"] = std::to_string(options.node_rank * options.processes + local_rank);
   env["TESSERA_WORLD_SIZE"] = std::to_string(options.nodes * options.processes);
   env["TESSERA_LOCAL_RANK"] = std::to_string(local_rank);
@@ -124,7 +156,7 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
   env["TESSERA_NNODES"] = std::to_string(options.nodes);
   env["TESSERA_STORE_ADDR"] = address;
   env["TESSERA_STORE_TOKEN"] = token;
-  env["TESSERA_WORKER_ID"] = worker_id(options.node_rank, local_rank);
+  env["TESSERA_WORKER_ID"] = id;
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) out.push_back(name + "=" + value);
@@ -134,8 +166,17 @@ std::vector<std::string> worker_environment(const std::map<std::string, std::str
 // The running job: its workers, their output, and how it is going.
 class Job {
  public:
-  Job(const LaunchOptions& options, launch::NodeGroup* group, std::shared_ptr<Store> store)
-      : options_(options), group_(group), store_(std::move(store)) {}
+  // Starts the worker of local rank `local` with worker id `id`.
+  using Spawn = std::function<WorkerProcess(int local, const std::string& id)>;
+
+  Job(const LaunchOptions& options, launch::NodeGroup* group, std::shared_ptr<Store> store,
+      Spawn spawn)
+      : options_(options),
+        group_(group),
+        store_(std::move(store)),
+        spawn_(std::move(spawn)),
+        restarts_left_(options.max_restarts),
+        restarts_of_(static_cast<std::size_t>(options.processes), 0) {}
 
   ~Job() {
     // Reached with live workers only when starting them failed half way: leave no orphans.
@@ -148,7 +189,10 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  void add(const WorkerProcess& worker) {
+  void start(int local) {
+    const auto id = worker_id(options_, local, restarts_of_[static_cast<std::size_t>(local)]);
+    const auto worker = spawn_(local, id);
+    ids_[worker.pid] = id;
     live_.push_back(worker);
     const bool shown = !options_.rank0_only_output || worker.rank == 0;
     relays_.emplace_back(worker.rank, worker.stdout_fd, shown ? options_.stdout_fd : -1,
@@ -206,6 +250,7 @@ class Job {
   struct Exit {
     int rank;
     int status;
+    std::string id;  // the worker id
   };
 
   void reap() {
@@ -218,9 +263,15 @@ class Job {
         continue;
       }
       const int rank = it->rank;
+      const auto id = ids_[it->pid];
+      ids_.erase(it->pid);
       it = live_.erase(it);
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed.push_back({rank, status});
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        ++finished_;
+      } else {
+        failed.push_back({rank, status, id});
+      }
     }
     if (options_.elastic) {
       elastic_exits(failed);
@@ -269,25 +320,39 @@ class Job {
 
   // SIGTERM now, SIGKILL after the grace period to whoever is still there.
   // An elastic job goes on without the failed workers: each is reported, and its liveness key
-  // in the store goes at once (it would end with its lease anyway, failure_timeout later).
+  // in the store goes at once (it would end with its lease anyway, failure_timeout later). While
+  // restarts are left and no worker finished the run, a replacement enters as a newcomer.
   void elastic_exits(const std::vector<Exit>& failed) {
     for (const auto& exit : failed) {
-      const auto local = exit.rank - options_.node_rank * options_.processes;
-      const auto id = worker_id(options_.node_rank, local);
       try {
-        if (store_) store_->remove("membership/workers/" + id);
+        if (store_) store_->remove("membership/workers/" + exit.id);
       } catch (const Error& e) {
-        print(options_.stderr_fd, "elastic: could not mark worker " + id + " gone in the store (" +
-                                      e.what() + "); the others see it at its lease's end");
+        print(options_.stderr_fd, "elastic: could not mark worker " + exit.id +
+                                      " gone in the store (" + e.what() +
+                                      "); the others see it at its lease's end");
       }
-      print(options_.stderr_fd, "elastic: worker " + id +
-                                    " left: " + launch::describe_exit(exit.rank, exit.status) +
-                                    "; the others go on");
-      ++elastic_failures_;
+      const auto why = launch::describe_exit(exit.rank, exit.status);
       last_failure_ = exit;
+      const int local = exit.rank - options_.node_rank * options_.processes;
+      if (restarts_left_ > 0 && finished_ == 0 && result_.failure.empty() && !interrupted_) {
+        --restarts_left_;
+        ++restarts_of_[static_cast<std::size_t>(local)];
+        const auto id = worker_id(options_, local, restarts_of_[static_cast<std::size_t>(local)]);
+        print(options_.stderr_fd, "elastic: worker " + exit.id + " left: " + why +
+                                      "; the others go on; starting " + id + " to join them (" +
+                                      std::to_string(restarts_left_) + " restart(s) left)");
+        try {
+          start(local);
+        } catch (const Error& e) {
+          print(options_.stderr_fd, "elastic: cannot start " + id + ": " + e.what());
+        }
+      } else {
+        print(options_.stderr_fd,
+              "elastic: worker " + exit.id + " left: " + why + "; the others go on");
+      }
     }
     // Every worker gone and none finished the run: the job failed, as the last one did.
-    if (live_.empty() && elastic_failures_ == options_.processes && result_.failure.empty()) {
+    if (live_.empty() && finished_ == 0 && result_.failure.empty() && !failed.empty()) {
       result_.failure = "every worker of the elastic job failed; the last: " +
                         launch::describe_exit(last_failure_.rank, last_failure_.status);
       result_.exit_code = launch::shell_exit_code(last_failure_.status);
@@ -310,8 +375,12 @@ class Job {
   LaunchResult result_;
   std::optional<Clock::time_point> kill_at_;
   std::shared_ptr<Store> store_;  // the job's, for elastic exits; may be null
-  int elastic_failures_ = 0;
-  Exit last_failure_{0, 0};
+  Spawn spawn_;
+  std::map<pid_t, std::string> ids_;  // worker ids of the live workers
+  int finished_ = 0;                  // workers that exited 0
+  int restarts_left_;
+  std::vector<int> restarts_of_;  // replacements started, per local rank
+  Exit last_failure_{0, 0, {}};
   std::optional<int> interrupted_;
   std::string stopped_note_;
 };
@@ -356,7 +425,11 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   // Node 0 serves; the other nodes only dial. Both keep their store object until the end.
   std::shared_ptr<Store> store;
   std::string address = options.store_address;
-  if (options.node_rank == 0) {
+  if (options.join) {
+    // The running job's store: dialled, not served.
+    const auto [host, port] = split_store_address(address);
+    store = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+  } else if (options.node_rank == 0) {
     int port = options.store_port;
     if (port == 0 && !address.empty()) port = split_store_address(address).second;
     store = tcp_store(registry, true, options.store_host, port, token, std::nullopt);
@@ -383,16 +456,19 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   launch::SignalRelay signals;
   LaunchResult result;
   {
-    Job job(options, group ? &*group : nullptr, store);
     const auto cpu_sets =
         launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
+    const auto spawn = [&](int local, const std::string& id) {
+      const auto r = static_cast<std::size_t>(local);
+      return launch::spawn_worker(options.node_rank * options.processes + local, program,
+                                  options.command,
+                                  worker_environment(base_env, options, local, address, token, id),
+                                  cpu_sets.empty() ? nullptr : &cpu_sets[r]);
+    };
+    Job job(options, group ? &*group : nullptr, store, spawn);
     for (int rank = 0; rank < options.processes; ++rank) {
-      const auto r = static_cast<std::size_t>(rank);
       try {
-        job.add(launch::spawn_worker(options.node_rank * options.processes + rank, program,
-                                     options.command,
-                                     worker_environment(base_env, options, rank, address, token),
-                                     cpu_sets.empty() ? nullptr : &cpu_sets[r]));
+        job.start(rank);
       } catch (const Error& e) {
         print(options.stderr_fd, e.what());
         if (group) group->report_failure(127, e.what());

@@ -5,6 +5,7 @@
 // span several hosts: one launcher per host, node 0's serving the store the others dial.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,16 @@ struct LaunchOptions {
   // so the survivors regroup without waiting for its lease to end. The job succeeds when a
   // worker finishes the run.
   bool elastic = false;
+  // Elastic jobs: how many failed workers of this host the launcher replaces, in all. A
+  // replacement runs the same command with a new worker id (n0.w1 -> n0.w1.r1) and enters the
+  // running job as a newcomer at its next step boundary. None once a worker finished the run.
+  int max_restarts = 0;
+  // Elastic jobs: this host's workers join a job already running, whose store is at
+  // store_address (the token as for several nodes): nothing is served, and their ids are
+  // "<host>-<launcher pid>.w<local>".
+  bool join = false;
+  // Added to every worker's environment (e.g. TESSERA_STRATEGY_ELASTIC_MIN_WORKERS).
+  std::map<std::string, std::string> environment;
   int stdout_fd = 1;  // where relayed output and messages go
   int stderr_fd = 2;
 };
