@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "collective_bench.hpp"
+#include "config_flags.hpp"
 #include "self_launch.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/config.hpp"
@@ -59,7 +60,11 @@ int run_bench(const std::vector<std::string>& args) {
       "sizes", po::value(&sizes), "comma-separated buffer sizes in bytes, K/M/G suffixes")(
       "reps", po::value(&bench.repetitions), "timed repetitions per row (default 15)")(
       "json", po::bool_switch(&bench.json), "one JSON object per row");
-  const auto parsed = po::command_line_parser(rest).options(flags).allow_unregistered().run();
+  const auto parsed = po::command_line_parser(rest)
+                          .options(flags)
+                          .extra_style_parser(take_config_flag)
+                          .allow_unregistered()
+                          .run();
   po::variables_map vm;
   po::store(parsed, vm);
   po::notify(vm);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "config_flags.hpp"
 #include "self_launch.hpp"
 #include "tessera/runtime/config.hpp"
 #include "tessera/runtime/elastic.hpp"
@@ -59,7 +60,11 @@ int run_train(const std::vector<std::string>& args) {
   po::variables_map vm;
   po::parsed_options parsed(nullptr);
   try {
-    parsed = po::command_line_parser(args).options(flags).allow_unregistered().run();
+    parsed = po::command_line_parser(args)
+                 .options(flags)
+                 .extra_style_parser(take_config_flag)
+                 .allow_unregistered()
+                 .run();
     po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {

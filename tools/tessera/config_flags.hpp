@@ -1,0 +1,33 @@
+#pragma once
+// The config overrides on a command line (--section.key=value) pass through program_options
+// untouched: it knows none of them, and it would refuse an empty value ("--train.checkpoint_dir="
+// clears the option) before the config could read it.
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// For command_line_parser::extra_style_parser: takes a leading "--section.key=value" token as an
+// unregistered option, which collect_unrecognized() hands back as it was written.
+inline std::vector<boost::program_options::option> take_config_flag(
+    std::vector<std::string>& args) {
+  std::vector<boost::program_options::option> taken;
+  if (args.empty()) return taken;
+  const std::string& token = args.front();
+  const auto equals = token.find('=');
+  const auto dot = token.find('.');
+  if (!token.starts_with("--") || equals == std::string::npos || dot == std::string::npos ||
+      dot > equals) {
+    return taken;
+  }
+  boost::program_options::option option(token.substr(2, equals - 2), {token.substr(equals + 1)});
+  option.unregistered = true;
+  option.original_tokens = {token};
+  taken.push_back(std::move(option));
+  args.erase(args.begin());
+  return taken;
+}
+
+}  // namespace tessera::cli
