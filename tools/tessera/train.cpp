@@ -126,13 +126,26 @@ int run_train(const std::vector<std::string>& args) {
     if (!summary_file.empty()) write_summary_json(summary_file, result);
   };
   if (elastic) {
-    run_elastic_world(config, registry, plan, launch,
-                      [&](std::shared_ptr<ElasticWorld> elastic_world, const Regrouping& entered) {
-                        Trainer trainer(options,
-                                        build_trainer_components(config, registry, entered.world));
-                        trainer.set_elastic(std::move(elastic_world), entered);
-                        report(trainer.run(resume));
-                      });
+    run_elastic_world(
+        config, registry, plan, launch, [&](std::shared_ptr<ElasticWorld> elastic_world) {
+          // What takes long comes first: a worker joining a running job enters it ready to
+          // receive the state, so the others wait for it no longer than that.
+          auto parts = build_trainer_components(config, registry, nullptr);
+          const auto& o = elastic_world->options();
+          const auto entered =
+              elastic_world->enter(deadline_after(o.join_timeout + o.failure_timeout));
+          if (entered.finished) {
+            std::fprintf(stderr,
+                         "elastic: this worker came after the run ended (generation %lld); "
+                         "nothing left to train\n",
+                         static_cast<long long>(entered.generation));
+            return;
+          }
+          parts.world = entered.world;
+          Trainer trainer(options, std::move(parts));
+          trainer.set_elastic(std::move(elastic_world), entered);
+          report(trainer.run(resume));
+        });
     return 0;
   }
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {

@@ -341,9 +341,17 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
     throw_if_lease_lost();
     const auto alive = listed_ids(*store_, "workers/");
     const auto ready = listed_ids(*store_, ready_prefix(generation));
-    std::vector<std::string> awaited;  // alive, not known failed, not ready
+    // Alive, not known failed, not ready. The members of a running world wait only for each
+    // other: a newcomer still starting up is admitted at a later step boundary rather than
+    // holding back the survivors of a failure.
+    std::vector<std::string> awaited;
     for (const auto& [worker, value] : alive) {
-      if (!ready.contains(worker) && !failed_ids.contains(worker)) awaited.push_back(worker);
+      if (ready.contains(worker) || failed_ids.contains(worker)) continue;
+      if (survivors_of && std::find(survivors_of->members.begin(), survivors_of->members.end(),
+                                    worker) == survivors_of->members.end()) {
+        continue;
+      }
+      awaited.push_back(worker);
     }
     bool members_alive = false;
     if (!survivors_of && previous) {

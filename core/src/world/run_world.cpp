@@ -165,22 +165,12 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
   // ElasticOptions::from checked min_workers <= max_workers when max_workers is set.
   if (options.max_workers == 0) options.max_workers = std::max(plan.size, options.min_workers);
   auto transport = config.create<Transport>(registry, "runtime", "transport");
-  const auto enter_and_train = [&](const std::shared_ptr<Store>& store, const std::string& id) {
-    auto elastic = make_elastic_world(transport, store, options, id, timeout);
-    const auto first =
-        elastic->enter(deadline_after(options.join_timeout + options.failure_timeout));
-    if (first.finished) {
-      std::fprintf(stderr,
-                   "elastic: worker %s came after the run ended (generation %lld); nothing left "
-                   "to train\n",
-                   id.c_str(), static_cast<long long>(first.generation));
-      return;
-    }
-    body(elastic, first);
+  const auto train_elastic_rank = [&](const std::shared_ptr<Store>& store, const std::string& id) {
+    body(make_elastic_world(transport, store, options, id, timeout));
   };
   if (plan.layout == WorldPlan::Layout::processes) {
     auto store = config.create<Store>(registry, "runtime", "store");
-    enter_and_train(
+    train_elastic_rank(
         store, launch.worker_id.empty() ? "rank" + std::to_string(plan.rank) : launch.worker_id);
     return;
   }
@@ -190,7 +180,7 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
   for (int rank = 0; rank < plan.size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        enter_and_train(store, "thread" + std::to_string(rank));
+        train_elastic_rank(store, "thread" + std::to_string(rank));
       } catch (...) {
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
       }

@@ -57,13 +57,13 @@ struct WorldView {
 // changes/<g> (a counter bumped at each of those writes, so waiters wake on it) and generation
 // (the newest generation formed, possibly lagging).
 //
-// Forming generation g+1: each participant marks itself ready, waits until every worker it
-// believes alive (registered, minus those it was told failed) is ready or settle_time passes,
-// then proposes the ready workers (the survivors of g in their old order, then newcomers by id,
-// at most max_workers) with compare_set; whoever loses adopts what is stored. Members of a
-// running world form the next one; newcomers only wait to be admitted, unless no member of the
-// newest world is alive (a job restarted from scratch), when they form it themselves as for the
-// first world.
+// Forming generation g+1: each participant marks itself ready, waits until every member of g it
+// believes alive (registered, minus those it was told failed) is ready or settle_time passes
+// (newcomers already ready are taken in, those still starting are not waited for), then proposes
+// the ready workers (the survivors of g in their old order, then newcomers by id, at most
+// max_workers) with compare_set; whoever loses adopts what is stored. Members of a running world
+// form the next one; newcomers only wait to be admitted, unless no member of the newest world is
+// alive (a job restarted from scratch), when they form it themselves as for the first world.
 //
 // Thread-safety: join and next_generation are called from one thread at a time; lease_lost,
 // world, departed, joiners_waiting and finish from any. A background thread, owned by the object,

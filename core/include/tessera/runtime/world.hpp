@@ -53,16 +53,16 @@ using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 void run_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                const RankBody& body);
 
-// An elastic run's rank (strategy = elastic): its ElasticWorld and the first world it entered
-// (for a worker started later, the running job's; Trainer::set_elastic takes both).
-using ElasticRankBody =
-    std::function<void(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered)>;
+// An elastic run's rank (strategy = elastic): its ElasticWorld, not entered yet. The body
+// prepares what takes long first (the data set, the model), then enters the job
+// (ElasticWorld::enter), so that a worker joining a running one holds the others back only for
+// the state it receives; Trainer::set_elastic takes what enter() returned.
+using ElasticRankBody = std::function<void(std::shared_ptr<ElasticWorld> elastic)>;
 
-// run_world for strategy = elastic: each rank of this process enters the job through an
-// ElasticWorld ([strategy.elastic] options; the worker id is the launcher's TESSERA_WORKER_ID)
-// over the runtime.store plugin, or for threads one in-memory store, and `body` trains. Threads
-// are not aborted when one fails: the others regroup without it. A worker that comes after the
-// run ended says so on standard error and returns without calling `body`. Blocks until every
+// run_world for strategy = elastic: each rank of this process gets an ElasticWorld
+// ([strategy.elastic] options; the worker id is the launcher's TESSERA_WORKER_ID) over the
+// runtime.store plugin, or for threads one in-memory store, and `body` enters and trains.
+// Threads are not aborted when one fails: the others regroup without it. Blocks until every
 // body has returned; rethrows the first failure only when no rank finished.
 void run_elastic_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                        const LaunchInfo& launch, const ElasticRankBody& body);
