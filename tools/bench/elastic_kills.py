@@ -174,9 +174,14 @@ def run_once(args, run, rng, records):
             failure = next((m for m in seen if m.group(5) is not None), None)
             if failure:
                 resumed = int(failure.group(6))
-                after = [s for s in metrics(metrics_file)
-                         if s["step"] == resumed + 1 and s["wall_time"] > killed_at]
-                if after:
+                # A step the old world completed after the signal (the victim had sent its part)
+                # and then redid is in the file twice: the new world's record is the last one,
+                # known once the step after it is there.
+                done = metrics(metrics_file)
+                redone = [i for i, s in enumerate(done) if s["step"] == resumed + 1]
+                after = [done[redone[-1]]] if redone and any(
+                    s["step"] == resumed + 2 for s in done[redone[-1]:]) else []
+                if after and after[0]["wall_time"] > killed_at:
                     record.update({
                         "generation": int(failure.group(1)),
                         "failed_at_step": int(failure.group(5)),
