@@ -96,11 +96,9 @@ class MembershipWorld final : public ElasticWorld {
       current = view_;
     }
     TESSERA_CHECK(current.is_member(), "elastic: regroup before enter");
-    auto view =
-        membership_.next_generation(current.generation, membership_.departed(current), deadline);
-    // Formed without this worker (it came late): it enters the next one as a newcomer.
-    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
-    return connect(std::move(view));
+    return connect_or_join(
+        membership_.next_generation(current.generation, membership_.departed(current), deadline),
+        deadline);
   }
 
   bool newcomers_waiting() override {
@@ -126,9 +124,7 @@ class MembershipWorld final : public ElasticWorld {
       // must not take a member's move for a departure.
       aborted_ = true;
     }
-    auto view = membership_.next_generation(current.generation, {}, deadline);
-    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
-    return connect(std::move(view));
+    return connect_or_join(membership_.next_generation(current.generation, {}, deadline), deadline);
   }
 
   std::shared_ptr<Communicator> private_world() override {
@@ -149,6 +145,13 @@ class MembershipWorld final : public ElasticWorld {
   const ElasticOptions& options() const override { return options_; }
 
  private:
+  // A generation formed without this worker (it came late): it enters the next one as a
+  // newcomer.
+  Regrouping connect_or_join(WorldView view, Deadline deadline) {
+    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
+    return connect(std::move(view));
+  }
+
   Regrouping connect(WorldView view) {
     Regrouping out;
     out.generation = view.generation;

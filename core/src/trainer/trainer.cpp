@@ -324,8 +324,18 @@ void Trainer::refresh_replicas(const Position& at, bool force) {
                      {at.step, at.epoch, static_cast<std::int64_t>(at.samples)});
 }
 
-Trainer::Position Trainer::adopt_world(Regrouping regroup, WorldEvent& event) {
+Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_at_step,
+                                       std::chrono::steady_clock::time_point started,
+                                       TrainResult& result) {
+  if (regroup.finished) {
+    throw TrainingError(
+        "elastic: the other workers finished the run while this one moved to "
+        "generation " +
+        std::to_string(regroup.generation));
+  }
   const auto& options = elastic_->options();
+  WorldEvent event;
+  event.failed_at_step = failed_at_step;
   auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
   if (recorder_) regroup.world = trace::traced_communicator(regroup.world, recorder_);
   event.generation = regroup.generation;
@@ -374,11 +384,6 @@ Trainer::Position Trainer::adopt_world(Regrouping regroup, WorldEvent& event) {
   parts_.world->broadcast({&length, 1, DType::i64, Device::cpu()}, 0)->wait();
   schedule_.total_steps = length;
   event.resumed_at_step = at.step;
-  return at;
-}
-
-void Trainer::record_world_event(WorldEvent event, std::chrono::steady_clock::time_point started,
-                                 TrainResult& result) const {
   event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (parts_.world->rank() == 0) {
     const auto names = [](const std::vector<std::string>& ids) {
@@ -409,6 +414,7 @@ void Trainer::record_world_event(WorldEvent event, std::chrono::steady_clock::ti
     std::fflush(stderr);
   }
   result.world_events.push_back(std::move(event));
+  return at;
 }
 
 Trainer::Position Trainer::recover_from_failure(const std::string& reason,
@@ -418,24 +424,15 @@ Trainer::Position Trainer::recover_from_failure(const std::string& reason,
   const trace::Span span("elastic_recovery", "run", {{"step", failed_at.step}});
   const auto& options = elastic_->options();
   // Below min_workers the survivors wait for newcomers up to join_timeout.
-  auto regroup =
-      elastic_->regroup(reason, deadline_after(options.failure_timeout + options.join_timeout));
-  if (regroup.finished) {
-    throw TrainingError(
-        "elastic: the other workers finished the run while this one regrouped "
-        "after: " +
-        reason);
-  }
-  WorldEvent event;
-  event.failed_at_step = failed_at.step;
-  const Position at = adopt_world(std::move(regroup), event);
+  const Position at = adopt_world(
+      elastic_->regroup(reason, deadline_after(options.failure_timeout + options.join_timeout)),
+      failed_at.step, started, result);
   // This run's losses are kept for the steps the state is of; redone steps are logged again.
   const auto first_step = std::max<std::int64_t>(result.resumed_from_step, 0);
   const auto kept = std::max<std::int64_t>(at.step - first_step, 0);
   if (static_cast<std::int64_t>(result.losses.size()) > kept) {
     result.losses.resize(static_cast<std::size_t>(kept));
   }
-  record_world_event(std::move(event), started, result);
   return at;
 }
 
@@ -445,18 +442,9 @@ Trainer::Position Trainer::admit_newcomers(const Position& at, TrainResult& resu
   const auto& options = elastic_->options();
   // Every member's own state at this step is what the newcomers receive.
   if (at.step % options.replica_every != 0) refresh_replicas(at, true);
-  auto regroup = elastic_->admit(deadline_after(options.failure_timeout + options.join_timeout));
-  if (regroup.finished) {
-    throw TrainingError(
-        "elastic: the job was marked finished while its members admitted "
-        "newcomers at step " +
-        std::to_string(at.step));
-  }
-  WorldEvent event;
-  event.failed_at_step = -1;
-  const Position next = adopt_world(std::move(regroup), event);
-  record_world_event(std::move(event), started, result);
-  return next;
+  return adopt_world(
+      elastic_->admit(deadline_after(options.failure_timeout + options.join_timeout)), -1, started,
+      result);
 }
 
 std::vector<RankSummary> Trainer::gather_rank_summaries() {
@@ -560,13 +548,11 @@ TrainResult Trainer::train(bool resume) {
   written_checkpoints_.clear();
   schedule_ = options_.schedule;
   Position at;
-  if (joining_) {
-    const auto started = std::chrono::steady_clock::now();
-    WorldEvent event;
-    event.failed_at_step = -1;
-    at = adopt_world(*std::exchange(joining_, std::nullopt), event);
+  const bool joined = joining_.has_value();
+  if (joined) {
+    at = adopt_world(*std::exchange(joining_, std::nullopt), -1, std::chrono::steady_clock::now(),
+                     result);
     result.resumed_from_step = at.step;
-    record_world_event(std::move(event), started, result);
   } else {
     placement_ = checked_placement();
     if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
@@ -611,7 +597,7 @@ TrainResult Trainer::train(bool resume) {
   const auto next_position = [&] {
     return at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
   };
-  if (elastic_ && result.world_events.empty()) refresh_replicas(at, true);
+  if (elastic_ && !joined) refresh_replicas(at, true);  // adopt_world made the newcomer's
   // One pass, unless an elastic run's world fails: then the survivors go on from the position
   // they recovered, possibly a step back, in the next pass.
   for (;;) {

@@ -241,11 +241,11 @@ class Trainer {
   Position admit_newcomers(const Position& at, TrainResult& result);
   // Elastic: moves the run onto `regroup`'s world, the members and newcomers of it together:
   // gathers the state of the world before (from memory, or the newest checkpoint), reconfigures
-  // the strategy, refreshes the copies and agrees on the schedule's length. Fills `event`.
-  Position adopt_world(Regrouping regroup, WorldEvent& event);
-  // Elastic: records `event` and, on rank 0, prints its line.
-  void record_world_event(WorldEvent event, std::chrono::steady_clock::time_point started,
-                          TrainResult& result) const;
+  // the strategy, refreshes the copies and agrees on the schedule's length. Records the world
+  // event (failed_at_step -1: an admission; seconds since `started`) and, on rank 0, prints its
+  // line. Returns where the run goes on. TrainingError when the run ended meanwhile.
+  Position adopt_world(Regrouping regroup, std::int64_t failed_at_step,
+                       std::chrono::steady_clock::time_point started, TrainResult& result);
 
   TrainerOptions options_;
   TrainerComponents parts_;
