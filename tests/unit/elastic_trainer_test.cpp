@@ -66,12 +66,33 @@ struct JobProgress {
   std::chrono::milliseconds step_pause{0};  // each step takes at least this long
 };
 
-// ddp, recording completed steps, and dying in step `die_at` (0: never).
+// A writer that hands everything to another and asks for one copy of replicated state, as a
+// strategy that ignores every_rank_writes_replicated_state (or holds only its shard) saves.
+class OneCopyOfReplicatedState final : public CheckpointWriter {
+ public:
+  explicit OneCopyOfReplicatedState(CheckpointWriter& to) : to_(to) {}
+  void put(const std::string& name, std::span<const std::byte> bytes) override {
+    to_.put(name, bytes);
+  }
+  void put_slice(const StateSlice& slice, std::span<const float> values) override {
+    to_.put_slice(slice, values);
+  }
+
+ private:
+  CheckpointWriter& to_;
+};
+
+// ddp, recording completed steps, and dying in step `die_at` (0: never). copies_hold_everything:
+// false saves replicated state from rank 0 alone, so a rank's copy holds only its part.
 class RecordingStrategy final : public Strategy {
  public:
   RecordingStrategy(std::shared_ptr<const RecordingDataset> data, int worker, std::int64_t die_at,
-                    JobProgress* progress = nullptr)
-      : data_(std::move(data)), worker_(worker), die_at_(die_at), progress_(progress) {
+                    JobProgress* progress = nullptr, bool copies_hold_everything = true)
+      : data_(std::move(data)),
+        worker_(worker),
+        die_at_(die_at),
+        progress_(progress),
+        copies_hold_everything_(copies_hold_everything) {
     ddp::DdpConfig config;
     config.sync.first_bucket_bytes = 1024;
     config.sync.bucket_cap_bytes = 4096;
@@ -91,7 +112,14 @@ class RecordingStrategy final : public Strategy {
     return stats;
   }
   StepStats evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
-  void save(CheckpointWriter& writer) override { inner_->save(writer); }
+  void save(CheckpointWriter& writer) override {
+    if (copies_hold_everything_) {
+      inner_->save(writer);
+      return;
+    }
+    OneCopyOfReplicatedState one(writer);
+    inner_->save(one);
+  }
   void load(const CheckpointReader& reader) override { inner_->load(reader); }
   void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state) override {
     ++generation_;
@@ -113,6 +141,7 @@ class RecordingStrategy final : public Strategy {
   int worker_;
   std::int64_t die_at_;
   JobProgress* progress_;
+  bool copies_hold_everything_;
   int generation_ = 0;
   std::shared_ptr<ddp::DdpStrategy> inner_;
   std::vector<StepRecord> steps_;
@@ -160,7 +189,8 @@ struct WorkerOutcome {
 struct LateStarts {
   std::vector<std::int64_t> start_after;  // one per worker; 0: from the start
   std::chrono::milliseconds step_pause{0};
-  std::shared_ptr<Store> store;  // the job's; a fresh memory store when null
+  std::shared_ptr<Store> store;        // the job's; a fresh memory store when null
+  bool copies_hold_everything = true;  // RecordingStrategy's
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -191,7 +221,7 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
         if (first.finished) return;
         outcome.strategy = std::make_shared<RecordingStrategy>(
-            data, w, die_at[static_cast<std::size_t>(w)], &progress);
+            data, w, die_at[static_cast<std::size_t>(w)], &progress, late.copies_hold_everything);
         Trainer trainer(
             o, {first.world, testing::small_mlp(), momentum_sgd(), data, outcome.strategy, "ddp"});
         trainer.set_elastic(elastic, first);
@@ -344,7 +374,10 @@ TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWh
   auto o = options();
   o.checkpoint_dir = folder;
   o.checkpoint_every = 2;
-  const auto outcomes = run_elastic(3, {7, 0, 0}, 0, o, data);
+  // Each rank's copy holds only its own part, and none is kept on another rank (replicas 0).
+  LateStarts parts;
+  parts.copies_hold_everything = false;
+  const auto outcomes = run_elastic(3, {7, 0, 0}, 0, o, data, parts);
   rethrow_errors(outcomes);
   const auto& event = outcomes[1].result.world_events.at(0);
   EXPECT_EQ(event.resumed_at_step, 6);
@@ -355,7 +388,7 @@ TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWh
   // No checkpoint either: the survivors stop, naming what was lost and what to set.
   fs::remove_all(folder);
   auto bare = options();
-  const auto lost = run_elastic(3, {0, 0, 3}, 0, bare, data);
+  const auto lost = run_elastic(3, {0, 0, 3}, 0, bare, data, parts);
   ASSERT_TRUE(lost[0].error);
   try {
     std::rethrow_exception(lost[0].error);
@@ -364,6 +397,20 @@ TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWh
     EXPECT_NE(std::string(e.what()).find("checkpoint_dir"), std::string::npos) << e.what();
   }
   fs::remove_all(folder);
+}
+
+// ddp's ranks hold the same state and each saves it whole into its own copy: without copies on
+// other ranks and without a checkpoint, the survivors still go on from memory, at the failed
+// step, and train every sample once.
+TEST(ElasticTrainer, ReplicatedStateComesBackFromAnySurvivorsOwnCopy) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const auto outcomes = run_elastic(3, {0, 0, 3}, 0, options(), data);
+  rethrow_errors(outcomes);
+  const auto& event = outcomes[0].result.world_events.at(0);
+  EXPECT_EQ(event.resumed_at_step, 2);  // step 3 failed: redone from the state after step 2
+  EXPECT_EQ(event.state_from, "memory");
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
+            std::vector<int>(120, 2));
 }
 
 }  // namespace

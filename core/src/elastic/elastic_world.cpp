@@ -91,8 +91,7 @@ class MembershipWorld final : public ElasticWorld {
     WorldView current;
     {
       std::lock_guard lock(mutex_);
-      if (world_) world_->abort(reason);
-      aborted_ = true;
+      abort_locked(reason);
       current = view_;
     }
     TESSERA_CHECK(current.is_member(), "elastic: regroup before enter");
@@ -125,6 +124,27 @@ class MembershipWorld final : public ElasticWorld {
       aborted_ = true;
     }
     return connect_or_join(membership_.next_generation(current.generation, {}, deadline), deadline);
+  }
+
+  std::shared_ptr<Communicator> side_channel() override {
+    std::shared_ptr<Communicator> world;
+    {
+      std::lock_guard lock(mutex_);
+      if (side_) return side_;
+      world = world_;
+    }
+    TESSERA_CHECK(world != nullptr, "elastic: side_channel before enter");
+    std::shared_ptr<Communicator> side =
+        world->size() == 1 ? world : world->split(0, world->rank());
+    std::lock_guard lock(mutex_);
+    if (world_ != world) {
+      side->abort("elastic: the world this channel belongs to was replaced");
+      return side;
+    }
+    side_ = side;
+    // The watcher may have aborted the world while the channel was being connected.
+    if (aborted_) side_->abort("elastic: the world this channel belongs to was aborted");
+    return side_;
   }
 
   std::shared_ptr<Communicator> private_world() override {
@@ -186,6 +206,7 @@ class MembershipWorld final : public ElasticWorld {
     {
       std::lock_guard lock(mutex_);
       world_ = out.world;
+      side_.reset();
       aborted_ = false;
       view_ = std::move(view);
     }
@@ -219,11 +240,15 @@ class MembershipWorld final : public ElasticWorld {
         reason = std::string("elastic: the store failed while watching the members: ") + e.what();
       }
       lock.lock();
-      if (!reason.empty() && world_ == world && !aborted_) {
-        world->abort(reason);
-        aborted_ = true;
-      }
+      if (!reason.empty() && world_ == world && !aborted_) abort_locked(reason);
     }
+  }
+
+  // The current world and its side channel fail together. Called with mutex_ held.
+  void abort_locked(const std::string& reason) {
+    if (world_) world_->abort(reason);
+    if (side_) side_->abort(reason);
+    aborted_ = true;
   }
 
   std::shared_ptr<Transport> transport_;
@@ -236,6 +261,7 @@ class MembershipWorld final : public ElasticWorld {
   std::condition_variable wake_;
   bool stop_ = false;
   std::shared_ptr<Communicator> world_;  // the current generation's
+  std::shared_ptr<Communicator> side_;   // world_'s side channel, once asked for
   bool aborted_ = false;                 // world_ was aborted (by the watcher or regroup)
   WorldView view_;
   // Rank 0: the generation after which the watcher saw newcomers waiting.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -14,31 +16,15 @@ namespace tessera::elastic {
 
 namespace {
 
-// Tags of the ring's point-to-point messages: the distance along the ring in the low bits, so
-// that copies for r+1 and r+2 never match each other's receives.
-constexpr std::uint32_t kLengthTag = 0x454c0000;  // "EL"
-constexpr std::uint32_t kBytesTag = 0x454d0000;
+// Tag of the ring's messages: the distance along the ring in the low bits, so that copies for
+// r+1 and r+2 never match each other's receives.
+constexpr std::uint32_t kBytesTag = 0x454d0000;  // "EM"
 
 std::vector<std::int64_t> gather_i64(Communicator& world, std::vector<std::int64_t> mine) {
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(view_of(std::span<std::int64_t>(mine)), view_of(std::span<std::int64_t>(all)))
       ->wait(world.timeout());
   return all;
-}
-
-// Sends `out` to `to` while receiving `in` from `from`. A transport may run a communicator's
-// operations in turn and a send may wait for its receive, so around the ring even ranks send
-// first and odd ranks receive first: no cycle of ranks all waiting in a send.
-void exchange(Communicator& world, BufferView out, int to, BufferView in, int from,
-              std::uint32_t tag) {
-  std::shared_ptr<Work> sent;
-  std::shared_ptr<Work> received;
-  const bool send_first = world.rank() % 2 == 0;
-  if (send_first && out.count > 0) sent = world.send(out, to, tag);
-  if (in.count > 0) received = world.recv(in, from, tag);
-  if (!send_first && out.count > 0) sent = world.send(out, to, tag);
-  if (sent) sent->wait(world.timeout());
-  if (received) received->wait(world.timeout());
 }
 
 void append_i64(std::vector<std::uint8_t>& out, std::int64_t value) {
@@ -58,81 +44,153 @@ std::int64_t read_i64(const std::vector<std::uint8_t>& in, std::size_t& at) {
   return value;
 }
 
-}  // namespace
-
-void ReplicaRing::keep(TwoNewest& held, Snapshot snapshot) {
-  held.insert(held.begin(), std::move(snapshot));
-  if (held.size() > 2) held.resize(2);
+// What a rank's save() wrote, without the values: equal on every rank exactly when each wrote
+// the whole state (names are unique across ranks otherwise).
+std::int64_t description_of(const MemoryCheckpoint& saved) {
+  std::string text;
+  for (const auto& [name, bytes] : saved.blobs()) {
+    text += name + '=' + std::to_string(bytes.size()) + '\n';
+  }
+  for (const auto& slice : saved.slices()) text += slice_blob_name(slice) + '\n';
+  return static_cast<std::int64_t>(std::hash<std::string>{}(text)&0x7fffffffffffffffULL);
 }
 
-const ReplicaRing::Snapshot* ReplicaRing::at_step(const TwoNewest& held, std::int64_t step) {
+}  // namespace
+
+ReplicaRing::~ReplicaRing() {
+  settle();
+}
+
+void ReplicaRing::keep(Newest& held, Snapshot snapshot, std::size_t count) {
+  held.insert(held.begin(), std::move(snapshot));
+  while (held.size() > count) {
+    spare_.push_back(std::move(held.back().bytes));
+    held.pop_back();
+  }
+}
+
+std::vector<std::uint8_t> ReplicaRing::spare_buffer() {
+  if (spare_.empty()) return {};
+  auto buffer = std::move(spare_.back());
+  spare_.pop_back();
+  return buffer;
+}
+
+const ReplicaRing::Snapshot* ReplicaRing::at_step(const Newest& held, std::int64_t step) {
   for (const auto& snapshot : held) {
     if (snapshot.position.step == step) return &snapshot;
   }
   return nullptr;
 }
 
-void ReplicaRing::refresh(Strategy& strategy, Communicator& world,
-                          const TrainingPosition& position) {
-  const int n = world.size();
-  if (rank_ != world.rank() || (!own_.empty() && own_.front().world_size != n)) clear();
-  rank_ = world.rank();
-  MemoryCheckpoint saved(n);
-  strategy.save(saved);
-  Snapshot mine{position, n, pack_memory_checkpoint(saved)};
+void ReplicaRing::land_exchange(bool rethrow) {
+  if (!in_flight_) return;
+  Exchange exchange = std::move(*in_flight_);
+  in_flight_.reset();
+  std::exception_ptr failed;
+  for (const auto& work : exchange.works) {
+    try {
+      work->wait(channel_->timeout());
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  const int n = exchange.incoming.empty() ? 0 : exchange.incoming.front().world_size;
+  for (std::size_t i = 0; i < exchange.incoming.size(); ++i) {
+    auto& copy = exchange.incoming[i];
+    if (failed) {
+      spare_.push_back(std::move(copy.bytes));
+    } else {
+      const int d = static_cast<int>(i) + 1;
+      keep(copies_[(rank_ - d + n) % n], std::move(copy), 2);
+    }
+  }
+  if (failed && rethrow) std::rethrow_exception(failed);
+}
 
-  // Copies go to the next ranks of the ring, at most every other rank once.
-  const int peers = std::min(replicas_, n - 1);
-  std::vector<Snapshot> incoming(static_cast<std::size_t>(peers));
+void ReplicaRing::settle() noexcept {
+  if (!in_flight_) return;
+  if (channel_) channel_->abort("elastic: the copies of the state of this world are dropped");
+  try {
+    land_exchange(false);
+  } catch (...) {
+    in_flight_.reset();  // a wait cannot throw past land_exchange(false); nothing else can
+  }
+}
+
+void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator>& channel,
+                          const TrainingPosition& position) {
+  TESSERA_CHECK(channel != nullptr, "ReplicaRing::refresh: no channel");
+  if (channel != channel_) {
+    clear();
+    channel_ = channel;
+    rank_ = channel->rank();
+  }
+  const int n = channel->size();
+  MemoryCheckpoint saved(n, /*replicated_on_every_rank=*/true);
+  strategy.save(saved);
+  Snapshot mine{position, n, false, spare_buffer()};
+  pack_memory_checkpoint(saved, mine.bytes);
+
+  // The copies of the previous refresh have had a step to land; a peer that failed on the way
+  // throws here, and the failure path recovers from older copies.
+  land_exchange(true);
+  if (!whole_) {
+    // Once per world: a strategy writes the same way at every step.
+    const auto descriptions = gather_i64(*channel, {description_of(saved)});
+    whole_ = std::ranges::all_of(descriptions,
+                                 [&](std::int64_t d) { return d == descriptions.front(); });
+  }
+  mine.whole = *whole_;
+  const int peers = *whole_ ? 0 : std::min(replicas_, n - 1);
+  keep(own_, std::move(mine), peers == 0 ? 2 : 3);
+  if (peers == 0) return;
+
+  // Lengths first (the receives must know them), then the copies, left to land in the background.
+  const auto lengths = gather_i64(*channel, {static_cast<std::int64_t>(own_.front().bytes.size())});
+  Exchange exchange;
+  exchange.incoming.resize(static_cast<std::size_t>(peers));
+  const bool send_first = rank_ % 2 == 0;
+  auto& out = own_.front().bytes;
   for (int d = 1; d <= peers; ++d) {
     const int to = (rank_ + d) % n;
     const int from = (rank_ - d + n) % n;
-    auto& copy = incoming[static_cast<std::size_t>(d - 1)];
+    auto& copy = exchange.incoming[static_cast<std::size_t>(d - 1)];
     copy.position = position;
     copy.world_size = n;
-    std::int64_t my_length = static_cast<std::int64_t>(mine.bytes.size());
-    std::int64_t length = 0;
-    exchange(world, view_of(std::span<std::int64_t>(&my_length, 1)), to,
-             view_of(std::span<std::int64_t>(&length, 1)), from,
-             kLengthTag + static_cast<std::uint32_t>(d));
-    copy.bytes.resize(static_cast<std::size_t>(length));
-    exchange(world, view_of(std::span<std::uint8_t>(mine.bytes)), to,
-             view_of(std::span<std::uint8_t>(copy.bytes)), from,
-             kBytesTag + static_cast<std::uint32_t>(d));
+    copy.bytes = spare_buffer();
+    copy.bytes.resize(static_cast<std::size_t>(lengths[static_cast<std::size_t>(from)]));
+    const auto tag = kBytesTag + static_cast<std::uint32_t>(d);
+    // A transport may run a communicator's operations in turn and a send may wait for its
+    // receive, so around the ring even ranks send first and odd ranks receive first: no cycle
+    // of ranks all waiting in a send.
+    if (send_first) exchange.works.push_back(channel->send(view_of(std::span(out)), to, tag));
+    exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
+    if (!send_first) exchange.works.push_back(channel->send(view_of(std::span(out)), to, tag));
   }
-
-  // Kept only once every message of this refresh is in: a refresh cut short leaves the older.
-  keep(own_, std::move(mine));
-  for (int d = 1; d <= peers; ++d) {
-    keep(copies_[(rank_ - d + n) % n], std::move(incoming[static_cast<std::size_t>(d - 1)]));
-  }
+  in_flight_ = std::move(exchange);
 }
 
 RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>& previous_rank) {
   TESSERA_CHECK(previous_rank.size() == static_cast<std::size_t>(world.size()),
                 "ReplicaRing::recover: previous_rank must name every rank of the new world");
+  // Copies that arrived whole before the failure count; the rest are dropped. The old world's
+  // channel was aborted with it (or, for an admission, its peers are all alive).
+  land_exchange(false);
   const bool survivor = previous_rank[static_cast<std::size_t>(world.rank())] >= 0;
-  // What each rank has: [newest step, step before, old world size]; -1 for nothing.
-  std::vector<std::int64_t> mine(3, -1);
-  if (survivor && !own_.empty()) {
-    mine[0] = own_.front().position.step;
-    mine[1] = own_.size() > 1 ? own_[1].position.step : -1;
-    mine[2] = own_.front().world_size;
-  }
-  const auto held = gather_i64(world, mine);
-  // The newest step every survivor holds: refreshes are collective and a rank starts one only
-  // after every rank finished the one before, so the oldest newest step is on every survivor.
-  std::int64_t step = std::numeric_limits<std::int64_t>::max();
+  const bool holds = survivor && !own_.empty();
+
+  // The old world's size: every survivor that refreshed knows it.
+  const auto sizes = gather_i64(world, {holds ? own_.front().world_size : -1});
   std::int64_t old_size = -1;
-  for (std::size_t r = 0; r < previous_rank.size(); ++r) {
-    if (held[3 * r] < 0) continue;
-    step = std::min(step, held[3 * r]);
-    if (old_size < 0) old_size = held[3 * r + 2];
-    if (old_size != held[3 * r + 2]) {
+  for (const auto size : sizes) {
+    if (size < 0) continue;
+    if (old_size >= 0 && size != old_size) {
       throw TrainingError("elastic recovery: survivors hold copies of worlds of " +
-                          std::to_string(old_size) + " and " + std::to_string(held[3 * r + 2]) +
+                          std::to_string(old_size) + " and " + std::to_string(size) +
                           " ranks; they did not all come from one world");
     }
+    old_size = size;
   }
   if (old_size < 0) {
     throw TrainingError(
@@ -140,59 +198,126 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
         "first refresh)");
   }
 
-  // Which old ranks' state this rank can give at `step`: its own, and the copies it holds.
+  // What each rank can give, for each of its own copies' steps:
+  // [step, whole, can give old rank 0, ..., can give old rank n-1].
   const auto n_old = static_cast<std::size_t>(old_size);
-  std::vector<std::int64_t> can(n_old, 0);
-  if (survivor) {
-    if (at_step(own_, step) != nullptr) can[static_cast<std::size_t>(rank_)] = 1;
-    for (const auto& [of, snapshots] : copies_) {
-      if (at_step(snapshots, step) != nullptr && static_cast<std::size_t>(of) < n_old) {
-        can[static_cast<std::size_t>(of)] = 1;
-      }
+  constexpr std::size_t kSlots = 3;
+  const std::size_t row = 2 + n_old;
+  std::vector<std::int64_t> mine(kSlots * row, 0);
+  for (std::size_t j = 0; j < kSlots; ++j) {
+    auto* slot = mine.data() + j * row;
+    slot[0] = -1;
+    if (!holds || j >= own_.size()) continue;
+    const auto& own = own_[j];
+    slot[0] = own.position.step;
+    slot[1] = own.whole ? 1 : 0;
+    for (std::size_t old = 0; old < n_old; ++old) {
+      const bool of_mine = static_cast<int>(old) == rank_;
+      const auto it = copies_.find(static_cast<int>(old));
+      slot[2 + old] = own.whole || of_mine ||
+                      (it != copies_.end() && at_step(it->second, own.position.step) != nullptr);
     }
   }
-  const auto everyone_can = gather_i64(world, can);
-  // The giver of each old rank's state: itself if it survived, else the first holder of a copy.
-  std::vector<int> giver(n_old, -1);
+  const auto everyone = gather_i64(world, mine);
+  const auto slot_of = [&](std::size_t r, std::int64_t step) -> const std::int64_t* {
+    for (std::size_t j = 0; j < kSlots; ++j) {
+      const auto* slot = everyone.data() + (r * kSlots + j) * row;
+      if (slot[0] == step) return slot;
+    }
+    return nullptr;
+  };
+  const auto can = [&](std::size_t r, std::int64_t step, std::size_t old) {
+    const auto* slot = slot_of(r, step);
+    return slot != nullptr && slot[2 + old] != 0;
+  };
+
+  // The newest step at which every old rank's state is on some survivor.
+  std::vector<std::int64_t> steps;
+  std::int64_t held_by_all = std::numeric_limits<std::int64_t>::max();
   for (std::size_t r = 0; r < previous_rank.size(); ++r) {
-    if (previous_rank[r] >= 0 && static_cast<std::size_t>(previous_rank[r]) < n_old &&
-        everyone_can[r * n_old + static_cast<std::size_t>(previous_rank[r])] != 0) {
-      giver[static_cast<std::size_t>(previous_rank[r])] = static_cast<int>(r);
+    std::int64_t newest = -1;
+    for (std::size_t j = 0; j < kSlots; ++j) {
+      const auto step = everyone[(r * kSlots + j) * row];
+      if (step < 0) continue;
+      steps.push_back(step);
+      newest = std::max(newest, step);
     }
+    if (newest >= 0) held_by_all = std::min(held_by_all, newest);
   }
+  std::ranges::sort(steps, std::greater<>());
+  std::vector<int> giver(n_old, -1);
+  std::int64_t step = -1;
+  bool whole = false;  // the copies at `step` each hold the whole state: one giver sends it
   RecoveredState out;
   out.previous_world_size = static_cast<int>(old_size);
-  for (std::size_t old = 0; old < n_old; ++old) {
-    for (std::size_t r = 0; r < previous_rank.size() && giver[old] < 0; ++r) {
-      if (everyone_can[r * n_old + old] != 0) giver[old] = static_cast<int>(r);
+  for (const auto candidate : steps) {
+    std::ranges::fill(giver, -1);
+    for (std::size_t r = 0; r < previous_rank.size() && !whole; ++r) {
+      const auto* slot = slot_of(r, candidate);
+      if (slot != nullptr && slot[1] != 0) {
+        whole = true;
+        std::ranges::fill(giver, static_cast<int>(r));
+      }
     }
-    if (giver[old] < 0) out.missing.push_back(static_cast<int>(old));
+    if (whole) {
+      step = candidate;
+      break;
+    }
+    for (std::size_t old = 0; old < n_old; ++old) {
+      // Itself if it survived, else the first holder of a copy.
+      for (std::size_t r = 0; r < previous_rank.size(); ++r) {
+        if (previous_rank[r] == static_cast<int>(old) && can(r, candidate, old)) {
+          giver[old] = static_cast<int>(r);
+        }
+      }
+      for (std::size_t r = 0; r < previous_rank.size() && giver[old] < 0; ++r) {
+        if (can(r, candidate, old)) giver[old] = static_cast<int>(r);
+      }
+    }
+    if (std::ranges::none_of(giver, [](int g) { return g < 0; })) {
+      step = candidate;
+      break;
+    }
+  }
+  if (step < 0) {
+    // Say what is missing at the newest step every survivor still has its own copy of.
+    for (std::size_t old = 0; old < n_old; ++old) {
+      bool found = false;
+      for (std::size_t r = 0; r < previous_rank.size() && !found; ++r) {
+        found = can(r, held_by_all, old);
+      }
+      if (!found) out.missing.push_back(static_cast<int>(old));
+    }
+    TESSERA_CHECK(!out.missing.empty(),
+                  "elastic recovery: the newest step every survivor holds is whole, yet no step "
+                  "was found whole");
   }
 
-  // The position of `step` is on every survivor; the first survivor's is the world's.
+  // The position of `step` is on every survivor that holds it; the first one's is the world's.
+  // When a copy holds the whole state, its holder alone gives it.
   std::vector<std::uint8_t> given;
-  const Snapshot* any = survivor ? at_step(own_, step) : nullptr;
+  const Snapshot* any = holds && step >= 0 ? at_step(own_, step) : nullptr;
   append_i64(given, any != nullptr ? 1 : 0);
   if (any != nullptr) {
     append_i64(given, any->position.step);
     append_i64(given, any->position.epoch);
     append_i64(given, any->position.samples);
   }
-  if (out.missing.empty()) {
+  if (step >= 0) {
     for (std::size_t old = 0; old < n_old; ++old) {
       if (giver[old] != world.rank()) continue;
-      const Snapshot* snapshot = static_cast<int>(old) == rank_ && survivor
+      const Snapshot* snapshot = whole || static_cast<int>(old) == rank_
                                      ? at_step(own_, step)
                                      : at_step(copies_.at(static_cast<int>(old)), step);
       append_i64(given, static_cast<std::int64_t>(old));
       append_i64(given, static_cast<std::int64_t>(snapshot->bytes.size()));
       given.insert(given.end(), snapshot->bytes.begin(), snapshot->bytes.end());
+      if (whole) break;
     }
   }
   const auto everyone_gave = all_gather_bytes(world, std::move(given));
 
-  auto state = out.missing.empty() ? std::make_shared<MemoryCheckpoint>(static_cast<int>(old_size))
-                                   : nullptr;
+  auto state = step >= 0 ? std::make_shared<MemoryCheckpoint>(static_cast<int>(old_size)) : nullptr;
   bool have_position = false;
   for (const auto& bytes : everyone_gave) {
     std::size_t at = 0;
@@ -213,14 +338,18 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
       at += length;
     }
   }
-  TESSERA_CHECK(have_position, "elastic recovery: no survivor sent its position");
+  TESSERA_CHECK(!state || have_position, "elastic recovery: no survivor sent its position");
   out.state = std::move(state);
   return out;
 }
 
 void ReplicaRing::clear() noexcept {
+  settle();
   own_.clear();
   copies_.clear();
+  spare_.clear();
+  channel_.reset();
+  whole_.reset();
   rank_ = -1;
 }
 

@@ -2,15 +2,22 @@
 // Copies of each rank's strategy state kept in the memory of other ranks, so that the
 // survivors of a failure rebuild the whole state without reading a checkpoint (the Gemini idea).
 //
-// refresh() saves the strategy into memory (Strategy::save, as a checkpoint would) and sends
-// the bytes to the next `replicas` ranks of the ring (rank r to r+1 .. r+replicas, modulo the
-// world size), which keep them. Each rank keeps its two newest refreshes, its own and those
-// it holds: a failure may strike while some ranks finished a refresh and others did not, and
-// then the one before it is on every rank.
+// refresh() saves the strategy into memory (Strategy::save, as a checkpoint would) and keeps
+// it as this rank's own copy. Two cases:
+// - Every rank's copy holds the whole state (a strategy whose ranks hold the same state, like
+//   ddp, writes it from every rank: CheckpointWriter::every_rank_writes_replicated_state).
+//   Then any survivor restores the state alone, and nothing is sent.
+// - Otherwise each rank sends its copy to the next `replicas` ranks of the ring (rank r to
+//   r+1 .. r+replicas, modulo the world size), over a channel of its own (ElasticWorld::
+//   side_channel), without waiting: the copies land while the next step runs on the world, and
+//   the next refresh waits for them before it sends the next ones.
 //
-// recover() runs on the next world: its ranks agree on the newest step every survivor holds,
-// pick for each rank of the old world one survivor that holds its state at that step (its own
-// rank if it survived, else the first holder of a copy) and gather the whole state.
+// A failure may strike while some ranks finished a refresh and others did not, and while the
+// copies of the newest refresh are still on their way. So each rank keeps its three newest own
+// copies (two when nothing is sent) and the two newest copies of others that arrived whole;
+// recover() takes the newest step at which every rank of the old world has a copy somewhere
+// among the survivors. A rank that started refresh s has finished step s with every rank,
+// which each started after waiting for the copies of refresh s-2: that step is always whole.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +26,7 @@
 
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/strategy.hpp"
+#include "tessera/plugin/work.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 
 namespace tessera::elastic {
@@ -42,9 +50,17 @@ struct RecoveredState {
 class ReplicaRing {
  public:
   explicit ReplicaRing(int replicas) : replicas_(replicas) {}
+  // Lets the copies still on their way land (or fail) before their buffers go.
+  ~ReplicaRing();
+  ReplicaRing(const ReplicaRing&) = delete;
+  ReplicaRing& operator=(const ReplicaRing&) = delete;
 
-  // Collective over `world`, between steps: saves `strategy` and exchanges the copies.
-  void refresh(Strategy& strategy, Communicator& world, const TrainingPosition& position);
+  // Collective over `channel` (the world's ranks, ElasticWorld::side_channel), between steps:
+  // saves `strategy`, waits for the copies the previous refresh sent and starts sending this
+  // one's. A new channel (a new world) drops every copy of the old one first. Throws
+  // TransportError/Timeout from the channel: a peer failed (the world's failure path follows).
+  void refresh(Strategy& strategy, const std::shared_ptr<Communicator>& channel,
+               const TrainingPosition& position);
 
   // Collective over `world`, the next world; previous_rank[r] is new rank r's rank in the world
   // of the refreshes, -1 for a newcomer (which holds nothing). Every rank returns the same
@@ -59,17 +75,34 @@ class ReplicaRing {
   struct Snapshot {
     TrainingPosition position;
     int world_size = 0;
+    bool whole = false;               // holds every rank's state, not this rank's alone
     std::vector<std::uint8_t> bytes;  // pack_memory_checkpoint of the rank's save()
   };
-  // Newest first: [0] the latest refresh, [1] the one before.
-  using TwoNewest = std::vector<Snapshot>;
-  static void keep(TwoNewest& held, Snapshot snapshot);
-  [[nodiscard]] static const Snapshot* at_step(const TwoNewest& held, std::int64_t step);
+  using Newest = std::vector<Snapshot>;  // newest first
+  // The copies of one refresh on their way: incoming[d - 1] from the rank d places back.
+  struct Exchange {
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<Snapshot> incoming;
+  };
+
+  void keep(Newest& held, Snapshot snapshot, std::size_t count);
+  [[nodiscard]] std::vector<std::uint8_t> spare_buffer();
+  [[nodiscard]] static const Snapshot* at_step(const Newest& held, std::int64_t step);
+  // Waits for the exchange in flight, if any, and keeps its copies when every part arrived.
+  // rethrow: a part that failed throws (after every part was waited for); else it is dropped.
+  void land_exchange(bool rethrow);
+  // Aborts the channel and lands what is in flight, dropping it: nothing may still write
+  // into a buffer once it is recycled or freed.
+  void settle() noexcept;
 
   int replicas_;
   int rank_ = -1;  // this rank in the world of the refreshes
-  TwoNewest own_;
-  std::map<int, TwoNewest> copies_;  // by the rank they are of
+  std::shared_ptr<Communicator> channel_;
+  std::optional<bool> whole_;  // decided at the channel's first refresh
+  Newest own_;
+  std::map<int, Newest> copies_;  // by the rank they are of
+  std::optional<Exchange> in_flight_;
+  std::vector<std::vector<std::uint8_t>> spare_;  // buffers of dropped copies, for reuse
 };
 
 }  // namespace tessera::elastic

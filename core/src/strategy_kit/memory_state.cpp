@@ -36,6 +36,12 @@ void append_text(std::vector<std::uint8_t>& out, const std::string& text) {
 
 std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state) {
   std::vector<std::uint8_t> out;
+  pack_memory_checkpoint(state, out);
+  return out;
+}
+
+void pack_memory_checkpoint(const MemoryCheckpoint& state, std::vector<std::uint8_t>& out) {
+  out.clear();
   out.reserve(state.bytes() + 64 * (state.blobs().size() + 1));
   append_u64(out, state.blobs().size());
   for (const auto& [name, bytes] : state.blobs()) {
@@ -57,10 +63,9 @@ std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state) 
     for (const auto field : {d.slot, d.dim, d.begin, d.end, d.first, d.last}) {
       append_u64(out, field);
     }
-    const auto values = state.slice_values(i);
+    const auto values = state.slice_values_view(i);
     append_bytes(out, values.data(), values.size() * sizeof(float));
   }
-  return out;
 }
 
 namespace {
@@ -90,7 +95,8 @@ class Unpacker {
 
 }  // namespace
 
-MemoryCheckpoint::MemoryCheckpoint(int saved_world_size) : saved_world_size_(saved_world_size) {
+MemoryCheckpoint::MemoryCheckpoint(int saved_world_size, bool replicated_on_every_rank)
+    : saved_world_size_(saved_world_size), replicated_on_every_rank_(replicated_on_every_rank) {
   TESSERA_CHECK(saved_world_size >= 1, "MemoryCheckpoint: the world size must be at least 1");
 }
 
@@ -140,6 +146,11 @@ std::vector<StateSlice> MemoryCheckpoint::slices() const {
 }
 
 std::vector<float> MemoryCheckpoint::slice_values(std::size_t index) const {
+  const auto values = slice_values_view(index);
+  return {values.begin(), values.end()};
+}
+
+std::span<const float> MemoryCheckpoint::slice_values_view(std::size_t index) const {
   if (index >= slices_.size()) {
     throw CheckpointError("strategy state held in memory has " + std::to_string(slices_.size()) +
                           " slices, not one numbered " + std::to_string(index));

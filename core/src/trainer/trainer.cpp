@@ -320,7 +320,7 @@ void Trainer::refresh_replicas(const Position& at, bool force) {
   const auto every = elastic_->options().replica_every;
   if (!force && at.step % every != 0) return;
   const trace::Span span("replica_refresh", "run", {{"step", at.step}});
-  replicas_->refresh(*parts_.strategy, *parts_.world,
+  replicas_->refresh(*parts_.strategy, elastic_->side_channel(),
                      {at.step, at.epoch, static_cast<std::int64_t>(at.samples)});
 }
 

@@ -140,8 +140,9 @@ StepStats DdpStrategy::evaluate(const Batch& batch) {
 }
 
 void DdpStrategy::save(CheckpointWriter& writer) {
-  // Replicated state: rank 0 writes each parameter whole.
-  if (setup_.world->rank() != 0) return;
+  // Replicated state: rank 0 writes each parameter whole, or every rank when the writer keeps
+  // each rank's copy apart (the elastic runtime's: then no copy travels between ranks).
+  if (setup_.world->rank() != 0 && !writer.every_rank_writes_replicated_state()) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
   save_param_index(writer, {"ddp", slots, params_of(layout_)});
   save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(), sync_->optimizer_state(),

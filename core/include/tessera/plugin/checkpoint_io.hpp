@@ -58,6 +58,14 @@ class CheckpointWriter {
   // Throws InvalidArgument when slice_problem(slice) is not empty or values.size() !=
   // slice.elements(), CheckpointError on an I/O failure.
   virtual void put_slice(const StateSlice& slice, std::span<const float> values) = 0;
+  // Whether state that every rank holds alike (ddp's parameters and optimizer state) is to be
+  // written by every rank instead of by rank 0 alone (Strategy::save). False for a checkpoint,
+  // which keeps one copy of it. True for the elastic runtime's in-memory copy of one rank's
+  // state (tessera/strategy_kit/memory_state.hpp), kept apart from the other ranks': when every
+  // rank's copy holds the whole state, a survivor restores it alone and nothing has to be sent
+  // to other ranks. A strategy that honours it writes on every rank exactly what rank 0 writes;
+  // one that ignores it stays correct, only slower to copy. Appended in ABI 2.1.
+  [[nodiscard]] virtual bool every_rank_writes_replicated_state() const { return false; }
 };
 
 // Thread-safety: const methods may be called concurrently.

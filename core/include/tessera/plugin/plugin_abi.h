@@ -17,7 +17,8 @@
  * ABI 2.0 differs from 1.x: the symbol is _v2; the descriptor carries the plugin's
  * capabilities (what the host may ask before creating anything); option_desc_size sits before
  * them and every option entry has its range fields; the C++ interfaces changed (docs/plugins.md,
- * "Porting a plugin from ABI 1").
+ * "Porting a plugin from ABI 1"). ABI 2.1 appends CheckpointWriter::every_rank_writes_replicated_state
+ * (a host-side virtual a plugin may call): a 2.0 host refuses a 2.1 plugin, a 2.1 host runs both.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -29,7 +30,7 @@ extern "C" {
 #endif
 
 #define TESSERA_PLUGIN_ABI_MAJOR 2
-#define TESSERA_PLUGIN_ABI_MINOR 0
+#define TESSERA_PLUGIN_ABI_MINOR 1
 
 #define TESSERA_PLUGIN_ABI_STR2(x) #x
 #define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)

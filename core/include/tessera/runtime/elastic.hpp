@@ -80,6 +80,11 @@ class ElasticWorld {
   // Called by every member once newcomers_waiting() said so: forms the next generation with
   // the members and the newcomers and connects it. Throws like regroup().
   [[nodiscard]] virtual Regrouping admit(Deadline deadline) = 0;
+  // Collective over the current world (every rank calls it once per world): a second
+  // communicator over the same ranks, on which the copies of the state travel while steps run
+  // on the world, so that neither waits for the other. Aborted with the world; the world itself
+  // when it has one rank. The same object on later calls in that world.
+  [[nodiscard]] virtual std::shared_ptr<Communicator> side_channel() = 0;
   // A world of this worker alone, on the job's transport: a newcomer sets its strategy up on it
   // before it receives the running job's state.
   [[nodiscard]] virtual std::shared_ptr<Communicator> private_world() = 0;

@@ -22,8 +22,10 @@ namespace tessera {
 // thread-safe: one rank's thread writes it, then any number of threads may read it.
 class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader {
  public:
-  // saved_world_size: the size of the world whose ranks write into it.
-  explicit MemoryCheckpoint(int saved_world_size);
+  // saved_world_size: the size of the world whose ranks write into it. replicated_on_every_rank:
+  // what every_rank_writes_replicated_state() answers; true for a copy of one rank's state kept
+  // apart from the others' (the elastic runtime's), false where the ranks write into one.
+  explicit MemoryCheckpoint(int saved_world_size, bool replicated_on_every_rank = false);
 
   // Copies `bytes`. Throws CheckpointError for a name already written: blob names must not
   // collide across ranks (Strategy::save), and a collision would silently lose one rank's part.
@@ -37,6 +39,11 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
   [[nodiscard]] std::vector<StateSlice> slices() const override;
   [[nodiscard]] std::vector<float> slice_values(std::size_t index) const override;
   [[nodiscard]] int saved_world_size() const override { return saved_world_size_; }
+  [[nodiscard]] bool every_rank_writes_replicated_state() const override {
+    return replicated_on_every_rank_;
+  }
+  // slice_values(index) without the copy; valid while this object is.
+  [[nodiscard]] std::span<const float> slice_values_view(std::size_t index) const;
 
   [[nodiscard]] const std::map<std::string, std::vector<std::byte>>& blobs() const noexcept {
     return blobs_;
@@ -52,6 +59,7 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
   std::map<std::string, std::vector<std::byte>> blobs_;
   std::vector<HeldSlice> slices_;  // in the order written
   int saved_world_size_;
+  bool replicated_on_every_rank_;
 };
 
 // One MemoryCheckpoint as bytes and back, to move a rank's saved state between ranks (the
@@ -60,6 +68,9 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
 // what `bytes` holds to `into` and throws CheckpointError for bytes that end early or describe
 // a slice that is not a part of its parameter, and for blob names or slices `into` already has.
 [[nodiscard]] std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state);
+// The same into `out`, replacing what it held and keeping its capacity: a caller that packs
+// every step reuses one buffer instead of touching fresh memory each time.
+void pack_memory_checkpoint(const MemoryCheckpoint& state, std::vector<std::uint8_t>& out);
 void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into);
 
 // Collective over `world` (the old world, every rank alive), between steps, before a planned
