@@ -15,7 +15,10 @@ namespace {
 
 class PointToPoint : public ::testing::TestWithParam<WorldParam> {
  protected:
-  void SetUp() override { world_ = std::make_unique<World>(GetParam().transport, GetParam().size); }
+  void SetUp() override {
+    if (const auto why = unavailable(GetParam().transport, GetParam().size)) GTEST_SKIP() << *why;
+    world_ = std::make_unique<World>(GetParam().transport, GetParam().size);
+  }
   [[nodiscard]] int size() const { return GetParam().size; }
   std::unique_ptr<World> world_;
 };

@@ -47,7 +47,12 @@ float sum_in_order(const std::vector<std::vector<float>>& inputs, const std::vec
   return acc;
 }
 
-class ReduceOrder : public ::testing::TestWithParam<WorldParam> {};
+class ReduceOrder : public ::testing::TestWithParam<WorldParam> {
+ protected:
+  void SetUp() override {
+    if (const auto why = unavailable(GetParam().transport, GetParam().size)) GTEST_SKIP() << *why;
+  }
+};
 
 TEST_P(ReduceOrder, AllReduceAndReduceScatterSumInRankOrderWhereOrderChangesTheBits) {
   const int size = GetParam().size;

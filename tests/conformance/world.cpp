@@ -1,9 +1,12 @@
 #include "world.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
+#include "staged.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/plugin/device_memory_source.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/runtime/registry.hpp"
 
@@ -41,6 +44,42 @@ std::shared_ptr<Transport> load_transport(const std::string& name, Duration op_t
   return plugins.create<Transport>(name, options);
 }
 
+namespace {
+
+// The device rank r's buffers live on, for a transport that moves no host memory: the first
+// cuda device its communicator moves.
+std::optional<Device> device_of(const Communicator& communicator) {
+  if (communicator.moves(Device::cpu())) return std::nullopt;
+  for (int ordinal = 0; ordinal < 64; ++ordinal) {
+    if (communicator.moves(Device::cuda(ordinal))) return Device::cuda(ordinal);
+  }
+  throw Error("conformance: the communicator of rank " + std::to_string(communicator.rank()) +
+              " moves neither host memory nor any cuda device");
+}
+
+bool lists_host_memory(const std::string& name) {
+  std::lock_guard lock(registry_mutex);
+  const PluginInfo* info = registry().try_find(PluginKind::transport, name);
+  if (info == nullptr) return true;
+  const auto& devices = info->capabilities.devices;
+  return std::find(devices.begin(), devices.end(), DeviceType::cpu) != devices.end();
+}
+
+}  // namespace
+
+std::optional<std::string> unavailable(const std::string& transport, int size) {
+  if (lists_host_memory(transport)) return std::nullopt;
+  const auto loaded = load_transport(transport, kTimeout);
+  for (int r = 0; r < size; ++r) {
+    try {
+      (void)memory_for(*loaded, Device::cuda(r));
+    } catch (const Error& e) {
+      return std::string("rank ") + std::to_string(r) + ": " + e.what();
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::exception_ptr> run_on_ranks(int size, const std::function<void(int rank)>& body) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
   std::vector<std::thread> threads;
@@ -71,6 +110,11 @@ World::World(const std::string& transport, int size, Duration op_timeout)
       } catch (const std::exception& e) {
         throw Error("rank " + std::to_string(r) + " could not connect: " + e.what());
       }
+    }
+  }
+  for (auto& communicator : communicators_) {
+    if (const auto device = device_of(*communicator)) {
+      communicator = staged_on_device(communicator, memory_for(*transport_, *device));
     }
   }
 }

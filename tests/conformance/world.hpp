@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,11 +26,17 @@ inline constexpr Duration kTimeout = std::chrono::seconds(60);
 [[nodiscard]] std::shared_ptr<Transport> load_transport(const std::string& name,
                                                         Duration op_timeout);
 
+// Why `size` ranks of `transport` cannot run in this process, or nullopt when they can: a device
+// transport (one whose buffers live on a GPU) needs a device per rank, and without one the
+// tests skip with the transport's own words. Also nullopt for a transport that is not built.
+[[nodiscard]] std::optional<std::string> unavailable(const std::string& transport, int size);
+
 // Runs body(rank) on one thread per rank and joins them; an exception on a rank becomes a test
 // failure naming the rank. Returns the exceptions by rank (null where the body returned).
 std::vector<std::exception_ptr> run_on_ranks(int size, const std::function<void(int rank)>& body);
 
-// Connects `size` ranks (one thread each, one store) and keeps their communicators.
+// Connects `size` ranks (one thread each, one store) and keeps their communicators. Over a
+// device transport each communicator is seen through host buffers (staged.hpp).
 class World {
  public:
   World(const std::string& transport, int size, Duration op_timeout = kTimeout);
