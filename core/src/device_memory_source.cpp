@@ -13,7 +13,7 @@ std::shared_ptr<DeviceAllocator> memory_for(const Transport& transport, Device d
   if (source == nullptr) {
     throw InvalidArgument("this transport moves host memory only, not " + to_string(device) +
                           "; choose a transport for that device (nccl for cuda) or "
-                          "[runtime] device = cpu");
+                          "keep the buffers in host memory");
   }
   auto allocator = source->allocator(device);
   TESSERA_CHECK(allocator != nullptr && allocator->device() == device,

@@ -14,6 +14,8 @@
 #include "config_flags.hpp"
 #include "self_launch.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/plugin/device_memory_source.hpp"
+#include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/config.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/launcher.hpp"
@@ -94,9 +96,17 @@ int run_bench(const std::vector<std::string>& args) {
   }
 
   bench.transport = transport;
+  // Buffers in the memory the world moves: the host's, or the GPU's for a device transport
+  // (whose Transport also hands out that memory, DeviceMemorySource).
+  const auto memory_source = config.create<Transport>(registry, "runtime", "transport");
   bool all_ok = true;
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
-    const bool ok = run_collective_bench(*world, bench, std::cout);
+    Device device = Device::cpu();
+    for (int ordinal = 0; ordinal < 64 && !world->moves(device); ++ordinal) {
+      device = Device::cuda(ordinal);
+    }
+    const bool ok =
+        run_collective_bench(*world, memory_for(*memory_source, device), bench, std::cout);
     if (world->rank() == 0) all_ok = ok;
   });
   return all_ok ? 0 : 1;

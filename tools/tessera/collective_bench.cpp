@@ -20,39 +20,94 @@ float pattern(std::size_t index, int rank) {
   return static_cast<float>((index * 7 + static_cast<std::size_t>(rank) * 3) % 17);
 }
 
-struct Buffers {
-  std::vector<float> input;
-  std::vector<float> output;
-  std::size_t count = 0;  // the whole buffer, in elements (see header)
+// The operation's buffers, in the memory the communicator moves (a GPU's for nccl), and host
+// copies to fill and check them.
+class Buffers {
+ public:
+  Buffers(std::shared_ptr<DeviceAllocator> memory, std::size_t count)
+      : memory_(std::move(memory)), count_(count), input_(count), output_(count) {
+    const std::size_t bytes = count * sizeof(float);
+    in_ = memory_->allocate(bytes);
+    out_ = memory_->allocate(bytes);
+  }
+  ~Buffers() {
+    memory_->deallocate(in_, count_ * sizeof(float));
+    memory_->deallocate(out_, count_ * sizeof(float));
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+  [[nodiscard]] BufferView in() const { return {in_, count_, DType::f32, memory_->device()}; }
+  [[nodiscard]] BufferView out() const { return {out_, count_, DType::f32, memory_->device()}; }
+  // Host copies: fill them, then to_device(); after an operation, to_host() reads them back.
+  std::vector<float>& input() { return input_; }
+  std::vector<float>& output() { return output_; }
+  void to_device() {
+    memory_->copy(in(), view_of(std::span<float>(input_)));
+    memory_->copy(out(), view_of(std::span<float>(output_)));
+  }
+  void to_host() {
+    memory_->copy(view_of(std::span<float>(input_)), in());
+    memory_->copy(view_of(std::span<float>(output_)), out());
+  }
+
+ private:
+  std::shared_ptr<DeviceAllocator> memory_;
+  std::size_t count_;  // the whole buffer, in elements (see header)
+  std::vector<float> input_;
+  std::vector<float> output_;
+  void* in_ = nullptr;
+  void* out_ = nullptr;
 };
 
-void run_once(Communicator& world, Collective op, Buffers& b) {
+void run_once(Communicator& world, Collective op, const Buffers& b) {
   const auto n = static_cast<std::size_t>(world.size());
-  const BufferView in = view_of(std::span<float>(b.input));
-  const BufferView out = view_of(std::span<float>(b.output));
+  const BufferView in = b.in();
+  const BufferView out = b.out();
   switch (op) {
     case Collective::all_reduce: world.all_reduce(in, ReduceOp::sum)->wait(); break;
     case Collective::reduce_scatter:
-      world.reduce_scatter(in, out.slice(0, b.count / n), ReduceOp::sum)->wait();
+      world.reduce_scatter(in, out.slice(0, b.count() / n), ReduceOp::sum)->wait();
       break;
-    case Collective::all_gather: world.all_gather(in.slice(0, b.count / n), out)->wait(); break;
+    case Collective::all_gather: world.all_gather(in.slice(0, b.count() / n), out)->wait(); break;
     case Collective::broadcast: world.broadcast(in, 0)->wait(); break;
   }
 }
 
-bool all_ranks_agree(Communicator& world, bool mine) {
-  std::int32_t flag = mine ? 1 : 0;
-  world.all_reduce(view_of(std::span<std::int32_t>(&flag, 1)), ReduceOp::min)->wait();
-  return flag == 1;
+// A small collective on host values, through the communicator's memory.
+template <class T>
+T reduced(Communicator& world, DeviceAllocator& memory, T mine, ReduceOp op) {
+  const BufferView host = view_of(std::span<T>(&mine, 1));
+  if (memory.device() == Device::cpu()) {
+    world.all_reduce(host, op)->wait();
+    return mine;
+  }
+  void* word = memory.allocate(sizeof(T));
+  const BufferView there{word, 1, host.dtype, memory.device()};
+  memory.copy(there, host);
+  world.all_reduce(there, op)->wait();
+  memory.copy(host, there);
+  memory.deallocate(word, sizeof(T));
+  return mine;
 }
 
-bool verify(Communicator& world, Collective op, Buffers& b) {
+bool all_ranks_agree(Communicator& world, DeviceAllocator& memory, bool mine) {
+  return reduced<std::int32_t>(world, memory, mine ? 1 : 0, ReduceOp::min) == 1;
+}
+
+bool verify(Communicator& world, DeviceAllocator& memory, Collective op, Buffers& b) {
   const int rank = world.rank();
   const int size = world.size();
-  const std::size_t block = b.count / static_cast<std::size_t>(size);
-  for (std::size_t i = 0; i < b.count; ++i) b.input[i] = pattern(i, rank);
-  std::fill(b.output.begin(), b.output.end(), -1.0F);
+  const std::size_t count = b.count();
+  const std::size_t block = count / static_cast<std::size_t>(size);
+  auto& input = b.input();
+  auto& output = b.output();
+  for (std::size_t i = 0; i < count; ++i) input[i] = pattern(i, rank);
+  std::fill(output.begin(), output.end(), -1.0F);
+  b.to_device();
   run_once(world, op, b);
+  b.to_host();
   bool ok = true;
   auto sum_over_ranks = [size](std::size_t i) {
     float s = 0;
@@ -61,23 +116,23 @@ bool verify(Communicator& world, Collective op, Buffers& b) {
   };
   switch (op) {
     case Collective::all_reduce:
-      for (std::size_t i = 0; i < b.count && ok; ++i) ok = b.input[i] == sum_over_ranks(i);
+      for (std::size_t i = 0; i < count && ok; ++i) ok = input[i] == sum_over_ranks(i);
       break;
     case Collective::reduce_scatter:
       for (std::size_t i = 0; i < block && ok; ++i) {
-        ok = b.output[i] == sum_over_ranks(static_cast<std::size_t>(rank) * block + i);
+        ok = output[i] == sum_over_ranks(static_cast<std::size_t>(rank) * block + i);
       }
       break;
     case Collective::all_gather:
-      for (std::size_t i = 0; i < b.count && ok; ++i) {
-        ok = b.output[i] == pattern(i % block, static_cast<int>(i / block));
+      for (std::size_t i = 0; i < count && ok; ++i) {
+        ok = output[i] == pattern(i % block, static_cast<int>(i / block));
       }
       break;
     case Collective::broadcast:
-      for (std::size_t i = 0; i < b.count && ok; ++i) ok = b.input[i] == pattern(i, 0);
+      for (std::size_t i = 0; i < count && ok; ++i) ok = input[i] == pattern(i, 0);
       break;
   }
-  return all_ranks_agree(world, ok);
+  return all_ranks_agree(world, memory, ok);
 }
 
 double bus_factor(Collective op, int n) {
@@ -90,26 +145,24 @@ double bus_factor(Collective op, int n) {
   return 1.0;
 }
 
-CollectiveBenchRow measure(Communicator& world, Collective op, std::uint64_t bytes,
-                           int repetitions) {
+CollectiveBenchRow measure(Communicator& world, const std::shared_ptr<DeviceAllocator>& memory,
+                           Collective op, std::uint64_t bytes, int repetitions) {
   const auto n = static_cast<std::size_t>(world.size());
-  Buffers b;
-  b.count = bytes / sizeof(float);
-  b.count -= b.count % n;  // equal blocks for reduce_scatter and all_gather
-  b.input.assign(b.count, 0.0F);
-  b.output.assign(b.count, 0.0F);
+  std::size_t count = bytes / sizeof(float);
+  count -= count % n;  // equal blocks for reduce_scatter and all_gather
+  Buffers b(memory, count);
 
   CollectiveBenchRow row;
   row.op = op;
-  row.bytes = b.count * sizeof(float);
-  row.ok = verify(world, op, b);
+  row.bytes = count * sizeof(float);
+  row.ok = verify(world, *memory, op, b);
 
   // k: operations per batch, the same on every rank (the slowest rank's estimate).
   world.barrier()->wait();
   auto t0 = Clock::now();
   run_once(world, op, b);
-  double one = std::chrono::duration<double>(Clock::now() - t0).count();
-  world.all_reduce(view_of(std::span<double>(&one, 1)), ReduceOp::max)->wait();
+  const double one = reduced(
+      world, *memory, std::chrono::duration<double>(Clock::now() - t0).count(), ReduceOp::max);
   const int k = std::clamp(one > 0 ? static_cast<int>(0.02 / one) : 1000, 1, 10000);
 
   std::vector<double> times;
@@ -149,14 +202,15 @@ std::string_view collective_name(Collective op) noexcept {
   return "?";
 }
 
-bool run_collective_bench(Communicator& world, const CollectiveBenchOptions& options,
-                          std::ostream& out) {
+bool run_collective_bench(Communicator& world, const std::shared_ptr<DeviceAllocator>& memory,
+                          const CollectiveBenchOptions& options, std::ostream& out) {
   TESSERA_CHECK(options.repetitions >= 1, "bench: repetitions must be at least 1");
   const bool printer = world.rank() == 0;
   if (printer && !options.json) {
     char line[160];
     out << "# tessera bench collectives: transport " << options.transport << ", " << world.size()
-        << " ranks, f32 sum, " << options.repetitions << " repetitions, median of batches\n";
+        << " ranks, buffers on " << to_string(memory->device()) << ", f32 sum, "
+        << options.repetitions << " repetitions, median of batches\n";
     std::snprintf(line, sizeof line, "# %-14s %12s %12s %12s %11s %11s %6s\n", "op", "bytes",
                   "median us", "min us", "algbw GB/s", "busbw GB/s", "check");
     out << line << std::flush;
@@ -164,7 +218,7 @@ bool run_collective_bench(Communicator& world, const CollectiveBenchOptions& opt
   bool all_ok = true;
   for (auto op : options.ops) {
     for (auto bytes : options.sizes) {
-      const auto row = measure(world, op, bytes, options.repetitions);
+      const auto row = measure(world, memory, op, bytes, options.repetitions);
       all_ok = all_ok && row.ok;
       if (!printer) continue;
       if (options.json) {

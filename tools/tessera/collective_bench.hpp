@@ -8,11 +8,13 @@
 // input of reduce_scatter, the output of all_gather), busbw the nccl-tests factors.
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tessera/base/device_allocator.hpp"
 #include "tessera/plugin/communicator.hpp"
 
 namespace tessera::cli {
@@ -40,9 +42,11 @@ struct CollectiveBenchRow {
   bool ok = false;
 };
 
-// Collective over `world`: every rank must call it with the same options. Rank 0 writes the
-// table (or JSON lines) to `out`. Returns whether every result was correct on every rank.
-bool run_collective_bench(Communicator& world, const CollectiveBenchOptions& options,
-                          std::ostream& out);
+// Collective over `world`: every rank must call it with the same options. Buffers come from
+// `memory`, which must be memory `world` moves (the host's for every CPU transport, the GPU's
+// for nccl). Rank 0 writes the table (or JSON lines) to `out`. Returns whether every result was
+// correct on every rank.
+bool run_collective_bench(Communicator& world, const std::shared_ptr<DeviceAllocator>& memory,
+                          const CollectiveBenchOptions& options, std::ostream& out);
 
 }  // namespace tessera::cli

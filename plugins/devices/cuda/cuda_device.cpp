@@ -40,13 +40,12 @@ void require(Device device, const std::string& who) {
     throw Error(who + " needs a CUDA device, and the CUDA runtime finds none (" +
                 cudaGetErrorName(seen.status) + ": " + cudaGetErrorString(seen.status) +
                 "); run on a machine with an NVIDIA GPU and its driver, or choose a CPU "
-                "transport (shm, ucx, local) and [runtime] device = cpu");
+                "transport (shm, ucx, local)");
   }
   if (seen.count == 0) {
-    throw Error(
-        who +
-        " needs a CUDA device, and this machine has none; run on a machine with an "
-        "NVIDIA GPU, or choose a CPU transport (shm, ucx, local) and [runtime] device = cpu");
+    throw Error(who +
+                " needs a CUDA device, and this machine has none; run on a machine with an "
+                "NVIDIA GPU, or choose a CPU transport (shm, ucx, local)");
   }
   if (device.index < 0 || device.index >= seen.count) {
     throw Error(who + " needs a CUDA device, and " + to_string(device) +
