@@ -306,9 +306,13 @@ void NcclComm::flush_group() {
 std::shared_ptr<NcclComm> NcclComm::split(int color, int key) {
   flush_group();
   if (auto error = failure()) std::rethrow_exception(error);
-  ncclComm_t child = nullptr;
+  // A non-blocking split writes the child's handle when the split has completed, which may be
+  // after ncclCommSplit returned: into memory that outlives this call, read atomically.
+  auto slot = std::make_shared<ncclComm_t>(nullptr);
+  const auto child_of = [&slot] { return std::atomic_ref<ncclComm_t>(*slot).load(); };
   std::exception_ptr error;
   const Deadline deadline = deadline_after(timeout_);
+  bool timed_out = false;
   {
     const std::lock_guard issue(group_mutex_);
     const std::shared_lock lock(comm_mutex_);
@@ -316,18 +320,39 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key) {
     const cuda::DeviceGuard on(ordinal_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    bool timed_out = false;
     ncclResult_t result =
-        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+        ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot.get(), &config);
     result = settle(result, deadline, timed_out);
+    Backoff backoff(poll_interval_);
+    while (result == ncclSuccess && color >= 0 && child_of() == nullptr) {
+      if (aborting_.load()) {
+        result = ncclInProgress;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        result = ncclInProgress;
+        break;
+      }
+      backoff.pause();
+      if (ncclCommGetAsyncError(comm_, &result) != ncclSuccess) result = ncclInternalError;
+      if (result == ncclInProgress) result = ncclSuccess;  // still splitting: keep looking
+    }
     if (result != ncclSuccess) error = error_of(result, "split", timed_out);
   }
   if (error) {
-    if (child != nullptr) (void)ncclCommAbort(child);
+    if (child_of() != nullptr) {
+      (void)ncclCommAbort(child_of());
+    } else {
+      // NCCL may still write the handle: the slot must outlive that.
+      const std::lock_guard lock(failure_mutex_);
+      abandoned_slots_.push_back(slot);
+    }
     fail(error);
     std::rethrow_exception(error);
   }
-  if (child == nullptr) return nullptr;
+  if (color < 0) return nullptr;
+  ncclComm_t child = child_of();
 
   // The child's own initialisation may still be in progress.
   std::shared_ptr<NcclComm> out(new NcclComm(0, 1, ordinal_, poll_interval_, timeout_));
@@ -335,7 +360,6 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key) {
     const std::unique_lock lock(out->comm_mutex_);
     out->comm_ = child;
   }
-  bool timed_out = false;
   ncclResult_t result = ncclInProgress;
   {
     const std::shared_lock lock(out->comm_mutex_);

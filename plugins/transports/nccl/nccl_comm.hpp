@@ -104,6 +104,8 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
 
   mutable std::mutex failure_mutex_;
   std::exception_ptr failure_;
+  // Where splits that failed or timed out may still have NCCL write a child's handle.
+  std::vector<std::shared_ptr<ncclComm_t>> abandoned_slots_;
 
   // The open point-to-point group.
   std::mutex group_mutex_;
