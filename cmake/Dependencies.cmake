@@ -45,7 +45,9 @@ if(TESSERA_CUDA)
         set(CMAKE_CUDA_ARCHITECTURES 75-virtual 90-real)
       endif()
       enable_language(CUDA)
-      set(CMAKE_CUDA_STANDARD 20)
+      # CMake 3.25 knows no C++20 flag for nvcc 13; the kernels (.cu files, plain launch functions
+      # over raw pointers) need only C++17. Every .cpp is C++20 as everywhere else.
+      set(CMAKE_CUDA_STANDARD 17)
       set(CMAKE_CUDA_STANDARD_REQUIRED ON)
       add_library(tessera_nccl INTERFACE)
       target_include_directories(tessera_nccl INTERFACE "${TESSERA_NCCL_INCLUDE_DIR}")

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "layers/layer_checks.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::layers {
@@ -50,6 +51,11 @@ Tensor Activation::forward(const Tensor& input, std::span<const BufferView> para
                            LayerContext& ctx) const {
   TESSERA_CHECK(params.empty(), name_ + ": takes no parameters");
   TESSERA_CHECK(input.dtype() == DType::f32, name_ + ": expects f32 input");
+  if (compute_device(name_, input) != Device::cpu()) {
+    Tensor output = device::activation_forward(kind_, input);
+    ctx.save(kind_ == ActivationKind::relu ? output.alias() : input.alias());
+    return output;
+  }
   Tensor output(input.shape(), DType::f32);
   const float* x = input.as<float>().data();
   float* y = output.as<float>().data();
@@ -73,7 +79,10 @@ Tensor Activation::backward(const Tensor& grad_output, std::span<const BufferVie
   const Tensor& saved = ctx.saved(0);
   TESSERA_CHECK(grad_output.dtype() == DType::f32 && grad_output.count() == saved.count(),
                 name_ + ": gradient does not match the forward input");
+  const Device device = compute_device(name_, saved);
+  check_same_device(name_, "the output gradient", grad_output, device);
   if (!ctx.input_gradient_needed()) return {};
+  if (device != Device::cpu()) return device::activation_backward(kind_, saved, grad_output);
   Tensor grad_input(saved.shape(), DType::f32);
   const float* dy = grad_output.as<float>().data();
   const float* s = saved.as<float>().data();

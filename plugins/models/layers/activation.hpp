@@ -1,5 +1,6 @@
 #pragma once
-// Element-wise activations: ReLU and GELU (tanh approximation, as PyTorch's approximate="tanh").
+// Element-wise activations: ReLU and GELU (tanh approximation, as PyTorch's approximate="tanh"),
+// on the host or, for an input on a CUDA device, there (device_compute.hpp).
 
 #include <memory>
 

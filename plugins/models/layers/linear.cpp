@@ -74,10 +74,16 @@ Shape Linear::output_shape(const Shape& input) const {
 
 Tensor Linear::forward(const Tensor& input, std::span<const BufferView> params,
                        LayerContext& ctx) const {
-  check_views(name_, params, specs_, "parameter");
+  const Device device = compute_device(name_, input);
+  check_views(name_, params, specs_, "parameter", device);
   const std::size_t n = rows_of(name_, input, in_);
   const auto* w = static_cast<const float*>(params[0].data);
   const auto* b = static_cast<const float*>(params[1].data);
+  if (device != Device::cpu()) {
+    Tensor output = device::linear_forward(input, w, b, in_, out_, adds_bias_);
+    ctx.save(input.alias());
+    return output;
+  }
   Tensor output({n, out_}, DType::f32);
   float* y = output.as<float>().data();
   // Start y at the bias and let sgemm add x W^T (beta = 1): one pass over y instead of two.
@@ -100,16 +106,24 @@ Tensor Linear::forward(const Tensor& input, std::span<const BufferView> params,
 
 Tensor Linear::backward(const Tensor& grad_output, std::span<const BufferView> params,
                         std::span<const BufferView> grads, LayerContext& ctx) const {
-  check_views(name_, params, specs_, "parameter");
-  check_views(name_, grads, specs_, "gradient");
   const Tensor& input = ctx.saved(0);
+  const Device device = compute_device(name_, input);
+  check_views(name_, params, specs_, "parameter", device);
+  check_views(name_, grads, specs_, "gradient", device);
+  check_same_device(name_, "the output gradient", grad_output, device);
   const std::size_t n = rows_of(name_, input, in_);
   TESSERA_CHECK(rows_of(name_ + " (grad)", grad_output, out_) == n,
                 name_ + ": gradient rows do not match the saved input");
-  const float* dy = grad_output.as<float>().data();
-  const float* x = input.as<float>().data();
   auto* dw = static_cast<float*>(grads[0].data);
   auto* db = static_cast<float*>(grads[1].data);
+  if (device != Device::cpu()) {
+    device::linear_backward_params(input, grad_output, dw, db, in_, out_);
+    if (!ctx.input_gradient_needed()) return {};
+    return device::linear_backward_input(grad_output, static_cast<const float*>(params[0].data),
+                                         in_, out_);
+  }
+  const float* dy = grad_output.as<float>().data();
+  const float* x = input.as<float>().data();
   if (n > 0) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_int(out_), blas_int(in_), blas_int(n),
                 1.0F, dy, blas_int(out_), x, blas_int(in_), 1.0F, dw, blas_int(in_));

@@ -3,7 +3,9 @@
 // Splits for tensor parallelism either way (Layer::sliced): column-parallel holds weight rows
 // and bias entries [begin, end) of the output features; row-parallel holds weight columns
 // [begin, end) of the input features and the whole bias. Uneven splits are supported
-// (TensorSlice::range_of); a tensor size above the feature count is refused.
+// (TensorSlice::range_of); a tensor size above the feature count is refused. An input on a CUDA
+// device computes there with cuBLAS (device_compute.hpp); parameters and gradients must be on the
+// input's device.
 
 #include <memory>
 

@@ -13,6 +13,14 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
   const std::size_t n = rows_of("softmax_cross_entropy", logits, classes);
   TESSERA_CHECK(targets.dtype() == DType::i64 && targets.count() == n,
                 "softmax_cross_entropy: expects " + std::to_string(n) + " i64 targets");
+  const Device device = compute_device("softmax_cross_entropy", logits);
+  if (device != Device::cpu()) {
+    // The targets may stay where the data set put them (the host) or come along to the device.
+    if (targets.device() != Device::cpu()) {
+      check_same_device("softmax_cross_entropy", "the targets", targets, device);
+    }
+    return device::softmax_cross_entropy(logits, targets, classes);
+  }
   const float* z = logits.as<float>().data();
   const std::int64_t* t = targets.as<std::int64_t>().data();
   for (std::size_t r = 0; r < n; ++r) {

@@ -13,12 +13,14 @@ AdamOptimizer::AdamOptimizer(const AdamConfig& config) : config_(config) {
   TESSERA_CHECK(config.weight_decay >= 0.0F, "adam: weight_decay must not be negative");
 }
 
+bool AdamOptimizer::runs_on(Device device) const noexcept {
+  return device == Device::cpu() || optimizers::updates_on(device);
+}
+
 void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView state_view,
                          const StepInfo& info) const {
-  const auto [params, grads, state] =
-      optimizers::check_step_spans(config_.decoupled_weight_decay ? "adamw" : "adam", param_view,
-                                   grad_view, state_view, 2, info);
-  const std::size_t n = params.size();
+  const char* name = config_.decoupled_weight_decay ? "adamw" : "adam";
+  const Device device = optimizers::step_device(name, param_view, grad_view, state_view, 2, info);
   // Step scalars in double, rounded once to float, as PyTorch does with its Python scalars.
   const auto t = static_cast<double>(info.step);
   const double lr = info.learning_rate;
@@ -34,6 +36,15 @@ void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView
   const bool decoupled = config_.decoupled_weight_decay;
   const auto decay = static_cast<float>(decoupled ? 1.0 - lr * config_.weight_decay : 0.0);
   const float l2 = decoupled ? 0.0F : config_.weight_decay;
+  if (device != Device::cpu()) {
+    optimizers::adam_update(
+        optimizers::device_step(name, device, param_view, grad_view, state_view),
+        {beta1, beta2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, decay, l2, decoupled});
+    return;
+  }
+  const auto [params, grads, state] =
+      optimizers::check_step_spans(name, param_view, grad_view, state_view, 2, info);
+  const std::size_t n = params.size();
   float* p = params.data();
   const float* g = grads.data();
   float* m = state.data();

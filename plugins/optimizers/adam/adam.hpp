@@ -27,6 +27,8 @@ class AdamOptimizer : public Optimizer {
   explicit AdamOptimizer(const AdamConfig& config);
 
   [[nodiscard]] std::size_t state_per_param() const noexcept final { return 2; }
+  // The host, and a CUDA device this process sees where tessera is built with CUDA.
+  [[nodiscard]] bool runs_on(Device device) const noexcept final;
   using Optimizer::step;
   void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const final;

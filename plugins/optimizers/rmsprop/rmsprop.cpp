@@ -13,11 +13,14 @@ RmspropOptimizer::RmspropOptimizer(const RmspropConfig& config) : config_(config
   TESSERA_CHECK(config.weight_decay >= 0.0F, "rmsprop: weight_decay must not be negative");
 }
 
+bool RmspropOptimizer::runs_on(Device device) const noexcept {
+  return device == Device::cpu() || optimizers::updates_on(device);
+}
+
 void RmspropOptimizer::step(BufferView param_view, BufferView grad_view, BufferView state_view,
                             const StepInfo& info) const {
-  const auto [params, grads, state] = optimizers::check_step_spans(
-      "rmsprop", param_view, grad_view, state_view, state_per_param(), info);
-  const std::size_t n = params.size();
+  const Device device = optimizers::step_device("rmsprop", param_view, grad_view, state_view,
+                                                state_per_param(), info);
   const float lr = info.learning_rate;
   const float alpha = config_.alpha;
   const auto one_minus_alpha = static_cast<float>(1.0 - static_cast<double>(config_.alpha));
@@ -26,6 +29,15 @@ void RmspropOptimizer::step(BufferView param_view, BufferView grad_view, BufferV
   const float mu = config_.momentum;
   const bool use_momentum = mu > 0.0F;
   const bool centered = config_.centered;
+  if (device != Device::cpu()) {
+    optimizers::rmsprop_update(
+        optimizers::device_step("rmsprop", device, param_view, grad_view, state_view),
+        {lr, alpha, one_minus_alpha, eps, wd, mu, use_momentum, centered});
+    return;
+  }
+  const auto [params, grads, state] = optimizers::check_step_spans(
+      "rmsprop", param_view, grad_view, state_view, state_per_param(), info);
+  const std::size_t n = params.size();
   float* p = params.data();
   const float* g = grads.data();
   float* s = state.data();

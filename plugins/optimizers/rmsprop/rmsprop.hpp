@@ -31,6 +31,8 @@ class RmspropOptimizer final : public Optimizer {
   [[nodiscard]] std::size_t state_per_param() const noexcept override {
     return 1 + (config_.momentum > 0.0F ? 1 : 0) + (config_.centered ? 1 : 0);
   }
+  // The host, and a CUDA device this process sees where tessera is built with CUDA.
+  [[nodiscard]] bool runs_on(Device device) const noexcept override;
   using Optimizer::step;
   void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const override;

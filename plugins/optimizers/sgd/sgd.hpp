@@ -28,6 +28,8 @@ class SgdOptimizer final : public Optimizer {
   [[nodiscard]] std::size_t state_per_param() const noexcept override {
     return config_.momentum != 0.0F ? 1 : 0;
   }
+  // The host, and a CUDA device this process sees where tessera is built with CUDA.
+  [[nodiscard]] bool runs_on(Device device) const noexcept override;
   using Optimizer::step;
   void step(BufferView params, BufferView grads, BufferView state,
             const StepInfo& info) const override;
