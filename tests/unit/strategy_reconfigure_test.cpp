@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -251,6 +254,269 @@ TEST(MemoryState, ABlobNameWrittenTwiceOrMissingIsACheckpointError) {
   EXPECT_THROW(state.put("a", one), CheckpointError);
   EXPECT_THROW((void)state.get("b"), CheckpointError);
   EXPECT_EQ(state.get("a"), std::vector<std::byte>{std::byte{1}});
+}
+
+// A slice of rows [begin, end) of a 4x3 parameter, whole rows, values from `seed`.
+StateSlice rows_of(const std::string& param, std::size_t begin, std::size_t end,
+                   StateKind kind = StateKind::parameter, std::size_t slot = 0) {
+  StateSlice slice;
+  slice.layer = 2;
+  slice.param = param;
+  slice.shape = {4, 3};
+  slice.kind = kind;
+  slice.slot = slot;
+  slice.dim = 0;
+  slice.begin = begin;
+  slice.end = end;
+  slice.first = 0;
+  slice.last = (end - begin) * 3;
+  return slice;
+}
+
+std::vector<float> values_for(const StateSlice& slice, float seed) {
+  std::vector<float> values(slice.elements());
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = seed + static_cast<float>(i) * 0.5F;
+  return values;
+}
+
+std::span<const std::byte> text_bytes(const std::string& text) {
+  return std::as_bytes(std::span<const char>(text.data(), text.size()));
+}
+
+// Two blobs, then three slices, through any writer.
+void write_sample(CheckpointWriter& writer, float seed) {
+  writer.put("a/manifest", text_bytes("{\"step\": 3}"));
+  writer.put("b/empty", {});
+  const auto weight = rows_of("weight", 0, 2);
+  const auto moment = rows_of("weight", 0, 2, StateKind::optimizer_state, 1);
+  const auto bias = rows_of("bias", 1, 4);
+  writer.put_slice(weight, values_for(weight, seed));
+  writer.put_slice(moment, values_for(moment, seed + 100));
+  writer.put_slice(bias, values_for(bias, seed + 200));
+}
+
+std::string error_of(const std::function<void()>& act) {
+  try {
+    act();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "no CheckpointError";
+}
+
+void put_u64_at(std::vector<std::uint8_t>& bytes, std::size_t at, std::uint64_t value) {
+  ASSERT_LE(at + sizeof value, bytes.size());
+  std::memcpy(bytes.data() + at, &value, sizeof value);
+}
+
+TEST(MemoryState, APackedSaveIsThePackOfAMemoryCheckpointAndUnpacksToTheSameState) {
+  MemoryCheckpoint held(1);
+  write_sample(held, 1);
+  std::vector<std::uint8_t> packed;
+  PackedCheckpointWriter writer(packed);
+  write_sample(writer, 1);
+  writer.finish();
+  EXPECT_EQ(packed, pack_memory_checkpoint(held));
+
+  MemoryCheckpoint back(1);
+  unpack_memory_checkpoint(packed, back);
+  EXPECT_EQ(back.blobs(), held.blobs());
+  EXPECT_EQ(back.slices(), held.slices());
+  EXPECT_EQ(slices_of(back), slices_of(held));
+}
+
+TEST(MemoryState, AStrategysPackedSavesUnpackToWhatItSaved) {
+  const auto model = testing::zero_test_mlp();
+  CollectedState saved;
+  std::vector<std::vector<std::uint8_t>> packed(3);
+  testing::run_ranks(3, [&](std::shared_ptr<Communicator> world) {
+    zero::ZeroConfig config;
+    config.first_bucket_bytes = 16384;
+    config.bucket_cap_bytes = 32768;
+    zero::ZeroStrategy strategy(config);
+    strategy.setup({world, model, testing::zero_test_adam(), 11});
+    train(strategy, 1, world->rank(), 3);
+    strategy.save(saved);
+    PackedCheckpointWriter writer(packed[static_cast<std::size_t>(world->rank())]);
+    strategy.save(writer);
+    writer.finish();
+  });
+  MemoryCheckpoint all(3);
+  for (const auto& bytes : packed) unpack_memory_checkpoint(bytes, all);
+  EXPECT_EQ(all.blobs(), saved.blobs());
+  EXPECT_EQ(slices_of(all), saved.slices());
+  EXPECT_FALSE(saved.slices().empty());
+}
+
+TEST(MemoryState, APackedWriterWritesAgainIntoItsBufferInPlaceAndTrimsAShorterPack) {
+  std::vector<std::uint8_t> packed;
+  {
+    PackedCheckpointWriter writer(packed);
+    write_sample(writer, 1);
+    writer.finish();
+  }
+  const auto* memory = packed.data();
+  const auto length = packed.size();
+  {
+    PackedCheckpointWriter writer(packed);
+    write_sample(writer, 7);
+    writer.finish();
+  }
+  EXPECT_EQ(packed.data(), memory);  // neither grown nor moved: no fresh pages
+  EXPECT_EQ(packed.size(), length);
+  MemoryCheckpoint expected(1);
+  write_sample(expected, 7);
+  EXPECT_EQ(packed, pack_memory_checkpoint(expected));
+
+  // A shorter pack into the same buffer leaves nothing of the longer one behind.
+  {
+    PackedCheckpointWriter writer(packed);
+    writer.put("only", text_bytes("x"));
+    writer.finish();
+  }
+  EXPECT_EQ(packed.data(), memory);
+  MemoryCheckpoint back(1);
+  unpack_memory_checkpoint(packed, back);
+  EXPECT_EQ(back.blobs().size(), 1U);
+  EXPECT_TRUE(back.slices().empty());
+}
+
+TEST(MemoryState, APackedWriterRefusesABlobOrASliceWrittenTwiceAtFinish) {
+  std::vector<std::uint8_t> packed;
+  PackedCheckpointWriter blobs(packed);
+  blobs.put("b", text_bytes("1"));
+  blobs.put("a", text_bytes("2"));
+  blobs.put("b", text_bytes("3"));
+  EXPECT_EQ(error_of([&] { blobs.finish(); }),
+            "strategy state: blob 'b' written twice (by two ranks or twice by one); each rank's "
+            "blob names must differ from every other rank's");
+
+  PackedCheckpointWriter slices(packed);
+  const auto slice = rows_of("weight", 1, 3, StateKind::optimizer_state, 1);
+  slices.put_slice(slice, values_for(slice, 1));
+  slices.put_slice(rows_of("weight", 1, 3), values_for(slice, 2));  // another kind: no clash
+  slices.put("2.weight", text_bytes("a blob named like the slice: no clash"));
+  slices.put_slice(slice, values_for(slice, 3));
+  EXPECT_EQ(
+      error_of([&] { slices.finish(); }),
+      "strategy state: slice '2.weight/optimizer_state1/d0[1:3]/e[0:6]' written twice (by two "
+      "ranks or twice by one); ranks must write disjoint parts of each parameter");
+
+  // A slice equal in all but its shape is another slice.
+  PackedCheckpointWriter shapes(packed);
+  auto wider = slice;
+  wider.shape = {4, 6};
+  wider.last = 12;
+  shapes.put_slice(slice, values_for(slice, 1));
+  shapes.put_slice(wider, values_for(wider, 1));
+  EXPECT_NO_THROW(shapes.finish());
+}
+
+TEST(MemoryState, APackedWriterRefusesASliceThatIsNoPartOfItsParameter) {
+  std::vector<std::uint8_t> packed;
+  PackedCheckpointWriter writer(packed);
+  auto beyond = rows_of("weight", 3, 5);
+  EXPECT_THROW(writer.put_slice(beyond, std::vector<float>(6)), InvalidArgument);
+  const auto slice = rows_of("weight", 0, 1);
+  EXPECT_THROW(writer.put_slice(slice, std::vector<float>(2)), InvalidArgument);
+}
+
+TEST(MemoryState, UnpackSaysBytesEndEarlyWhereverAPackIsCutInsideARecord) {
+  // The packs of the first k records end where a cut leaves whole records.
+  std::vector<std::size_t> boundaries{0};
+  {
+    MemoryCheckpoint one(1);
+    one.put("a/manifest", text_bytes("{\"step\": 3}"));
+    boundaries.push_back(pack_memory_checkpoint(one).size());
+    one.put("b/empty", {});
+    boundaries.push_back(pack_memory_checkpoint(one).size());
+    for (const auto& slice :
+         {rows_of("weight", 0, 2), rows_of("weight", 0, 2, StateKind::optimizer_state, 1),
+          rows_of("bias", 1, 4)}) {
+      one.put_slice(slice, values_for(slice, 0));
+      boundaries.push_back(pack_memory_checkpoint(one).size());
+    }
+  }
+  MemoryCheckpoint whole(1);
+  write_sample(whole, 1);
+  const auto packed = pack_memory_checkpoint(whole);
+  ASSERT_EQ(boundaries.back(), packed.size());
+  for (std::size_t cut = 0; cut < packed.size(); ++cut) {
+    MemoryCheckpoint into(1);
+    const auto part = std::span<const std::uint8_t>(packed).first(cut);
+    const auto records = std::ranges::find(boundaries, cut);
+    if (records != boundaries.end()) {
+      EXPECT_NO_THROW(unpack_memory_checkpoint(part, into)) << "cut at " << cut;
+      EXPECT_EQ(into.blobs().size() + into.slices().size(),
+                static_cast<std::size_t>(records - boundaries.begin()));
+    } else {
+      EXPECT_EQ(error_of([&] { unpack_memory_checkpoint(part, into); }),
+                "strategy state held in memory: its packed bytes end early")
+          << "cut at " << cut;
+    }
+  }
+}
+
+TEST(MemoryState, UnpackRefusesUnknownRecordsAndSlicesThatAreNoPartOfTheirParameter) {
+  MemoryCheckpoint one(1);
+  const auto slice = rows_of("w", 0, 2);  // param "w": the fields lie at fixed offsets
+  one.put_slice(slice, values_for(slice, 1));
+  const auto packed = pack_memory_checkpoint(one);
+  // kind, layer, param length, "w", rank, 2 extents, slice kind, slot, dim, begin, end, first, last
+  constexpr std::size_t kRank = 8 * 3 + 1;
+  constexpr std::size_t kExtent0 = kRank + 8;
+  constexpr std::size_t kSliceKind = kExtent0 + 16;
+  constexpr std::size_t kEnd = kSliceKind + 8 * 4;
+  constexpr std::size_t kLast = kEnd + 16;
+  const auto refused = [&](std::size_t at, std::uint64_t value) {
+    auto bytes = packed;
+    put_u64_at(bytes, at, value);
+    MemoryCheckpoint into(1);
+    return error_of([&] { unpack_memory_checkpoint(bytes, into); });
+  };
+  EXPECT_EQ(refused(0, 9),
+            "strategy state held in memory: its packed bytes hold a record of unknown kind 9");
+  EXPECT_EQ(refused(kRank, 65), "strategy state held in memory: a slice of rank 65");
+  EXPECT_EQ(refused(kSliceKind, 2), "strategy state held in memory: a slice of unknown kind 2");
+  EXPECT_EQ(refused(kEnd, 5),
+            "strategy state held in memory: the slice takes [0, 5) of dimension 0, which has 4 "
+            "entries");
+  // A slice whose byte count overflows ends early instead of asking for that much memory.
+  auto huge = packed;
+  const std::uint64_t rows = std::uint64_t{1} << 62;  // times sizeof(float) wraps to 0
+  put_u64_at(huge, kExtent0, rows);
+  put_u64_at(huge, kExtent0 + 8, 1);
+  put_u64_at(huge, kEnd, rows);
+  put_u64_at(huge, kLast, rows);
+  MemoryCheckpoint into(1);
+  EXPECT_EQ(error_of([&] { unpack_memory_checkpoint(huge, into); }),
+            "strategy state held in memory: its packed bytes end early");
+}
+
+TEST(MemoryState, ALayoutDigestSeesNamesSizesAndOrderButNotValues) {
+  const auto digest = [](const std::function<void(CheckpointWriter&)>& write) {
+    std::vector<std::uint8_t> packed;
+    PackedCheckpointWriter writer(packed);
+    write(writer);
+    writer.finish();
+    return packed_layout_digest(packed);
+  };
+  const auto sample = digest([](CheckpointWriter& w) { write_sample(w, 1); });
+  EXPECT_EQ(digest([](CheckpointWriter& w) { write_sample(w, 9); }), sample);
+  EXPECT_NE(digest([](CheckpointWriter& w) {
+              write_sample(w, 1);
+              w.put("c", {});
+            }),
+            sample);
+  EXPECT_NE(digest([](CheckpointWriter& w) { w.put("a", text_bytes("12")); }),
+            digest([](CheckpointWriter& w) { w.put("a", text_bytes("123")); }));
+  EXPECT_NE(digest([](CheckpointWriter& w) {
+              w.put_slice(rows_of("w", 0, 1), values_for(rows_of("w", 0, 1), 0));
+            }),
+            digest([](CheckpointWriter& w) {
+              w.put_slice(rows_of("w", 1, 2), values_for(rows_of("w", 1, 2), 0));
+            }));
+  EXPECT_THROW((void)packed_layout_digest(std::vector<std::uint8_t>{1, 2, 3}), CheckpointError);
 }
 
 }  // namespace

@@ -44,17 +44,6 @@ std::int64_t read_i64(const std::vector<std::uint8_t>& in, std::size_t& at) {
   return value;
 }
 
-// What a rank's save() wrote, without the values: equal on every rank exactly when each wrote
-// the whole state (names are unique across ranks otherwise).
-std::int64_t description_of(const MemoryCheckpoint& saved) {
-  std::string text;
-  for (const auto& [name, bytes] : saved.blobs()) {
-    text += name + '=' + std::to_string(bytes.size()) + '\n';
-  }
-  for (const auto& slice : saved.slices()) text += slice_blob_name(slice) + '\n';
-  return static_cast<std::int64_t>(std::hash<std::string>{}(text)&0x7fffffffffffffffULL);
-}
-
 }  // namespace
 
 ReplicaRing::~ReplicaRing() {
@@ -127,17 +116,22 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
     rank_ = channel->rank();
   }
   const int n = channel->size();
-  MemoryCheckpoint saved(n, /*replicated_on_every_rank=*/true);
-  strategy.save(saved);
+  // Saved straight into a buffer of a dropped copy: one copy of the state, into warm pages.
   Snapshot mine{position, n, false, spare_buffer()};
-  pack_memory_checkpoint(saved, mine.bytes);
+  {
+    PackedCheckpointWriter saved(mine.bytes, /*replicated_on_every_rank=*/true);
+    strategy.save(saved);
+    saved.finish();
+  }
 
   // The copies of the previous refresh have had a step to land; a peer that failed on the way
   // throws here, and the failure path recovers from older copies.
   land_exchange(true);
   if (!whole_) {
-    // Once per world: a strategy writes the same way at every step.
-    const auto descriptions = gather_i64(*channel, {description_of(saved)});
+    // Once per world: a strategy writes the same way at every step. Equal layouts on every rank
+    // mean each wrote the whole state (names are unique across ranks otherwise).
+    const auto layout = packed_layout_digest(mine.bytes) & 0x7fffffffffffffffULL;
+    const auto descriptions = gather_i64(*channel, {static_cast<std::int64_t>(layout)});
     whole_ = std::ranges::all_of(descriptions,
                                  [&](std::int64_t d) { return d == descriptions.front(); });
   }

@@ -76,7 +76,7 @@ class ReplicaRing {
     TrainingPosition position;
     int world_size = 0;
     bool whole = false;               // holds every rank's state, not this rank's alone
-    std::vector<std::uint8_t> bytes;  // pack_memory_checkpoint of the rank's save()
+    std::vector<std::uint8_t> bytes;  // the rank's save(), packed (PackedCheckpointWriter)
   };
   using Newest = std::vector<Snapshot>;  // newest first
   // The copies of one refresh on their way: incoming[d - 1] from the rank d places back.

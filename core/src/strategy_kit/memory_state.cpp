@@ -4,6 +4,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "strategy_kit/byte_gather.hpp"
 #include "tessera/base/buffer_view.hpp"
@@ -13,26 +18,222 @@ namespace tessera {
 
 namespace {
 
-// One rank's blobs as one byte string: count, then per blob the name's and the blob's length
-// (u64, host order: the ranks of one world share it) each followed by its bytes.
-void append_u64(std::vector<std::uint8_t>& out, std::uint64_t value) {
-  const auto at = out.size();
-  out.resize(at + sizeof value);
-  std::memcpy(out.data() + at, &value, sizeof value);
+// The records of a pack. Every number is a u64 in host order (the ranks of one world share it):
+//   blob:  kind 1, name length, name, byte count, bytes
+//   slice: kind 2, description, values (description.elements() floats)
+//   description: layer, param length, param, shape rank, extents, kind (0 parameter,
+//                1 optimizer state), slot, dim, begin, end, first, last
+// A description's bytes are a function of the StateSlice and back (every field, lengths first),
+// so two slices are equal exactly when their packed descriptions are.
+constexpr std::uint64_t kBlobRecord = 1;
+constexpr std::uint64_t kSliceRecord = 2;
+constexpr std::uint64_t kMostShapeRank = 64;
+
+struct PackedRecord {
+  std::uint64_t kind = 0;
+  std::span<const std::uint8_t> key;      // a blob's name; a slice's packed description
+  std::span<const std::uint8_t> payload;  // a blob's bytes; a slice's values
+  StateSlice slice;                       // kind == kSliceRecord: the description, checked
+};
+
+class PackReader {
+ public:
+  explicit PackReader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
+
+  [[nodiscard]] bool done() const noexcept { return at_ == bytes_.size(); }
+
+  PackedRecord next() {
+    PackedRecord record;
+    record.kind = u64();
+    if (record.kind == kBlobRecord) {
+      record.key = take(u64());
+      record.payload = take(u64());
+      return record;
+    }
+    if (record.kind != kSliceRecord) {
+      throw CheckpointError(
+          "strategy state held in memory: its packed bytes hold a record of "
+          "unknown kind " +
+          std::to_string(record.kind));
+    }
+    const auto key_at = at_;
+    record.slice = description();
+    record.key = bytes_.subspan(key_at, at_ - key_at);
+    // elements() fits a size_t (slice_problem checked it); its byte count might not.
+    if (record.slice.elements() > (bytes_.size() - at_) / sizeof(float)) end_early();
+    record.payload = take(record.slice.elements() * sizeof(float));
+    return record;
+  }
+
+  // Reads a slice's description at the current position and checks it.
+  StateSlice description() {
+    StateSlice d;
+    d.layer = u64();
+    const auto param = take(u64());
+    d.param.assign(reinterpret_cast<const char*>(param.data()), param.size());
+    const auto rank = u64();
+    if (rank > kMostShapeRank) {
+      throw CheckpointError("strategy state held in memory: a slice of rank " +
+                            std::to_string(rank));
+    }
+    d.shape.resize(rank);
+    for (auto& extent : d.shape) extent = u64();
+    const auto kind = u64();
+    if (kind > 1) {
+      throw CheckpointError("strategy state held in memory: a slice of unknown kind " +
+                            std::to_string(kind));
+    }
+    d.kind = kind == 0 ? StateKind::parameter : StateKind::optimizer_state;
+    for (std::size_t* field : {&d.slot, &d.dim, &d.begin, &d.end, &d.first, &d.last}) {
+      *field = u64();
+    }
+    if (const auto problem = slice_problem(d); !problem.empty()) {
+      throw CheckpointError("strategy state held in memory: the slice " + problem);
+    }
+    return d;
+  }
+
+ private:
+  std::uint64_t u64() {
+    std::uint64_t value = 0;
+    std::memcpy(&value, take(sizeof value).data(), sizeof value);
+    return value;
+  }
+  std::span<const std::uint8_t> take(std::uint64_t n) {
+    if (n > bytes_.size() - at_) end_early();
+    const auto part = bytes_.subspan(at_, n);
+    at_ += n;
+    return part;
+  }
+  [[noreturn]] static void end_early() {
+    // Only a PackedCheckpointWriter wrote these bytes; a short read means the exchange broke.
+    throw CheckpointError("strategy state held in memory: its packed bytes end early");
+  }
+
+  std::span<const std::uint8_t> bytes_;
+  std::size_t at_ = 0;
+};
+
+std::string_view text_of(std::span<const std::uint8_t> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-void append_bytes(std::vector<std::uint8_t>& out, const void* data, std::size_t n) {
-  const auto at = out.size();
-  out.resize(at + n);
-  if (n > 0) std::memcpy(out.data() + at, data, n);
+[[noreturn]] void blob_written_twice(std::string_view name) {
+  throw CheckpointError("strategy state: blob '" + std::string(name) +
+                        "' written twice (by two ranks or twice by one); each rank's blob "
+                        "names must differ from every other rank's");
 }
 
-void append_text(std::vector<std::uint8_t>& out, const std::string& text) {
-  append_u64(out, text.size());
-  append_bytes(out, text.data(), text.size());
+[[noreturn]] void slice_written_twice(const StateSlice& slice) {
+  throw CheckpointError("strategy state: slice '" + slice_blob_name(slice) +
+                        "' written twice (by two ranks or twice by one); ranks must write "
+                        "disjoint parts of each parameter");
+}
+
+void check_put_slice(const char* writer, const StateSlice& slice, std::span<const float> values) {
+  const auto problem = slice_problem(slice);
+  TESSERA_CHECK(problem.empty(), std::string(writer) + "::put_slice: the slice " + problem);
+  TESSERA_CHECK(values.size() == slice.elements(),
+                std::string(writer) + "::put_slice: " + std::to_string(values.size()) +
+                    " values for a slice of " + std::to_string(slice.elements()));
+}
+
+// A slice's values go into the pack around the cache (streaming stores) where the target has
+// them. The elastic runtime copies the whole state each step: ordinary stores would first read
+// every target line from memory and then push the next step's parameters and optimizer state
+// out of the cache; measured on the 2-core VM, that copy was most of a refresh.
+void copy_values(std::uint8_t* to, const void* from, std::size_t n) {
+  const auto* source = static_cast<const std::uint8_t*>(from);
+#if defined(__SSE2__)
+  constexpr std::size_t kStreamingFrom = 64 * 1024;  // below, the lines stay in cache anyway
+  if (n >= kStreamingFrom) {
+    const auto head = (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16;
+    std::memcpy(to, source, head);
+    std::size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+      const auto* in = reinterpret_cast<const __m128i*>(source + i);
+      auto* out = reinterpret_cast<__m128i*>(to + i);
+      const __m128i a = _mm_loadu_si128(in);
+      const __m128i b = _mm_loadu_si128(in + 1);
+      const __m128i c = _mm_loadu_si128(in + 2);
+      const __m128i d = _mm_loadu_si128(in + 3);
+      _mm_stream_si128(out, a);
+      _mm_stream_si128(out + 1, b);
+      _mm_stream_si128(out + 2, c);
+      _mm_stream_si128(out + 3, d);
+    }
+    std::memcpy(to + i, source + i, n - i);
+    // Streaming stores are weakly ordered: they land before whatever is stored next (the
+    // send that hands the pack to another thread or rank).
+    _mm_sfence();
+    return;
+  }
+#endif
+  if (n > 0) std::memcpy(to, source, n);
 }
 
 }  // namespace
+
+PackedCheckpointWriter::PackedCheckpointWriter(std::vector<std::uint8_t>& out,
+                                               bool replicated_on_every_rank)
+    : out_(out), replicated_on_every_rank_(replicated_on_every_rank) {}
+
+std::uint8_t* PackedCheckpointWriter::claim(std::size_t n) {
+  // Only growth zeroes (and vector grows geometrically); a reused buffer is written in place.
+  if (n > out_.size() - used_) out_.resize(used_ + n);
+  auto* at = out_.data() + used_;
+  used_ += n;
+  return at;
+}
+
+void PackedCheckpointWriter::write_u64(std::uint64_t value) {
+  std::memcpy(claim(sizeof value), &value, sizeof value);
+}
+
+void PackedCheckpointWriter::write_bytes(const void* data, std::size_t n) {
+  if (n > 0) std::memcpy(claim(n), data, n);
+}
+
+void PackedCheckpointWriter::put(const std::string& name, std::span<const std::byte> bytes) {
+  write_u64(kBlobRecord);
+  write_u64(name.size());
+  keys_.push_back({false, used_, name.size()});
+  write_bytes(name.data(), name.size());
+  write_u64(bytes.size());
+  write_bytes(bytes.data(), bytes.size());
+}
+
+void PackedCheckpointWriter::put_slice(const StateSlice& slice, std::span<const float> values) {
+  check_put_slice("PackedCheckpointWriter", slice, values);
+  write_u64(kSliceRecord);
+  const auto key_at = used_;
+  write_u64(slice.layer);
+  write_u64(slice.param.size());
+  write_bytes(slice.param.data(), slice.param.size());
+  write_u64(slice.shape.size());
+  for (const auto extent : slice.shape) write_u64(extent);
+  write_u64(slice.kind == StateKind::parameter ? 0 : 1);
+  for (const auto field : {slice.slot, slice.dim, slice.begin, slice.end, slice.first, slice.last})
+    write_u64(field);
+  keys_.push_back({true, key_at, used_ - key_at});
+  if (!values.empty()) copy_values(claim(values.size_bytes()), values.data(), values.size_bytes());
+}
+
+void PackedCheckpointWriter::finish() {
+  out_.resize(used_);
+  const auto text = [&](const Key& key) {
+    return std::string_view(reinterpret_cast<const char*>(out_.data()) + key.at, key.length);
+  };
+  std::ranges::sort(keys_, [&](const Key& a, const Key& b) {
+    return a.slice != b.slice ? a.slice < b.slice : text(a) < text(b);
+  });
+  const auto twice = std::ranges::adjacent_find(
+      keys_, [&](const Key& a, const Key& b) { return a.slice == b.slice && text(a) == text(b); });
+  if (twice == keys_.end()) return;
+  if (!twice->slice) blob_written_twice(text(*twice));
+  const auto* key = out_.data() + twice->at;
+  slice_written_twice(PackReader({key, twice->length}).description());
+}
 
 std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state) {
   std::vector<std::uint8_t> out;
@@ -41,59 +242,54 @@ std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state) 
 }
 
 void pack_memory_checkpoint(const MemoryCheckpoint& state, std::vector<std::uint8_t>& out) {
-  out.clear();
-  out.reserve(state.bytes() + 64 * (state.blobs().size() + 1));
-  append_u64(out, state.blobs().size());
-  for (const auto& [name, bytes] : state.blobs()) {
-    append_u64(out, name.size());
-    append_bytes(out, name.data(), name.size());
-    append_u64(out, bytes.size());
-    append_bytes(out, bytes.data(), bytes.size());
-  }
-  // Then the slices: each description field by field, then its values.
+  PackedCheckpointWriter writer(out, state.every_rank_writes_replicated_state());
+  for (const auto& [name, bytes] : state.blobs()) writer.put(name, bytes);
   const auto slices = state.slices();
-  append_u64(out, slices.size());
   for (std::size_t i = 0; i < slices.size(); ++i) {
-    const StateSlice& d = slices[i];
-    append_u64(out, d.layer);
-    append_text(out, d.param);
-    append_u64(out, d.shape.size());
-    for (const auto extent : d.shape) append_u64(out, extent);
-    append_u64(out, d.kind == StateKind::parameter ? 0 : 1);
-    for (const auto field : {d.slot, d.dim, d.begin, d.end, d.first, d.last}) {
-      append_u64(out, field);
+    writer.put_slice(slices[i], state.slice_values_view(i));
+  }
+  writer.finish();
+}
+
+void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into) {
+  PackReader in(bytes);
+  std::vector<float> values;
+  while (!in.done()) {
+    const auto record = in.next();
+    if (record.kind == kBlobRecord) {
+      into.put(std::string(text_of(record.key)), std::as_bytes(record.payload));
+      continue;
     }
-    const auto values = state.slice_values_view(i);
-    append_bytes(out, values.data(), values.size() * sizeof(float));
+    // The packed values need not be aligned for float.
+    values.resize(record.slice.elements());
+    std::memcpy(values.data(), record.payload.data(), record.payload.size());
+    into.put_slice(record.slice, values);
   }
 }
 
-namespace {
-
-class Unpacker {
- public:
-  explicit Unpacker(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}
-  std::uint64_t u64() {
-    std::uint64_t value = 0;
-    std::memcpy(&value, take(sizeof value).data(), sizeof value);
-    return value;
-  }
-  std::span<const std::uint8_t> take(std::uint64_t n) {
-    // Only our own pack() wrote these bytes; a short read means the exchange itself broke.
-    if (n > bytes_.size() - at_) {
-      throw CheckpointError("strategy state held in memory: its packed bytes end early");
+std::uint64_t packed_layout_digest(std::span<const std::uint8_t> bytes) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  const auto mix = [&](std::span<const std::uint8_t> part) {
+    for (const auto byte : part) {
+      hash ^= byte;
+      hash *= 1099511628211ULL;
     }
-    const auto part = bytes_.subspan(at_, n);
-    at_ += n;
-    return part;
+  };
+  const auto mix_u64 = [&](std::uint64_t value) {
+    std::uint8_t raw[sizeof value];
+    std::memcpy(raw, &value, sizeof value);
+    mix(raw);
+  };
+  PackReader in(bytes);
+  while (!in.done()) {
+    const auto record = in.next();
+    mix_u64(record.kind);
+    mix_u64(record.key.size());
+    mix(record.key);
+    mix_u64(record.payload.size());
   }
-
- private:
-  std::span<const std::uint8_t> bytes_;
-  std::size_t at_ = 0;
-};
-
-}  // namespace
+  return hash;
+}
 
 MemoryCheckpoint::MemoryCheckpoint(int saved_world_size, bool replicated_on_every_rank)
     : saved_world_size_(saved_world_size), replicated_on_every_rank_(replicated_on_every_rank) {
@@ -102,11 +298,7 @@ MemoryCheckpoint::MemoryCheckpoint(int saved_world_size, bool replicated_on_ever
 
 void MemoryCheckpoint::put(const std::string& name, std::span<const std::byte> bytes) {
   const auto [it, added] = blobs_.try_emplace(name, bytes.begin(), bytes.end());
-  if (!added) {
-    throw CheckpointError("strategy state: blob '" + name +
-                          "' written twice (by two ranks or twice by one); each rank's blob "
-                          "names must differ from every other rank's");
-  }
+  if (!added) blob_written_twice(name);
 }
 
 std::vector<std::byte> MemoryCheckpoint::get(const std::string& name) const {
@@ -123,17 +315,9 @@ bool MemoryCheckpoint::contains(const std::string& name) const {
 }
 
 void MemoryCheckpoint::put_slice(const StateSlice& slice, std::span<const float> values) {
-  const auto problem = slice_problem(slice);
-  TESSERA_CHECK(problem.empty(), "MemoryCheckpoint::put_slice: the slice " + problem);
-  TESSERA_CHECK(values.size() == slice.elements(),
-                "MemoryCheckpoint::put_slice: " + std::to_string(values.size()) +
-                    " values for a slice of " + std::to_string(slice.elements()));
+  check_put_slice("MemoryCheckpoint", slice, values);
   for (const auto& held : slices_) {
-    if (held.slice == slice) {
-      throw CheckpointError("strategy state: slice '" + slice_blob_name(slice) +
-                            "' written twice (by two ranks or twice by one); ranks must write "
-                            "disjoint parts of each parameter");
-    }
+    if (held.slice == slice) slice_written_twice(slice);
   }
   slices_.push_back({slice, std::vector<float>(values.begin(), values.end())});
 }
@@ -163,41 +347,6 @@ std::size_t MemoryCheckpoint::bytes() const noexcept {
   for (const auto& [name, bytes] : blobs_) total += bytes.size();
   for (const auto& held : slices_) total += held.values.size() * sizeof(float);
   return total;
-}
-
-void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into) {
-  Unpacker in(bytes);
-  const auto count = in.u64();
-  for (std::uint64_t b = 0; b < count; ++b) {
-    const auto name_bytes = in.take(in.u64());
-    const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
-    const auto blob = in.take(in.u64());
-    into.put(name, std::as_bytes(blob));
-  }
-  const auto slice_count = in.u64();
-  for (std::uint64_t k = 0; k < slice_count; ++k) {
-    StateSlice d;
-    d.layer = in.u64();
-    const auto param = in.take(in.u64());
-    d.param.assign(reinterpret_cast<const char*>(param.data()), param.size());
-    const auto rank_count = in.u64();
-    if (rank_count > 64)
-      throw CheckpointError("strategy state held in memory: a slice of rank " +
-                            std::to_string(rank_count));
-    d.shape.resize(rank_count);
-    for (auto& extent : d.shape) extent = in.u64();
-    d.kind = in.u64() == 0 ? StateKind::parameter : StateKind::optimizer_state;
-    for (std::size_t* field : {&d.slot, &d.dim, &d.begin, &d.end, &d.first, &d.last}) {
-      *field = in.u64();
-    }
-    if (const auto problem = slice_problem(d); !problem.empty()) {
-      throw CheckpointError("strategy state held in memory: the slice " + problem);
-    }
-    const auto raw = in.take(d.elements() * sizeof(float));
-    std::vector<float> values(d.elements());
-    if (!raw.empty()) std::memcpy(values.data(), raw.data(), raw.size());
-    into.put_slice(d, values);
-  }
 }
 
 std::vector<std::vector<std::uint8_t>> all_gather_bytes(Communicator& world,

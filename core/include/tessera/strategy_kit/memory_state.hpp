@@ -62,16 +62,68 @@ class MemoryCheckpoint final : public CheckpointWriter, public CheckpointReader 
   bool replicated_on_every_rank_;
 };
 
-// One MemoryCheckpoint as bytes and back, to move a rank's saved state between ranks (the
-// elastic runtime keeps copies of each rank's state on others this way). The layout is host
-// order and this build's: for ranks of one job, never for files. unpack_memory_checkpoint adds
-// what `bytes` holds to `into` and throws CheckpointError for bytes that end early or describe
-// a slice that is not a part of its parameter, and for blob names or slices `into` already has.
+// A strategy's saved state as one byte string, to move it between ranks (the elastic runtime
+// keeps copies of each rank's state on others this way). The layout is host order and this
+// build's: for ranks of one job, never for files. It is a stream of records in the order written:
+// a blob (its name and bytes) or a slice (its description and values).
+//
+// Writes what a strategy's save() hands it straight into that form: one copy of each value and
+// no buffer per blob or slice. `out` is overwritten and keeps its capacity; a buffer that held a
+// pack at least as long before is written without growing or zeroing, so a caller that saves
+// every step (the elastic runtime's replicas) touches no fresh memory. Not thread-safe; `out`
+// must outlive the writer and holds the complete pack only once finish() returned.
+class PackedCheckpointWriter final : public CheckpointWriter {
+ public:
+  // replicated_on_every_rank: as for MemoryCheckpoint. The pack does not hold the world size;
+  // whoever unpacks it knows the world it came from.
+  explicit PackedCheckpointWriter(std::vector<std::uint8_t>& out,
+                                  bool replicated_on_every_rank = false);
+
+  // Copies `bytes`. A name written twice is reported by finish().
+  void put(const std::string& name, std::span<const std::byte> bytes) override;
+  // Copies `values`. Throws InvalidArgument as MemoryCheckpoint::put_slice does; a slice written
+  // twice is reported by finish().
+  void put_slice(const StateSlice& slice, std::span<const float> values) override;
+  [[nodiscard]] bool every_rank_writes_replicated_state() const override {
+    return replicated_on_every_rank_;
+  }
+
+  // Trims `out` to the records written. Throws CheckpointError, with MemoryCheckpoint's
+  // messages, for a blob name or a slice written twice; `out` is then no pack to use.
+  void finish();
+
+ private:
+  // Where a blob's name or a slice's packed description lies in out_: the duplicate check
+  // compares these bytes, sorted, once per pack instead of each write against all before it.
+  struct Key {
+    bool slice = false;
+    std::size_t at = 0;
+    std::size_t length = 0;
+  };
+  std::uint8_t* claim(std::size_t n);
+  void write_u64(std::uint64_t value);
+  void write_bytes(const void* data, std::size_t n);
+
+  std::vector<std::uint8_t>& out_;
+  std::size_t used_ = 0;  // out_ beyond it is left from an earlier pack
+  std::vector<Key> keys_;
+  bool replicated_on_every_rank_;
+};
+
+// pack_memory_checkpoint: `state` in that form (blobs by name, then slices in the order written).
+// unpack_memory_checkpoint adds what `bytes` holds to `into` and throws CheckpointError for bytes
+// that end early, hold a record of an unknown kind or describe a slice that is not a part of its
+// parameter, and for blob names or slices `into` already has.
 [[nodiscard]] std::vector<std::uint8_t> pack_memory_checkpoint(const MemoryCheckpoint& state);
-// The same into `out`, replacing what it held and keeping its capacity: a caller that packs
-// every step reuses one buffer instead of touching fresh memory each time.
+// The same into `out`, replacing what it held and keeping its capacity.
 void pack_memory_checkpoint(const MemoryCheckpoint& state, std::vector<std::uint8_t>& out);
 void unpack_memory_checkpoint(std::span<const std::uint8_t> bytes, MemoryCheckpoint& into);
+
+// What a pack holds without the values: blob names and sizes and slice descriptions, in the order
+// written, hashed (FNV-1a, the same in every process of a build). Equal for the packs of two
+// save()s that wrote the same blobs and slices in the same order. Reads only the records'
+// headers. Throws CheckpointError as unpack_memory_checkpoint does for malformed bytes.
+[[nodiscard]] std::uint64_t packed_layout_digest(std::span<const std::uint8_t> bytes);
 
 // Collective over `world` (the old world, every rank alive), between steps, before a planned
 // world change: every rank save()s `strategy` into memory and the ranks all-gather their blobs,
