@@ -10,6 +10,7 @@
 #endif
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 
 namespace tessera {
@@ -32,7 +33,8 @@ GradientSynchronizer::GradientSynchronizer(std::shared_ptr<Communicator> group,
                                            std::shared_ptr<DeviceAllocator> allocator)
     : group_(std::move(group)),
       options_(options),
-      allocator_(allocator ? std::move(allocator) : cpu_allocator()) {
+      allocator_(allocator ? std::move(allocator) : cpu_allocator()),
+      device_(allocator_->device()) {
   TESSERA_CHECK(group_ != nullptr, "GradientSynchronizer needs a communicator");
   TESSERA_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_bytes > 0,
                 "bucket sizes must be positive");
@@ -82,6 +84,14 @@ void GradientSynchronizer::finalize() {
       const auto& grad = entries_[i].grad;
       if (grad.data() + grad.size() != entries_[i + 1].grad.data()) bucket.in_place = false;
     }
+    // On a device the staging and the compression, which run on the host, have no place.
+    if (device_ != Device::cpu() &&
+        (!bucket.in_place || options_.compression != GradientCompression::none)) {
+      throw InvalidArgument(
+          "gradients on " + to_string(device_) +
+          " are all-reduced where they lie: they must be adjacent in memory (one flat buffer, "
+          "as the ddp strategy keeps them) and compression must be none, not bf16");
+    }
     auto state = std::make_unique<BucketState>();
     if (options_.compression == GradientCompression::bf16) {
       state->wire.resize(bucket.elements);
@@ -117,8 +127,7 @@ void GradientSynchronizer::issue_ready_buckets() {
     } else if (!state.staging.empty()) {
       view = view_of(std::span<float>(state.staging));
     } else {
-      view = {entries_[buckets_[b].first].grad.data(), buckets_[b].elements, DType::f32,
-              Device::cpu()};
+      view = {entries_[buckets_[b].first].grad.data(), buckets_[b].elements, DType::f32, device_};
     }
     state.work = group_->all_reduce(view, ReduceOp::avg);
   }
@@ -181,6 +190,7 @@ std::size_t GradientSynchronizer::buffer_bytes() const noexcept {
 }
 
 double GradientSynchronizer::clip_grad_norm(double max_norm) {
+  if (device_ != Device::cpu()) return clip_device_grad_norm(max_norm);
   std::vector<double> blocks;
   std::size_t offset = 0;
   for (const auto& entry : entries_) {
@@ -193,14 +203,48 @@ double GradientSynchronizer::clip_grad_norm(double max_norm) {
   return global_norm(sum_of_squares);
 }
 
-std::span<float> GradientSynchronizer::optimizer_state_for(const Optimizer& optimizer) {
+// The same norm, bit for bit, from a host copy of the gradients (the reference path: one copy
+// to the host per step); a clipped copy goes back.
+double GradientSynchronizer::clip_device_grad_norm(double max_norm) {
+  host_grads_.resize(elements_);
+  std::vector<double> blocks;
+  std::size_t offset = 0;
+  for (const auto& entry : entries_) {
+    const std::span<float> host(host_grads_.data() + offset, entry.grad.size());
+    allocator_->copy(view_of(host), device_view(entry.grad));
+    accumulate_norm_blocks(host, offset, blocks);
+    offset += entry.grad.size();
+  }
+  const double sum_of_squares = sum_norm_blocks(blocks);
+  const float coefficient = clip_coefficient(sum_of_squares, static_cast<float>(max_norm));
+  if (coefficient < 1.0F) {
+    offset = 0;
+    for (const auto& entry : entries_) {
+      const std::span<float> host(host_grads_.data() + offset, entry.grad.size());
+      scale_gradients(host, coefficient);
+      allocator_->copy(device_view(entry.grad), view_of(host));
+      offset += entry.grad.size();
+    }
+  }
+  return global_norm(sum_of_squares);
+}
+
+BufferView GradientSynchronizer::device_view(std::span<float> values) const {
+  return {values.data(), values.size(), DType::f32, device_};
+}
+
+const Tensor& GradientSynchronizer::prepare_optimizer_state(const Optimizer& optimizer) {
   const std::size_t slots = optimizer.state_per_param();
   if (state_.count() != slots * elements_ || state_per_param_ != slots) {
     state_ = Tensor();  // the old state goes before the new is allocated
     state_ = Tensor({slots * elements_}, DType::f32, allocator_);  // zero-filled
     state_per_param_ = slots;
   }
-  return state_.as<float>();
+  return state_;
+}
+
+std::span<float> GradientSynchronizer::optimizer_state_for(const Optimizer& optimizer) {
+  return prepare_optimizer_state(optimizer).as<float>();
 }
 
 template <class Visit>
@@ -226,13 +270,13 @@ void GradientSynchronizer::for_each_run(Visit&& visit) const {
 }
 
 void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
-  (void)optimizer_state_for(optimizer);
+  (void)prepare_optimizer_state(optimizer);
   const std::size_t slots = optimizer.state_per_param();
   std::size_t state_offset = 0;
   for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
     // A run spans several entries: its views start at the first and cover `count` elements.
-    optimizer.step(view_of(std::span<float>(entries_[first].param.data(), count)),
-                   view_of(std::span<float>(entries_[first].grad.data(), count)),
+    optimizer.step(device_view({entries_[first].param.data(), count}),
+                   device_view({entries_[first].grad.data(), count}),
                    state_.view().slice(state_offset, slots * count), info);
     state_offset += slots * count;
   });
@@ -241,16 +285,16 @@ void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info
 double GradientSynchronizer::step_unclipped_and_zero(const Optimizer& optimizer,
                                                      const StepInfo& info) {
   const std::size_t slots = optimizer.state_per_param();
-  if (slots > 1) {
+  if (slots > 1 || device_ != Device::cpu()) {
     const double norm = clip_grad_norm(0.0);
     step(optimizer, info);
-    for (const auto& entry : entries_) std::fill(entry.grad.begin(), entry.grad.end(), 0.0F);
+    for (const auto& entry : entries_) fill_zero(*allocator_, device_view(entry.grad));
     return norm;
   }
   // Chunks end on multiples of kChunk in the flat order, so the norm keeps its interleaved
   // whole-block path; p, g and state of a chunk (384 KiB) stay in L2 across the three uses.
   constexpr std::size_t kChunk = 8 * kGradNormBlock;
-  (void)optimizer_state_for(optimizer);
+  (void)prepare_optimizer_state(optimizer);
   const BufferView state = state_.view();
   std::vector<double> blocks;
   std::size_t flat = 0;

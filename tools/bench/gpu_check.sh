@@ -4,10 +4,18 @@
 # `tessera bench collectives --transport nccl` beside PyTorch's NCCL on the same GPU
 # (torch_nccl_collectives.py). Logs go to OUT_DIR.
 #
+# With FASHION_MNIST_DIR set (the folder of the four .gz files), also trains the main job's
+# model (samples/configs/ddp.ini, one rank, global batch 128) on the host and on the GPU
+# ([runtime] device = cuda over nccl), and the same job in PyTorch on that GPU
+# (torch_fashion_mnist.py), and keeps the results. TRAIN_DEVICES ("cpu cuda") says which runs
+# of tessera, in order; each cuda run is followed by one of PyTorch. BENCH_ROUNDS (2) sets how many
+# rounds of the two collective benchmarks run, 0 for none.
+#
 # usage: tools/bench/gpu_check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=${1:?usage: gpu_check.sh BUNDLE_DIR OUT_DIR}
 out=${2:?usage: gpu_check.sh BUNDLE_DIR OUT_DIR}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 sizes=4KiB,64KiB,1MiB,16MiB,64MiB,256MiB
@@ -22,16 +30,39 @@ status=0
 bash "$bundle/run.sh" tessera_conformance --gtest_filter='*nccl*:*Nccl*' 2>&1 |
   tee "$out/conformance_nccl.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/conformance_nccl.txt" && status=1
-if [ -x "$bundle/tests/tessera_unit_cuda_compute" ]; then
-  bash "$bundle/run.sh" tessera_unit_cuda_compute 2>&1 | tee "$out/cuda_compute.txt" |
+for test in tessera_unit_cuda_compute tessera_unit_cuda_ddp; do
+  [ -x "$bundle/tests/$test" ] || continue
+  bash "$bundle/run.sh" "$test" 2>&1 | tee "$out/$test.txt" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
-  grep -q "FAILED" "$out/cuda_compute.txt" && status=1
+  grep -q "FAILED" "$out/$test.txt" && status=1
+done
+if [ -n "${FASHION_MNIST_DIR:-}" ]; then
+  run=0
+  for device in ${TRAIN_DEVICES:-cpu cuda}; do
+    run=$((run + 1))
+    transport=local
+    [ "$device" = cuda ] && transport=nccl
+    name="train_${run}_$device"
+    (cd "$repo" && bash "$bundle/run.sh" tessera train --config samples/configs/ddp.ini \
+      --runtime.transport=$transport --runtime.world_size=1 --runtime.device=$device \
+      --train.batch_size=128 --dataset.fashion-mnist.path="$FASHION_MNIST_DIR" \
+      --train.checkpoint_dir= --train.checkpoint_every=0 --train.metrics_file= \
+      --train.progress=off --summary "$out/$name.json") > "$out/$name.txt" 2>&1 || status=1
+    tail -n 3 "$out/$name.txt"
+    # The same job in PyTorch after each GPU run, on the same GPU.
+    if [ "$device" = cuda ]; then
+      PYTHONUNBUFFERED=1 python3 "$here/torch_fashion_mnist.py" --data "$FASHION_MNIST_DIR" \
+        >> "$out/train_torch.jsonl" 2>&1 || status=1
+      tail -n 1 "$out/train_torch.jsonl"
+    fi
+  done
 fi
-for round in 1 2; do
+rounds=${BENCH_ROUNDS:-2}
+for ((round = 1; round <= rounds; ++round)); do
   bash "$bundle/run.sh" tessera bench collectives --transport nccl --sizes "$sizes" --json \
     > "$out/bench_tessera_$round.jsonl" 2>&1 || status=1
   PYTHONUNBUFFERED=1 python3 "$here/torch_nccl_collectives.py" --sizes "$sizes" \
     > "$out/bench_torch_$round.jsonl" 2>&1 || status=1
 done
-tail -n 30 "$out"/bench_*.jsonl
+[ "$rounds" -gt 0 ] && tail -n 30 "$out"/bench_*.jsonl
 exit $status

@@ -44,6 +44,12 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
             "transport plugin that connects the ranks",
             {}},
            {"store", OptionType::string, "memory", "rendezvous store plugin", {}},
+           {"device",
+            OptionType::string,
+            "cpu",
+            "where the strategy keeps parameters, gradients and optimizer state and the model "
+            "computes: cpu, or cuda (each rank's GPU, the one its transport moves: nccl)",
+            {"cpu", "cuda"}},
            {"world_size", OptionType::integer, "1", "number of ranks", {}, "1", "65536"},
            {"timeout",
             OptionType::duration,

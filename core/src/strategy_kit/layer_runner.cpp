@@ -113,8 +113,16 @@ PassTotals run_model_pass(const Model& model, const Tensor& inputs, const Tensor
   run_layers({layers, 0, layers.size()}, inputs, hooks, [&](Tensor logits) {
     auto result = model.loss(logits, targets);
     totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
-    scale_gradients(result.grad_logits.as<float>(), gradient_weight);
-    return std::move(result.grad_logits);
+    // A weight of one leaves the bits as they are: nothing to do (the usual case).
+    if (gradient_weight == 1.0F) return std::move(result.grad_logits);
+    if (result.grad_logits.device() == Device::cpu()) {
+      scale_gradients(result.grad_logits.as<float>(), gradient_weight);
+      return std::move(result.grad_logits);
+    }
+    // On a device: scaled on the host (a batch of logits, small), the same bits as there.
+    Tensor host = result.grad_logits.copy_to(cpu_allocator());
+    scale_gradients(host.as<float>(), gradient_weight);
+    return host.copy_to(result.grad_logits.allocator());
   });
   return totals;
 }

@@ -16,6 +16,7 @@
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/data_order.hpp"
 #include "tessera/runtime/trace_files.hpp"
+#include "tessera/strategy_kit/host_values.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "tessera/strategy_kit/trace.hpp"
@@ -265,7 +266,8 @@ std::pair<double, double> Trainer::evaluate() {
     totals[1] += stats.loss * static_cast<double>(indices.size());
     totals[2] += static_cast<double>(indices.size());
   }
-  parts_.world->all_reduce({totals, 3, DType::f64, Device::cpu()}, ReduceOp::sum)->wait();
+  all_reduce_host(*parts_.world, parts_.memory.get(), {totals, 3, DType::f64, Device::cpu()},
+                  ReduceOp::sum);
   if (totals[2] == 0.0) return {0.0, 0.0};
   return {totals[0] / totals[2], totals[1] / totals[2]};
 }
@@ -283,7 +285,8 @@ DataParallelPlacement Trainer::checked_placement() {
   }
   // Each replica must report once: none and its samples go uncounted, two and they count twice.
   std::int64_t reporters = placement.reports_metrics ? 1 : 0;
-  parts_.world->all_reduce({&reporters, 1, DType::i64, Device::cpu()}, ReduceOp::sum)->wait();
+  all_reduce_host(*parts_.world, parts_.memory.get(), {&reporters, 1, DType::i64, Device::cpu()},
+                  ReduceOp::sum);
   if (reporters != placement.size) {
     throw InvalidArgument(who + " has " + std::to_string(reporters) +
                           " ranks reporting metrics for " + std::to_string(placement.size) +
@@ -381,7 +384,7 @@ Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_a
   // The schedule keeps the length it had at the start; a newcomer learns it from rank 0, a
   // member of the world before.
   std::int64_t length = schedule_.total_steps;
-  parts_.world->broadcast({&length, 1, DType::i64, Device::cpu()}, 0)->wait();
+  broadcast_host(*parts_.world, parts_.memory.get(), {&length, 1, DType::i64, Device::cpu()}, 0);
   schedule_.total_steps = length;
   event.resumed_at_step = at.step;
   event.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -456,10 +459,8 @@ std::vector<RankSummary> Trainer::gather_rank_summaries() {
                           static_cast<std::int64_t>(report.buffer_bytes)};
   const auto n = static_cast<std::size_t>(parts_.world->size());
   std::vector<std::int64_t> all(5 * n);
-  parts_.world
-      ->all_gather({mine, 5, DType::i64, Device::cpu()},
-                   {all.data(), all.size(), DType::i64, Device::cpu()})
-      ->wait();
+  all_gather_host(*parts_.world, parts_.memory.get(), {mine, 5, DType::i64, Device::cpu()},
+                  {all.data(), all.size(), DType::i64, Device::cpu()});
   std::vector<RankSummary> ranks(n);
   for (std::size_t r = 0; r < n; ++r) {
     const auto* v = &all[5 * r];
@@ -538,7 +539,7 @@ TrainResult Trainer::train(bool resume) {
                       options_.max_grad_norm,
                       options_.micro_batches,
                       options_.skip_nonfinite_steps,
-                      cpu_allocator()};
+                      parts_.memory ? parts_.memory : cpu_allocator()};
   {
     const trace::Span span("setup", "run");
     parts_.strategy->setup(setup);

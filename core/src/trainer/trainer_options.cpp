@@ -2,6 +2,8 @@
 #include <string_view>
 
 #include "tessera/base/error.hpp"
+#include "tessera/plugin/device_memory_source.hpp"
+#include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/trainer.hpp"
 
@@ -79,6 +81,26 @@ TrainerOptions TrainerOptions::from(const Options& train) {
   return o;
 }
 
+namespace {
+
+// [runtime] device = cuda: the allocator of the GPU the world's transport moves for this rank.
+std::shared_ptr<DeviceAllocator> gpu_memory_of(const Config& config, const PluginRegistry& registry,
+                                               const Communicator& world) {
+  const std::string transport = config.section("runtime").get_string("transport");
+  for (int ordinal = 0; ordinal < 64; ++ordinal) {
+    if (!world.moves(Device::cuda(ordinal))) continue;
+    // The transport object hands out memory of its devices (DeviceMemorySource); a second one
+    // of the same plugin, unconnected, gives the same allocator.
+    const auto source = config.create<Transport>(registry, "runtime", "transport");
+    return memory_for(*source, Device::cuda(ordinal));
+  }
+  throw ConfigError("[runtime] device = cuda: transport '" + transport +
+                    "' moves host memory only, so the model cannot train on a GPU with it; set "
+                    "[runtime] transport = nccl (one GPU per rank), or device = cpu");
+}
+
+}  // namespace
+
 TrainerComponents build_trainer_components(const Config& config, const PluginRegistry& registry,
                                            std::shared_ptr<Communicator> world) {
   TrainerComponents parts;
@@ -93,6 +115,15 @@ TrainerComponents build_trainer_components(const Config& config, const PluginReg
       registry.find(PluginKind::strategy, config.section(section).get_string(key)).name;
   for (const auto* info : registry.plugins(PluginKind::strategy)) {
     parts.known_strategies.push_back(info->name);
+  }
+  if (config.section("runtime").get_string("device") == "cuda") {
+    if (section != "train") {
+      throw ConfigError(
+          "[runtime] device = cuda: strategy = elastic keeps the copies of the state and its "
+          "membership in host memory, which a GPU transport does not move; train elastic runs "
+          "with device = cpu");
+    }
+    parts.memory = gpu_memory_of(config, registry, *parts.world);
   }
   return parts;
 }

@@ -4,6 +4,7 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/device_memory.hpp"
+#include "tessera/strategy_kit/host_values.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 
@@ -39,8 +40,15 @@ void DdpStrategy::setup(const StrategySetup& setup) {
   params_ = Tensor({layout_.total}, DType::f32, allocator);  // zero-filled
   grads_ = Tensor({layout_.total}, DType::f32, allocator);
   sync_ = std::make_unique<GradientSynchronizer>(setup.world, config_.sync, allocator);
-  const auto params = params_.as<float>();
-  const auto grads = grads_.as<float>();
+  memory_ = allocator;
+  // Initialised on the host, then copied where the parameters live.
+  Tensor initial = on_host() ? params_.alias() : Tensor({layout_.total}, DType::f32);
+  const auto values = initial.as<float>();
+  const auto device_span = [](const Tensor& t) {
+    return std::span<float>(static_cast<float*>(t.view().data), t.count());
+  };
+  const auto params = device_span(params_);
+  const auto grads = device_span(grads_);
 
   // Each element is a pure function of (seed, parameter index, element index): every rank
   // computes the same bits, so no broadcast is needed.
@@ -52,16 +60,28 @@ void DdpStrategy::setup(const StrategySetup& setup) {
       const auto& flat = layout_.params[index];
       const auto param = params.subspan(flat.offset, flat.count);
       const auto grad = grads.subspan(flat.offset, flat.count);
-      initialize_parameter(spec, setup.seed, index, param);
-      views.params.push_back(view_of(param));
-      views.grads.push_back(view_of(grad));
+      initialize_parameter(spec, setup.seed, index, values.subspan(flat.offset, flat.count));
+      views.params.push_back(params_.view().slice(flat.offset, flat.count));
+      views.grads.push_back(grads_.view().slice(flat.offset, flat.count));
       views.sync_indices.push_back(sync_->add_parameter(flat.name, param, grad));
       ++index;
     }
     layers_.push_back(std::move(views));
   }
+  if (!on_host()) memory_->copy(params_.view(), initial.view());
   sync_->finalize();
-  (void)sync_->optimizer_state_for(*setup.optimizer);  // held from the start, as memory_report says
+  // Held from the start, as memory_report says.
+  (void)sync_->prepare_optimizer_state(*setup.optimizer);
+}
+
+std::vector<float> DdpStrategy::host_parameters() const {
+  const Tensor host = on_host() ? params_.alias() : params_.copy_to(cpu_allocator());
+  const auto values = host.as<float>();
+  return {values.begin(), values.end()};
+}
+
+Tensor DdpStrategy::where_parameters_are(const Tensor& inputs) const {
+  return on_host() ? inputs.alias() : inputs.copy_to(memory_);
 }
 
 LayerHooks DdpStrategy::hooks(bool last) const {
@@ -81,12 +101,14 @@ LayerHooks DdpStrategy::hooks(bool last) const {
 Tensor DdpStrategy::forward(const Tensor& inputs) const {
   const auto layers = model_layers(*setup_.model);
   MicroBatchContexts contexts;
-  return forward_layers({layers, 0, layers.size()}, inputs, hooks(false), contexts);
+  return forward_layers({layers, 0, layers.size()}, where_parameters_are(inputs), hooks(false),
+                        contexts);
 }
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                          float gradient_weight, bool last) {
-  return run_model_pass(*setup_.model, inputs, targets, hooks(last), gradient_weight);
+  return run_model_pass(*setup_.model, where_parameters_are(inputs), targets, hooks(last),
+                        gradient_weight);
 }
 
 StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -94,7 +116,7 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   const std::size_t n = batch_rows(batch.inputs);
   const auto world = static_cast<std::size_t>(setup_.world->size());
   const std::size_t global = global_batch_rows(n, world, info, "ddp");
-  if (!grads_zero_) std::ranges::fill(grads_.as<float>(), 0.0F);
+  if (!grads_zero_) fill_zero(*memory_, grads_.view());
   grads_zero_ = false;
 
   // The all-reduce averages over ranks; run_micro_batches weights each micro-batch's mean
@@ -110,7 +132,14 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   stats.correct = correct;
 
   // Issued after every bucket, so its place in the collective order is the same everywhere.
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
+  std::shared_ptr<Work> loss_work;
+  if (setup_.world->moves(Device::cpu())) {
+    loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
+  } else if (setup_.world->size() > 1) {
+    // A GPU transport moves device memory only: the sum travels through the GPU, at once.
+    all_reduce_host(*setup_.world, memory_.get(), {&loss_sum, 1, DType::f64, Device::cpu()},
+                    ReduceOp::sum);
+  }
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
   stats.loss = loss_sum / static_cast<double>(global);
@@ -145,14 +174,30 @@ void DdpStrategy::save(CheckpointWriter& writer) {
   if (setup_.world->rank() != 0 && !writer.every_rank_writes_replicated_state()) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
   save_param_index(writer, {"ddp", slots, params_of(layout_)});
-  save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(), sync_->optimizer_state(),
-                  slots);
+  if (on_host()) {
+    save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(),
+                    sync_->optimizer_state(), slots);
+    return;
+  }
+  const Tensor params = params_.copy_to(cpu_allocator());
+  const Tensor state = sync_->optimizer_state_tensor().copy_to(cpu_allocator());
+  save_flat_range(writer, layout_, 0, layout_.total, params.as<float>(), state.as<float>(), slots);
 }
 
 void DdpStrategy::load(const CheckpointReader& reader) {
-  load_flat_range(reader, layout_, 0, layout_.total, params_.as<float>(),
-                  sync_->optimizer_state_for(*setup_.optimizer),
-                  setup_.optimizer->state_per_param());
+  if (on_host()) {
+    load_flat_range(reader, layout_, 0, layout_.total, params_.as<float>(),
+                    sync_->optimizer_state_for(*setup_.optimizer),
+                    setup_.optimizer->state_per_param());
+    return;
+  }
+  const std::size_t slots = setup_.optimizer->state_per_param();
+  (void)sync_->prepare_optimizer_state(*setup_.optimizer);
+  Tensor params({layout_.total}, DType::f32);
+  Tensor state({slots * layout_.total}, DType::f32);
+  load_flat_range(reader, layout_, 0, layout_.total, params.as<float>(), state.as<float>(), slots);
+  memory_->copy(params_.view(), params.view());
+  memory_->copy(sync_->optimizer_state_tensor().view(), state.view());
 }
 
 void DdpStrategy::reconfigure(std::shared_ptr<Communicator> new_world,

@@ -1,7 +1,9 @@
 #pragma once
 // DDP: every rank holds the full parameters, gradients and optimizer state in flat fp32
 // storage (from StrategySetup::allocator) and applies the same update, with gradients averaged in
-// buckets that are all-reduced while backward still runs.
+// buckets that are all-reduced while backward still runs. On a GPU (an allocator of cuda:N)
+// the storage, the model's computation and the update are there; the batch's inputs are copied
+// to it, and checkpoints go through host copies.
 
 #include <memory>
 #include <span>
@@ -35,8 +37,10 @@ class DdpStrategy final : public Strategy {
   [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 
-  // The flat parameters (FlatLayout order), for tests and embedders that inspect them.
+  // The flat parameters (FlatLayout order), for tests and embedders that inspect them. Host
+  // memory only (InvalidArgument on a device); host_parameters() copies from anywhere.
   [[nodiscard]] std::span<const float> parameters() const { return params_.as<float>(); }
+  [[nodiscard]] std::vector<float> host_parameters() const;
   [[nodiscard]] const GradientSynchronizer& synchronizer() const { return *sync_; }
 
  private:
@@ -54,9 +58,13 @@ class DdpStrategy final : public Strategy {
   Tensor forward(const Tensor& inputs) const;
   // The layer runner's view of this rank's flat storage; gradients marked ready when `last`.
   [[nodiscard]] LayerHooks hooks(bool last) const;
+  // `inputs` where the parameters are (the host's tensor itself when they are on the host).
+  [[nodiscard]] Tensor where_parameters_are(const Tensor& inputs) const;
+  [[nodiscard]] bool on_host() const { return memory_->device() == Device::cpu(); }
 
   DdpConfig config_;
   StrategySetup setup_;
+  std::shared_ptr<DeviceAllocator> memory_;  // the setup's allocator (the host's if none)
   FlatLayout layout_;
   Tensor params_;  // f32, flat, from the setup's allocator
   Tensor grads_;

@@ -75,7 +75,7 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   reset();
   setup_ = setup;
   const Model& model = *setup.model;
-  const auto allocator = strategy_allocator(setup, "hybrid");
+  const auto allocator = host_strategy_allocator(setup, "hybrid");
 
   // Everything that can refuse the configuration comes before the first collective, so every
   // rank throws the same ConfigError instead of some waiting on the others.

@@ -73,7 +73,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero: micro_batches must be at least 1");
-  allocator_ = strategy_allocator(setup, stage_two() ? "zero2" : "zero1");
+  allocator_ = host_strategy_allocator(setup, stage_two() ? "zero2" : "zero1");
   setup_ = setup;
   layout_ = FlatLayout::of(*setup.model);
   TESSERA_CHECK(layout_.total > 0, "zero: the model has no parameters to shard");

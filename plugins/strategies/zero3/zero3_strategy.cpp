@@ -79,7 +79,7 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero3: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero3: micro_batches must be at least 1");
-  allocator_ = strategy_allocator(setup, "zero3");
+  allocator_ = host_strategy_allocator(setup, "zero3");
   setup_ = setup;
   const auto& model = *setup.model;
   const int rank = setup.world->rank();

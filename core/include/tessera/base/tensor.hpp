@@ -36,6 +36,11 @@ class Tensor {
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return count_ * dtype_size(dtype_); }
   [[nodiscard]] Device device() const noexcept { return device_; }
+  // Where the storage came from (null for a default-constructed tensor): the allocator that
+  // makes more memory on the same device, and copies to and from it.
+  [[nodiscard]] const std::shared_ptr<DeviceAllocator>& allocator() const noexcept {
+    return allocator_;
+  }
   [[nodiscard]] BufferView view() const noexcept {
     return {storage_.get(), count_, dtype_, device_};
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/base/device_allocator.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/dataset.hpp"
@@ -99,6 +100,9 @@ struct TrainerComponents {
   // Strategy names a checkpoint may have been written by (build_trainer_components: every
   // loaded strategy plugin); --resume refuses a checkpoint naming another. Empty: not checked.
   std::vector<std::string> known_strategies = {};
+  // Where the strategy keeps its state and the model computes (StrategySetup::allocator):
+  // null for the host; for [runtime] device = cuda, the allocator of the GPU `world` moves.
+  std::shared_ptr<DeviceAllocator> memory = nullptr;
 };
 
 // Creates the [train] section's model, optimizer, dataset and strategy through `registry`.

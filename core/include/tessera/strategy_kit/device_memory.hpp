@@ -18,4 +18,13 @@ namespace tessera {
 [[nodiscard]] std::shared_ptr<DeviceAllocator> strategy_allocator(const StrategySetup& setup,
                                                                   std::string_view strategy);
 
+// strategy_allocator() for a strategy that computes on the host only: also throws
+// InvalidArgument, naming `strategy`, for an allocator of any other device.
+[[nodiscard]] std::shared_ptr<DeviceAllocator> host_strategy_allocator(const StrategySetup& setup,
+                                                                       std::string_view strategy);
+
+// Sets every byte of `view` (host memory, or memory of `memory`'s device) to zero. On a device,
+// through copies from a zeroed host buffer (DeviceAllocator has no fill of its own).
+void fill_zero(DeviceAllocator& memory, BufferView view);
+
 }  // namespace tessera

@@ -56,11 +56,18 @@ struct GradientBucket {
 // storage) are reduced in place; others go through a staging buffer the synchronizer owns, in
 // host memory. The optimizer state comes from the allocator given at construction.
 //
+// Devices: parameters and gradients live on the allocator's device, the host by default. On
+// another device (a GPU) the spans passed to add_parameter hold device pointers, which the
+// synchronizer never reads on the host: buckets are all-reduced in place (gradients must be
+// adjacent, compression none, else finalize() throws InvalidArgument), the optimizer steps on
+// the device, and the norm is computed from a host copy of the gradients, bit for bit the
+// host path's.
+//
 // Thread-safety: none; drive one synchronizer from one thread.
 class GradientSynchronizer {
  public:
-  // `allocator` holds the optimizer state (null: cpu_allocator()); step() computes on the host,
-  // so it must hand out host-accessible memory.
+  // `allocator` holds the optimizer state (null: cpu_allocator()) and says where parameters and
+  // gradients live (its device).
   GradientSynchronizer(std::shared_ptr<Communicator> group, GradientSyncOptions options,
                        std::shared_ptr<DeviceAllocator> allocator = nullptr);
   ~GradientSynchronizer();
@@ -106,8 +113,12 @@ class GradientSynchronizer {
   // The optimizer state, run by run (each run slot-major over its elements); empty before the
   // first step() unless allocated through optimizer_state_for().
   [[nodiscard]] std::span<float> optimizer_state() const { return state_.as<float>(); }
+  // The same wherever it lives (on a device: as<float>() refuses; copy it with its allocator).
+  [[nodiscard]] const Tensor& optimizer_state_tensor() const noexcept { return state_; }
   // Allocates (zeroed) state for `optimizer` now, so a checkpoint can be loaded into it.
+  // Host memory only; prepare_optimizer_state() does the same wherever the state lives.
   std::span<float> optimizer_state_for(const Optimizer& optimizer);
+  const Tensor& prepare_optimizer_state(const Optimizer& optimizer);
 
   [[nodiscard]] const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
   [[nodiscard]] std::size_t parameter_count() const noexcept { return entries_.size(); }
@@ -132,6 +143,8 @@ class GradientSynchronizer {
   void issue_ready_buckets();
   void stage_in(std::size_t b);
   void stage_out(std::size_t b);
+  double clip_device_grad_norm(double max_norm);
+  [[nodiscard]] BufferView device_view(std::span<float> values) const;
 
   std::shared_ptr<Communicator> group_;
   GradientSyncOptions options_;
@@ -143,7 +156,9 @@ class GradientSynchronizer {
   std::size_t elements_ = 0;
   bool finalized_ = false;
   std::shared_ptr<DeviceAllocator> allocator_;
-  Tensor state_;  // f32, from allocator_
+  Device device_;                  // allocator_'s: where parameters and gradients live
+  std::vector<float> host_grads_;  // the gradients' host copy on a device (the norm)
+  Tensor state_;                   // f32, from allocator_
   std::size_t state_per_param_ = 0;
 };
 
