@@ -49,8 +49,11 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclComm> comm, Settings sett
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  // Operations still queued finish (or the communicator is aborted) before the word goes.
+  // The word is freed on the default stream after every operation enqueued so far, a barrier
+  // nobody waited for included: the free waits on the device, not here (a communicator whose
+  // peer never comes is aborted when its NcclComm goes, which ends those operations).
   comm_->flush_group();
+  comm_->order_before(nullptr);
   cuda::allocator_for(comm_->ordinal())->deallocate(barrier_word_, sizeof(std::int32_t));
 }
 

@@ -303,6 +303,19 @@ void NcclComm::flush_group() {
   }
 }
 
+void NcclComm::order_before(cudaStream_t stream) noexcept {
+  int previous = -1;
+  (void)cudaGetDevice(&previous);
+  if (previous != ordinal_) (void)cudaSetDevice(ordinal_);
+  cudaEvent_t done = nullptr;
+  if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess) {
+    if (cudaEventRecord(done, stream_) == cudaSuccess) (void)cudaStreamWaitEvent(stream, done, 0);
+    (void)cudaEventDestroy(done);  // released once it has fired
+  }
+  (void)cudaGetLastError();
+  if (previous != ordinal_ && previous >= 0) (void)cudaSetDevice(previous);
+}
+
 std::shared_ptr<NcclComm> NcclComm::split(int color, int key) {
   flush_group();
   if (auto error = failure()) std::rethrow_exception(error);

@@ -63,6 +63,11 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   // Runs the open group, if any. Safe from any thread.
   void flush_group();
 
+  // Makes `stream` (the default stream: null) wait for everything enqueued on this
+  // communicator's stream so far, without blocking the host: memory freed on `stream` after
+  // this call is freed only once those operations are done (or aborted).
+  void order_before(cudaStream_t stream) noexcept;
+
   // Collective: ncclCommSplit. nullptr for color < 0.
   [[nodiscard]] std::shared_ptr<NcclComm> split(int color, int key);
 
