@@ -17,8 +17,9 @@
  * ABI 2.0 differs from 1.x: the symbol is _v2; the descriptor carries the plugin's
  * capabilities (what the host may ask before creating anything); option_desc_size sits before
  * them and every option entry has its range fields; the C++ interfaces changed (docs/plugins.md,
- * "Porting a plugin from ABI 1"). ABI 2.1 appends CheckpointWriter::every_rank_writes_replicated_state
- * (a host-side virtual a plugin may call): a 2.0 host refuses a 2.1 plugin, a 2.1 host runs both.
+ * "Porting a plugin from ABI 1"). ABI 2.1 adds what a plugin may call or derive from in
+ * libtessera: CheckpointWriter::every_rank_writes_replicated_state and DeviceMemorySource
+ * (device_memory_source.hpp). A 2.0 host refuses a 2.1 plugin; a 2.1 host runs both.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
