@@ -338,6 +338,18 @@ TEST_F(ConfigCheckCli, TrainRefusesWhatConfigCheckRefusesBeforeStartingRanks) {
                     "is out of range");
 }
 
+// A GPU run over a transport that moves host memory only is refused before any rank starts,
+// naming where the device was asked for.
+TEST_F(ConfigCheckCli, ADeviceTheTransportCannotMoveIsRefusedBeforeRanksStart) {
+  const auto file = write(config_text({}));
+  expect_user_error(run_cli("config check " + file.string() + " --runtime.device=cuda"),
+                    "flag --runtime.device: ", "moves host memory only");
+  expect_user_error(run_cli("train --config " + file.string() + " --runtime.device=cuda"),
+                    "flag --runtime.device: ", "use [runtime] transport = nccl");
+  expect_user_error(run_cli("config check " + file.string() + " --runtime.device=tpu"),
+                    "flag --runtime.device: ", "cuda");
+}
+
 // Under a launcher, the world the config describes must be the world that meets.
 TEST_F(ConfigCheckCli, AWorldThatDoesNotAddUpUnderALauncherIsAnError) {
   // Against an older binary (CONFIG_CHECK_TEST_CLI) this would fork until fork fails.

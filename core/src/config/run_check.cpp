@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -292,9 +293,24 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
 
   (void)create_plugin<Transport>(config, registry, "runtime", "transport");
   const auto world_size = static_cast<int>(config.section("runtime").get_int("world_size"));
-  const bool processes =
-      registry.find(PluginKind::transport, value_of(config, "runtime", "transport"))
-          .capabilities.spans_processes;
+  const auto& transport =
+      registry.find(PluginKind::transport, value_of(config, "runtime", "transport"));
+  const bool processes = transport.capabilities.spans_processes;
+  if (value_of(config, "runtime", "device") == "cuda") {
+    // The trainer would find out only once every rank had connected.
+    const auto& devices = transport.capabilities.devices;
+    if (std::find(devices.begin(), devices.end(), DeviceType::cuda) == devices.end()) {
+      throw ConfigError(lead(config, "runtime", "device") + described(config, "runtime", "device") +
+                        ", but the transport " + described(config, "runtime", "transport") +
+                        " moves host memory only; use [runtime] transport = nccl (one GPU per "
+                        "rank), or device = cpu");
+    }
+    if (is_elastic(config)) {
+      throw ConfigError(lead(config, "runtime", "device") + described(config, "runtime", "device") +
+                        ", but strategy = elastic keeps the copies of the state in host memory; "
+                        "train elastic runs with device = cpu");
+    }
+  }
   check_host_can_run(
       world_size, processes,
       lead(config, "runtime", "world_size") + described(config, "runtime", "world_size"));
