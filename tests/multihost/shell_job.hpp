@@ -1,6 +1,7 @@
 #pragma once
 // Shell commands run in the background in their own process group, waited for with a deadline
-// (a job still running then is killed, group and all), and their output files read back.
+// (a job still running then is killed, group and all), their output files read back, and
+// their processes found by a variable in their environment.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -63,6 +66,23 @@ inline std::string read_text(const std::filesystem::path& path) {
 
 inline bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
+}
+
+// The pid of a process whose environment holds every one of `variables` (NAME=value), if any;
+// -1 if none. A test tags its job with a variable of its own, so that it finds that job's
+// worker and no other.
+inline pid_t process_with(const std::set<std::string>& variables) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::stringstream vars(text);
+    std::size_t found = 0;
+    for (std::string var; std::getline(vars, var, '\0');) found += variables.count(var);
+    if (found == variables.size()) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
 }
 
 }  // namespace tessera::test

@@ -247,10 +247,6 @@ TEST(Launch, ElasticFlagsOutsideAnElasticJobAreRefusedNamingWhatToAdd) {
   const auto join = launch({"-n", "1", "--elastic", "--join", "--", TESSERA_TEST_WORKER, "print"});
   EXPECT_EQ(join.exit_code, 2) << join.err;
   EXPECT_TRUE(contains(join.err, "--store HOST:PORT")) << join.err;
-  const auto etcd =
-      launch({"-n", "1", "--store", "etcd://127.0.0.1:2379", "--", TESSERA_TEST_WORKER, "print"});
-  EXPECT_EQ(etcd.exit_code, 2) << etcd.err;
-  EXPECT_TRUE(contains(etcd.err, "the etcd scheme is not supported")) << etcd.err;
 }
 
 TEST(Launch, MissingProcessCountIsAUsageError) {

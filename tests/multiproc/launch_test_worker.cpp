@@ -1,5 +1,6 @@
 // The worker `tessera launch` starts in the multi-process tests. argv[1] picks the behaviour:
-//   rendezvous        every rank joins the launcher's store, counts itself in, and waits for all
+//   rendezvous        every rank joins the launcher's store (TESSERA_STORE_URL), says which,
+//                     counts itself in, and waits for all
 //   print             rank lines on stdout and stderr, the last stdout line without a newline
 //   exit RANK CODE    rank RANK exits with CODE at once; the others wait to be stopped
 //   sigkill RANK      rank RANK kills itself with SIGKILL; the others wait to be stopped
@@ -23,6 +24,7 @@
 #include "tessera/plugin/store.hpp"
 #include "tessera/runtime/launch_env.hpp"
 #include "tessera/runtime/registry.hpp"
+#include "tessera/runtime/store_url.hpp"
 
 namespace {
 
@@ -37,8 +39,15 @@ void wait_to_be_stopped() {
 int rendezvous(const tessera::LaunchInfo& info) {
   tessera::PluginRegistry registry;
   registry.scan(tessera::PluginRegistry::default_search_path());
-  // Default options: the store finds the launcher through TESSERA_STORE_ADDR and _TOKEN.
-  auto store = registry.create<tessera::Store>("tcp", tessera::Options());
+  // The launcher's store as TESSERA_STORE_URL names it (tcp, etcd or file); the tcp store takes
+  // its token from TESSERA_STORE_TOKEN.
+  const auto url = tessera::parse_store_url(info.store_url, "TESSERA_STORE_URL");
+  const auto defaults = registry.default_options(tessera::PluginKind::store, url.scheme);
+  auto values = defaults.values();
+  for (const auto& [key, value] : url.plugin_options()) values[key] = value;
+  auto store = registry.create<tessera::Store>(
+      url.scheme, tessera::Options(defaults.section(), defaults.specs(), values));
+  std::cout << "store " << url.text() << "\n";
   const auto arrived = store->add("arrived", 1);
   store->set("rank/" + std::to_string(info.rank), std::to_string(::getpid()));
   if (arrived == info.world_size) store->set("everyone", "here");

@@ -16,9 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "../multihost/shell_job.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
+using tessera::test::process_with;
 using namespace std::chrono_literals;
 
 std::set<std::string> shm_entries() {
@@ -27,21 +30,6 @@ std::set<std::string> shm_entries() {
     names.insert(entry.path().filename().string());
   }
   return names;
-}
-
-// The pid of a process whose environment has every one of `variables` (NAME=value), if any.
-pid_t process_with(const std::set<std::string>& variables) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const auto name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "environ", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::stringstream vars(text);
-    std::size_t found = 0;
-    for (std::string var; std::getline(vars, var, '\0');) found += variables.count(var);
-    if (found == variables.size()) return static_cast<pid_t>(std::stol(name));
-  }
-  return -1;
 }
 
 std::size_t lines_of(const fs::path& file) {

@@ -26,7 +26,8 @@ TEST(LaunchEnv, ReadsEverythingTesseraLaunchSets) {
                                                      {"TESSERA_LOCAL_WORLD_SIZE", "4"},
                                                      {"TESSERA_NODE_RANK", "1"},
                                                      {"TESSERA_STORE_ADDR", "10.0.0.1:29500"},
-                                                     {"TESSERA_STORE_TOKEN", "abc"}});
+                                                     {"TESSERA_STORE_TOKEN", "abc"},
+                                                     {"TESSERA_STORE_URL", "etcd://e:2379/t/j/"}});
   EXPECT_EQ(info.source, "tessera");
   EXPECT_EQ(info.rank, 5);
   EXPECT_EQ(info.world_size, 8);
@@ -35,6 +36,7 @@ TEST(LaunchEnv, ReadsEverythingTesseraLaunchSets) {
   EXPECT_EQ(info.node_rank, 1);
   EXPECT_EQ(info.store_address, "10.0.0.1:29500");
   EXPECT_EQ(info.store_token, "abc");
+  EXPECT_EQ(info.store_url, "etcd://e:2379/t/j/");
 }
 
 TEST(LaunchEnv, TesseraLocalValuesDefaultToASingleHost) {

@@ -95,6 +95,82 @@ TEST_F(PlanWorld, AStoreThatKeepsItsKeysInOneProcessCannotJoinLaunchedProcesses)
                                    registry_, launched(0, 1)));
 }
 
+LaunchInfo launched_with_store(const std::string& url) {
+  auto launch = launched(1, 2);
+  launch.store_url = url;
+  launch.store_token = "job-token";
+  return launch;
+}
+
+constexpr const char* kEtcdJob = "etcd://127.0.0.1:2379/tessera/j1/";
+
+TEST_F(PlanWorld, ALaunchersStoreWinsOverTheDefaultStore) {
+  const auto plan =
+      plan_world(config({"--runtime.transport=shm"}), registry_, launched_with_store(kEtcdJob));
+  EXPECT_EQ(plan.store, "etcd");
+  EXPECT_EQ(plan.store_options, (std::map<std::string, std::string>{{"endpoints", "127.0.0.1:2379"},
+                                                                    {"prefix", "tessera/j1/"}}));
+}
+
+TEST_F(PlanWorld, ALaunchersStoreWinsOverTcpWithNoServerOfItsOwn) {
+  const auto plan = plan_world(config({"--runtime.transport=shm", "--runtime.store=tcp"}),
+                               registry_, launched_with_store("file:///shared/j1"));
+  EXPECT_EQ(plan.store, "file");
+  EXPECT_EQ(plan.store_options, (std::map<std::string, std::string>{{"path", "/shared/j1"}}));
+}
+
+TEST_F(PlanWorld, ALaunchersTcpStoreCarriesTheJobToken) {
+  const auto plan = plan_world(config({"--runtime.transport=shm"}), registry_,
+                               launched_with_store("tcp://127.0.0.1:29500"));
+  EXPECT_EQ(plan.store, "tcp");
+  EXPECT_EQ(plan.store_options,
+            (std::map<std::string, std::string>{
+                {"host", "127.0.0.1"}, {"port", "29500"}, {"token", "job-token"}}));
+}
+
+TEST_F(PlanWorld, AConfigNamingTheLaunchersPluginKeepsItsOtherOptions) {
+  const auto plan = plan_world(
+      config({"--runtime.transport=shm", "--runtime.store=etcd", "--store.etcd.timeout=5s"}),
+      registry_, launched_with_store(kEtcdJob));
+  EXPECT_EQ(plan.store, "etcd");
+  EXPECT_FALSE(plan.store_options.contains("timeout"));
+}
+
+TEST_F(PlanWorld, AConfigNamingAnotherStoreThanTheLaunchersIsRefusedNamingBoth) {
+  EXPECT_TRUE(contains(
+      plan_error({"--runtime.transport=shm", "--runtime.store=file", "--store.file.path=/x"},
+                 launched_with_store(kEtcdJob)),
+      "flag --runtime.store: [runtime] store = file (flag --runtime.store) but the launcher "
+      "gives this worker the etcd store etcd://127.0.0.1:2379/tessera/j1/ (TESSERA_STORE_URL, "
+      "from tessera launch --store); remove runtime.store"));
+  EXPECT_TRUE(contains(plan_error({"--runtime.transport=shm", "--runtime.store=memory"},
+                                  launched_with_store(kEtcdJob)),
+                       "[runtime] store = memory (flag --runtime.store) but the launcher"));
+  // tcp with a server of its own is another store.
+  EXPECT_TRUE(contains(plan_error({"--runtime.transport=shm", "--runtime.store=tcp",
+                                   "--store.tcp.host=10.1.1.1", "--store.tcp.port=29500"},
+                                  launched_with_store(kEtcdJob)),
+                       "[runtime] store = tcp (flag --runtime.store) but the launcher gives"));
+}
+
+TEST_F(PlanWorld, AConfigPointingTheLaunchersPluginElsewhereIsRefusedNamingBoth) {
+  EXPECT_TRUE(contains(
+      plan_error({"--runtime.transport=shm", "--runtime.store=etcd", "--store.etcd.prefix=mine/"},
+                 launched_with_store(kEtcdJob)),
+      "flag --store.etcd.prefix: [store.etcd] prefix = mine/ (flag --store.etcd.prefix) but the "
+      "launcher gives this worker the etcd store etcd://127.0.0.1:2379/tessera/j1/ "
+      "(TESSERA_STORE_URL, from tessera launch --store), where prefix = tessera/j1/"));
+  // The same value is no conflict.
+  EXPECT_NO_THROW((void)plan_world(config({"--runtime.transport=shm", "--runtime.store=etcd",
+                                           "--store.etcd.prefix=tessera/j1/"}),
+                                   registry_, launched_with_store(kEtcdJob)));
+}
+
+TEST_F(PlanWorld, AMalformedLauncherStoreUrlNamesTheVariable) {
+  EXPECT_TRUE(contains(plan_error({"--runtime.transport=shm"}, launched_with_store("etcd://h:x")),
+                       "environment TESSERA_STORE_URL etcd://h:x: 'h:x' has no port"));
+}
+
 TEST_F(PlanWorld, ThreadsInEachOfSeveralLaunchedProcessesWouldTrainAlone) {
   EXPECT_TRUE(contains(plan_error({"--runtime.transport=local"}, launched(1, 2)),
                        "runs every rank as a thread of one process, but this process is rank 1 "

@@ -8,6 +8,7 @@
 #include "tessera/runtime/launcher.hpp"
 #include "tessera/runtime/registry.hpp"
 #include "tessera/runtime/run_check.hpp"
+#include "tessera/runtime/store_url.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
@@ -15,17 +16,18 @@ namespace tessera::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: tessera launch -n N [options] [--] PROGRAM [ARGS...]
-       tessera launch --nnodes M --node-rank R --store HOST:PORT -n N [options] [--] PROGRAM ...
+       tessera launch --nnodes M --node-rank R --store URL -n N [options] [--] PROGRAM ...
        tessera launch --elastic [--min-workers A] [--max-workers B] [--max-restarts R] -n N ...
-       tessera launch --elastic --join --store HOST:PORT -n N [options] [--] PROGRAM ...
+       tessera launch --elastic --join --store URL -n N [options] [--] PROGRAM ...
 
-Starts N processes of PROGRAM on this host, serves the job's tcp store, and gives each worker
-TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_LOCAL_RANK, TESSERA_LOCAL_WORLD_SIZE,
-TESSERA_NODE_RANK, TESSERA_NNODES, TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN. Exits 0 when
-every worker exits 0; when one fails, stops the others and exits with its code (128 + signal
-if killed). On several hosts, run one launcher per host: node 0 serves the store at HOST:PORT,
-every node's workers dial it, and rank = R * N + local rank. Every node needs the same token
-in TESSERA_STORE_TOKEN (or --store-token).
+Starts N processes of PROGRAM on this host, serves the job's tcp store (or opens the etcd or
+file store --store names), and gives each worker TESSERA_RANK, TESSERA_WORLD_SIZE,
+TESSERA_LOCAL_RANK, TESSERA_LOCAL_WORLD_SIZE, TESSERA_NODE_RANK, TESSERA_NNODES,
+TESSERA_STORE_URL, TESSERA_STORE_TOKEN (and TESSERA_STORE_ADDR for tcp). Exits 0 when every
+worker exits 0; when one fails, stops the others and exits with its code (128 + signal if
+killed). On several hosts, run one launcher per host: they meet in the store --store names
+(node 0 serves a tcp one), and rank = R * N + local rank. Every node needs the same token in
+TESSERA_STORE_TOKEN (or --store-token), or with etcd and file the same --job-id.
 
 options:
   -n, --nproc N          number of worker processes (required)
@@ -35,14 +37,21 @@ options:
   --no-prefix            relay stdout lines without the "[rank R] " prefix (stderr keeps it)
   --nnodes M             hosts in the job, one launcher on each (default 1)
   --node-rank R          this host's index, 0..M-1; node 0 serves the store (default 0)
-  --store HOST:PORT      where node 0 serves the store and every node dials it (required
-                         with --nnodes > 1 and --join; node 0 binds HOST unless --store-host
-                         says else); tcp://HOST:PORT is the same
+  --store URL            where the job meets (required with --nnodes > 1 and --join):
+                         HOST:PORT or tcp://HOST:PORT: node 0 serves tessera's tcp store
+                         there (binding HOST unless --store-host says else), every node
+                         dials it; etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: an etcd v3
+                         server, keys under PREFIX (default tessera/)<job id>/;
+                         file:///ABS/PATH: a folder every node sees, the job in PATH/<job id>
+  --job-id ID            etcd and file: the job's namespace (letters, digits . _ -; default:
+                         derived from the token, so every node given one token agrees)
+  --store-timeout T      how long the launcher's store requests retry a store that does not
+                         answer (default: the store's own, etcd 30s, tcp and file 300s)
   --store-token T        the job token (default: TESSERA_STORE_TOKEN; with one node and
                          neither, a random one). Prefer the variable: arguments are visible
                          to every user of the host in ps
-  --store-host HOST      address the store server binds (default 127.0.0.1)
-  --store-port PORT      port the store server binds (default 0: a free one)
+  --store-host HOST      tcp: address the store server binds (default 127.0.0.1)
+  --store-port PORT      tcp: port the store server binds (default 0: a free one)
   --elastic              an elastic job (the workers train with strategy = elastic): a
                          failed worker no longer stops the others; the job succeeds when a
                          worker finishes the run, fails when every worker failed
@@ -51,7 +60,7 @@ options:
   --max-restarts R       elastic: replace up to R failed workers of this host, in all; each
                          replacement (id n0.w1 -> n0.w1.r1) joins at the next step boundary
   --join                 elastic: start this host's workers into a job already running,
-                         whose store --store names (same TESSERA_STORE_TOKEN); they are
+                         whose store --store names (same TESSERA_STORE_TOKEN or --job-id); they are
                          admitted at its next step boundary while it is below max_workers
   --timeout T            stop the job after T (e.g. 90s, 2h; default: no limit); exit 124
   --grace T              wait T between SIGTERM and SIGKILL when stopping workers (default 3s)
@@ -70,6 +79,7 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   LaunchOptions options;
   bool have_n = false;
   bool have_bind_host = false;
+  bool have_bind_port = false;
   std::size_t i = 0;
   const auto value_of = [&](const std::string& flag) -> std::string {
     if (i + 1 >= args.size()) throw UsageError("launch: " + flag + " needs a value");
@@ -109,16 +119,11 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     } else if (a == "--node-rank") {
       options.node_rank = parse_count(a, value_of(a));
     } else if (a == "--store") {
-      options.store_address = value_of(a);
-      if (options.store_address.starts_with("tcp://")) {
-        options.store_address = options.store_address.substr(6);
-      } else if (const auto scheme = options.store_address.find("://");
-                 scheme != std::string::npos) {
-        throw UsageError(
-            "launch: --store " + options.store_address + ": the launcher serves and dials " +
-            "tessera's tcp store only (tcp://HOST:PORT or HOST:PORT); the " +
-            options.store_address.substr(0, scheme) + " scheme is not supported by tessera launch");
-      }
+      options.store_url = value_of(a);
+    } else if (a == "--job-id") {
+      options.job_id = value_of(a);
+    } else if (a == "--store-timeout") {
+      options.store_timeout = parse_duration(value_of(a));
     } else if (a == "--elastic") {
       options.elastic = true;
     } else if (a == "--join") {
@@ -139,6 +144,7 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       have_bind_host = true;
     } else if (a == "--store-port") {
       options.store_port = parse_count(a, value_of(a));
+      have_bind_port = true;
     } else if (a == "--timeout") {
       options.timeout = parse_duration(value_of(a));
     } else if (a == "--grace") {
@@ -150,14 +156,35 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   if (!have_n) throw UsageError("launch: -n N is required (see tessera launch --help)");
   if (!options.environment.empty() && !options.elastic)
     throw UsageError("launch: --min-workers and --max-workers are for elastic jobs: add --elastic");
-  if (!options.store_address.empty() && !have_bind_host) {
-    // Bind exactly the address the other nodes dial: nothing else on the host is exposed.
-    const auto colon = options.store_address.rfind(':');
-    if (colon == std::string::npos || colon == 0)
-      throw UsageError("launch: --store expects HOST:PORT, not '" + options.store_address + "'");
-    options.store_host = options.store_address.substr(0, colon);
-    if (options.store_host.size() > 2 && options.store_host.front() == '[')
-      options.store_host = options.store_host.substr(1, options.store_host.size() - 2);
+  if (!options.store_url.empty()) {
+    StoreUrl url;
+    try {
+      url = parse_store_url(options.store_url, "launch: --store");
+    } catch (const ConfigError& e) {
+      throw UsageError(e.what());
+    }
+    if (url.scheme != "tcp" && (have_bind_host || have_bind_port))
+      throw UsageError(
+          "launch: --store-host and --store-port bind the tcp store the launcher "
+          "serves; with --store " +
+          options.store_url + " nothing is served");
+    if (url.scheme == "tcp" && !have_bind_host) {
+      // Bind exactly the address the other nodes dial: nothing else on the host is exposed.
+      options.store_host = url.plugin_options().at("host");
+    }
+  }
+  if (!options.job_id.empty()) {
+    if (options.store_url.empty() || options.store_url.find("://") == std::string::npos ||
+        options.store_url.starts_with("tcp://"))
+      throw UsageError(
+          "launch: --job-id names the job's keys in an etcd or file store: add "
+          "--store etcd://HOST:PORT or --store file:///PATH (a tcp store serves "
+          "one job and needs no id)");
+    try {
+      check_job_id(options.job_id, "launch: --job-id");
+    } catch (const ConfigError& e) {
+      throw UsageError(e.what());
+    }
   }
   options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (options.command.empty()) throw UsageError("launch: no program given after --");

@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kReservedNames[] = {
     "TESSERA_RANK",       "TESSERA_WORLD_SIZE",  "TESSERA_LOCAL_RANK",  "TESSERA_LOCAL_WORLD_SIZE",
     "TESSERA_STORE_ADDR", "TESSERA_STORE_TOKEN", "TESSERA_PLUGIN_PATH", "TESSERA_NODE_RANK",
-    "TESSERA_NNODES",     "TESSERA_WORKER_ID",
+    "TESSERA_NNODES",     "TESSERA_WORKER_ID",   "TESSERA_STORE_URL",
 };
 constexpr std::string_view kReservedPrefix = "TESSERA_LAUNCH_";
 

@@ -160,6 +160,7 @@ LaunchInfo launch_info_from_environment(const Environment& environment) {
   }
   info.store_address = lookup(environment, "TESSERA_STORE_ADDR").value_or("");
   info.store_token = lookup(environment, "TESSERA_STORE_TOKEN").value_or("");
+  info.store_url = lookup(environment, "TESSERA_STORE_URL").value_or("");
   info.worker_id = lookup(environment, "TESSERA_WORKER_ID").value_or("");
   return info;
 }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -19,6 +20,7 @@
 #include "signal_relay.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/launch_env.hpp"
+#include "tessera/runtime/store_url.hpp"
 #include "worker_process.hpp"
 
 namespace tessera {
@@ -45,17 +47,58 @@ constexpr auto kStorePollTimeout = std::chrono::milliseconds(3000);
 // Shorter tokens are refused for a store that other hosts can reach.
 constexpr std::size_t kMinSharedTokenLength = 16;
 
+// The store plugin `plugin` with its defaults, `values` over them, and `timeout` if given.
+std::shared_ptr<Store> create_store(const PluginRegistry& registry, const std::string& plugin,
+                                    const std::map<std::string, std::string>& values,
+                                    std::optional<Duration> timeout) {
+  const Options defaults = registry.default_options(PluginKind::store, plugin);
+  auto all = defaults.values();
+  for (const auto& [key, value] : values) all[key] = value;
+  if (timeout) all["timeout"] = std::to_string(timeout->count()) + "ms";
+  return registry.create<Store>(plugin, Options(defaults.section(), defaults.specs(), all));
+}
+
 std::shared_ptr<Store> tcp_store(const PluginRegistry& registry, bool serve,
                                  const std::string& host, int port, const std::string& token,
                                  std::optional<Duration> timeout) {
-  const Options defaults = registry.default_options(PluginKind::store, "tcp");
-  auto values = defaults.values();
-  values["serve"] = serve ? "true" : "false";
-  values["host"] = host;
-  values["port"] = std::to_string(port);
-  values["token"] = token;
-  if (timeout) values["timeout"] = std::to_string(timeout->count()) + "ms";
-  return registry.create<Store>("tcp", Options(defaults.section(), defaults.specs(), values));
+  return create_store(registry, "tcp",
+                      {{"serve", serve ? "true" : "false"},
+                       {"host", host},
+                       {"port", std::to_string(port)},
+                       {"token", token}},
+                      timeout);
+}
+
+// Opens the job's etcd or file store and reads from it once, so that a store that does not
+// answer fails here, naming --store, rather than in every worker.
+std::shared_ptr<Store> external_store(const PluginRegistry& registry, const LaunchOptions& options,
+                                      const StoreUrl& job, std::optional<Duration> timeout) {
+  const auto lead = "launch: --store " + options.store_url + ": ";
+  try {
+    auto store = create_store(registry, job.scheme, job.plugin_options(), timeout);
+    (void)store->check("tessera.launch/nnodes");
+    return store;
+  } catch (const ConfigError& e) {
+    throw ConfigError(lead + e.what());
+  } catch (const PluginError& e) {
+    throw PluginError(lead + "no " + job.scheme + " store plugin to open it (" + e.what() + ")");
+  } catch (const std::exception& e) {
+    throw Error(lead + "the job's " + job.scheme + " store at " + job.text() +
+                " does not answer (" + e.what() + "); start it there or point --store at one " +
+                "that runs" + (job.scheme == "etcd" ? " (--store-timeout bounds the wait)" : ""));
+  }
+}
+
+// Removes an etcd or file store's job namespace once the job is over: what is left would only
+// stop a later job with the same id (the same token) from claiming its node ranks.
+void forget_job(Store& store, const StoreUrl& job, int stderr_fd);
+
+// "tcp://host:port", an IPv6 host in brackets.
+std::string tcp_url(const std::string& address) {
+  const auto colon = address.rfind(':');
+  auto host = address.substr(0, colon);
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return "tcp://" + host + address.substr(colon);
 }
 
 std::pair<std::string, int> split_store_address(const std::string& address) {
@@ -85,10 +128,11 @@ void check_nodes(const LaunchOptions& options) {
   if (options.node_rank < 0 || options.node_rank >= options.nodes)
     throw ConfigError("launch: --node-rank " + std::to_string(options.node_rank) +
                       " is not in 0.." + std::to_string(options.nodes - 1));
-  if (options.join && (options.nodes > 1 || options.store_address.empty() || !options.elastic))
+  if (options.join && (options.nodes > 1 || options.store_url.empty() || !options.elastic))
     throw ConfigError(
         "launch: --join starts this host's workers into an elastic job already running: it "
-        "needs --elastic and --store HOST:PORT (the job's store), and takes no --nnodes");
+        "needs --elastic and --store HOST:PORT (the job's store, or etcd://... or file://...), "
+        "and takes no --nnodes");
   if (options.max_restarts < 0)
     throw ConfigError("launch: --max-restarts must be at least 0, not " +
                       std::to_string(options.max_restarts));
@@ -96,25 +140,32 @@ void check_nodes(const LaunchOptions& options) {
     throw ConfigError(
         "launch: --max-restarts replaces failed workers of an elastic job: add "
         "--elastic (and train with strategy = elastic)");
-  if (options.nodes > 1 && options.store_address.empty())
+  if (options.nodes > 1 && options.store_url.empty())
     throw ConfigError(
-        "launch: a job on several nodes needs --store HOST:PORT, the address where node 0 "
-        "serves the store and every node dials it");
+        "launch: a job on several nodes needs --store: HOST:PORT where node 0 serves the store "
+        "and every node dials it, or etcd://HOST:PORT or file:///SHARED/PATH that every node "
+        "reaches");
+  if (!options.job_id.empty()) check_job_id(options.job_id, "launch: --job-id");
 }
 
-// A multi-node job cannot draw its token on one node alone: the others must present it too.
-std::string job_token(const LaunchOptions& options, const std::map<std::string, std::string>& env) {
+// A multi-node job cannot draw its token on one node alone: the others must present it too. An
+// etcd or file store admits anyone who reaches it, so there the token only names the job, which
+// --job-id may do instead.
+std::string job_token(const LaunchOptions& options, const std::map<std::string, std::string>& env,
+                      bool external) {
   std::string token = options.store_token;
   if (token.empty() && env.contains("TESSERA_STORE_TOKEN")) token = env.at("TESSERA_STORE_TOKEN");
+  const bool named_by_id = external && !options.job_id.empty();
   if (token.empty()) {
-    if (options.nodes > 1 || options.join)
+    if ((options.nodes > 1 || options.join) && !named_by_id)
       throw ConfigError(
           "launch: a job on several nodes (or joined by --join) needs the same store token on "
           "every node: set "
-          "TESSERA_STORE_TOKEN (or --store-token) to one secret, e.g. `openssl rand -hex 32`");
+          "TESSERA_STORE_TOKEN (or --store-token) to one secret, e.g. `openssl rand -hex 32`" +
+          std::string(external ? ", or give every node the same --job-id" : ""));
     return random_store_token();
   }
-  if (options.nodes > 1 && token.size() < kMinSharedTokenLength)
+  if (options.nodes > 1 && !named_by_id && token.size() < kMinSharedTokenLength)
     throw ConfigError("launch: the store token is " + std::to_string(token.size()) +
                       " characters; a store other hosts can reach needs at least " +
                       std::to_string(kMinSharedTokenLength) + " (e.g. `openssl rand -hex 32`)");
@@ -142,19 +193,26 @@ std::string worker_id(const LaunchOptions& options, int local_rank, int restart)
   return id;
 }
 
+// `store`: TESSERA_STORE_URL, and TESSERA_STORE_ADDR for a tcp store (an empty value unsets it).
 std::vector<std::string> worker_environment(const std::map<std::string, std::string>& base,
                                             const LaunchOptions& options, int local_rank,
-                                            const std::string& address, const std::string& token,
-                                            const std::string& id) {
+                                            const std::map<std::string, std::string>& store,
+                                            const std::string& token, const std::string& id) {
   auto env = base;
   for (const auto& [name, value] : options.environment) env[name] = value;
+  for (const auto& [name, value] : store) {
+    if (value.empty()) {
+      env.erase(name);
+    } else {
+      env[name] = value;
+    }
+  }
   env["TESSERA_RANK"] = std::to_string(options.node_rank * options.processes + local_rank);
   env["TESSERA_WORLD_SIZE"] = std::to_string(options.nodes * options.processes);
   env["TESSERA_LOCAL_RANK"] = std::to_string(local_rank);
   env["TESSERA_LOCAL_WORLD_SIZE"] = std::to_string(options.processes);
   env["TESSERA_NODE_RANK"] = std::to_string(options.node_rank);
   env["TESSERA_NNODES"] = std::to_string(options.nodes);
-  env["TESSERA_STORE_ADDR"] = address;
   env["TESSERA_STORE_TOKEN"] = token;
   env["TESSERA_WORKER_ID"] = id;
   std::vector<std::string> out;
@@ -387,6 +445,23 @@ class Job {
 
 }  // namespace
 
+namespace {
+
+void forget_job(Store& store, const StoreUrl& job, int stderr_fd) {
+  try {
+    if (job.scheme == "file") {
+      std::filesystem::remove_all(job.path);
+    } else {
+      for (const auto& [key, value] : store.list("")) store.remove(key);
+    }
+  } catch (const std::exception& e) {
+    print(stderr_fd, "could not remove the job's keys from " + job.text() + " (" + e.what() +
+                         "); a later job with the same id may find them");
+  }
+}
+
+}  // namespace
+
 std::string random_store_token() {
   unsigned char bytes[32];
   const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -420,37 +495,65 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   const auto program = launch::resolve_program(options.command.front(), path);
 
   check_nodes(options);
-  const auto token = job_token(options, base_env);
+  std::optional<StoreUrl> where;
+  if (!options.store_url.empty()) where = parse_store_url(options.store_url, "launch: --store");
+  const bool external = where && where->scheme != "tcp";
+  const auto token = job_token(options, base_env, external);
 
-  // Node 0 serves; the other nodes only dial. Both keep their store object until the end.
+  // tcp: node 0 serves, the other nodes only dial. etcd, file: every node opens the job's
+  // namespace of a store that runs without the launchers. All keep their store to the end.
   std::shared_ptr<Store> store;
-  std::string address = options.store_address;
-  if (options.join) {
+  std::optional<StoreUrl> job_store;
+  std::string address = where && !external ? where->endpoints.front() : std::string();
+  if (external) {
+    job_store = where->for_job(options.job_id.empty() ? job_id_from_token(token) : options.job_id);
+    store = external_store(registry, options, *job_store, options.store_timeout);
+  } else if (options.join) {
     // The running job's store: dialled, not served.
     const auto [host, port] = split_store_address(address);
-    store = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+    store = tcp_store(registry, false, host, port, token,
+                      options.store_timeout.value_or(kStorePollTimeout));
   } else if (options.node_rank == 0) {
     int port = options.store_port;
     if (port == 0 && !address.empty()) port = split_store_address(address).second;
-    store = tcp_store(registry, true, options.store_host, port, token, std::nullopt);
+    store = tcp_store(registry, true, options.store_host, port, token, options.store_timeout);
     if (address.empty()) address = store->address();
   }
   std::optional<launch::NodeGroup> group;
   if (options.nodes > 1) {
-    const auto [host, port] = split_store_address(address);
-    auto poll = tcp_store(registry, false, host, port, token, kStorePollTimeout);
-    // Node 0 may come up later than this one: joining waits as long as the workers would.
-    auto join = store ? store : tcp_store(registry, false, host, port, token, options.timeout);
+    std::shared_ptr<Store> poll;
+    std::shared_ptr<Store> join = store;
+    std::string lost;
+    if (external) {
+      poll = external_store(registry, options, *job_store, kStorePollTimeout);
+      lost = job_store->scheme + " store " + job_store->text() + " does not answer";
+    } else {
+      const auto [host, port] = split_store_address(address);
+      poll = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+      // Node 0 may come up later than this one: joining waits as long as the workers would.
+      if (!join)
+        join = tcp_store(registry, false, host, port, token,
+                         options.store_timeout ? options.store_timeout : options.timeout);
+      lost = "is node 0 gone?";
+    }
     try {
-      group.emplace(join, std::move(poll), options.nodes, options.node_rank, options.processes);
+      group.emplace(join, std::move(poll), options.nodes, options.node_rank, options.processes,
+                    lost);
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {
       // Rethrown with what the launcher was doing and where.
       throw Error("launch: node " + std::to_string(options.node_rank) +
-                  " cannot join the job's store at " + address + ": " + e.what());
+                  " cannot join the job's store at " + (job_store ? job_store->text() : address) +
+                  ": " + e.what());
     }
     if (!store) store = std::move(join);
+  }
+  std::map<std::string, std::string> store_env;
+  if (external) {
+    store_env = {{"TESSERA_STORE_URL", job_store->text()}, {"TESSERA_STORE_ADDR", ""}};
+  } else {
+    store_env = {{"TESSERA_STORE_URL", tcp_url(address)}, {"TESSERA_STORE_ADDR", address}};
   }
 
   launch::SignalRelay signals;
@@ -460,10 +563,10 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
         launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
     const auto spawn = [&](int local, const std::string& id) {
       const auto r = static_cast<std::size_t>(local);
-      return launch::spawn_worker(options.node_rank * options.processes + local, program,
-                                  options.command,
-                                  worker_environment(base_env, options, local, address, token, id),
-                                  cpu_sets.empty() ? nullptr : &cpu_sets[r]);
+      return launch::spawn_worker(
+          options.node_rank * options.processes + local, program, options.command,
+          worker_environment(base_env, options, local, store_env, token, id),
+          cpu_sets.empty() ? nullptr : &cpu_sets[r]);
     };
     Job job(options, group ? &*group : nullptr, store, spawn);
     for (int rank = 0; rank < options.processes; ++rank) {
@@ -486,10 +589,13 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
         return false;
       });
       if (!missing.empty())
-        print(options.stderr_fd, "stopping the store while node(s) " + missing +
-                                     " have not reported their workers finished");
+        print(options.stderr_fd, (external ? "removing the job's keys while node(s) "
+                                           : "stopping the store while node(s) ") +
+                                     missing + " have not reported their workers finished");
     }
   }
+  if (external && options.node_rank == 0 && !options.join)
+    forget_job(*store, *job_store, options.stderr_fd);
   return result;
 }
 

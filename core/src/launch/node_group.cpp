@@ -36,14 +36,16 @@ std::string agree(Store& store, const std::string& key, const std::string& value
 }  // namespace
 
 NodeGroup::NodeGroup(const std::shared_ptr<Store>& join_store, std::shared_ptr<Store> poll_store,
-                     int nodes, int node_rank, int processes)
-    : store_(std::move(poll_store)), nodes_(nodes), node_rank_(node_rank) {
+                     int nodes, int node_rank, int processes, std::string lost)
+    : store_(std::move(poll_store)), nodes_(nodes), node_rank_(node_rank), lost_(std::move(lost)) {
   const auto me = this_launcher();
   const auto owner = agree(*join_store, node_key(node_rank), me);
   if (owner != me)
     throw ConfigError("launch: node rank " + std::to_string(node_rank) +
                       " is already taken by the launcher on " + owner +
-                      " (give each host its own --node-rank)");
+                      " (give each host its own --node-rank; if that launcher is gone, a job "
+                      "with the same token or --job-id left its keys in the store: give this "
+                      "job another one)");
   const auto nnodes = agree(*join_store, kPrefix + std::string("nnodes"), std::to_string(nodes));
   if (nnodes != std::to_string(nodes))
     throw ConfigError("launch: this node says --nnodes " + std::to_string(nodes) +
@@ -70,8 +72,8 @@ std::optional<NodeFailure> NodeGroup::remote_failure() {
     return NodeFailure{std::stoi(text.substr(first + 1, second - first - 1)),
                        "node " + text.substr(0, first) + ": " + text.substr(second + 1)};
   } catch (const std::exception& e) {
-    // Node 0's launcher serves the store: losing it means that node is gone.
-    return NodeFailure{1, std::string("lost the job's store (is node 0 gone?): ") + e.what()};
+    // A tcp store is node 0's: losing it means that node is gone.
+    return NodeFailure{1, "lost the job's store (" + lost_ + "): " + e.what()};
   }
 }
 

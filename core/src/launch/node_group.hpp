@@ -23,9 +23,10 @@ class NodeGroup {
   // Claims `node_rank` and checks that every node starts `processes` workers. Blocking on
   // `join_store` (which retries until its own timeout while node 0 is not up yet); throws
   // ConfigError when the node rank is taken or -n disagrees. `poll_store` is used afterwards
-  // from the launcher's loop, so it should give up quickly when the store is gone.
+  // from the launcher's loop, so it should give up quickly when the store is gone; `lost` says
+  // what losing it likely means ("is node 0 gone?").
   NodeGroup(const std::shared_ptr<Store>& join_store, std::shared_ptr<Store> poll_store, int nodes,
-            int node_rank, int processes);
+            int node_rank, int processes, std::string lost);
 
   // A failure another node posted, checked at most every few hundred milliseconds (cheap to
   // call in a loop). A store that no longer answers counts as a failure: node 0 is gone.
@@ -46,6 +47,7 @@ class NodeGroup {
   std::shared_ptr<Store> store_;
   int nodes_;
   int node_rank_;
+  std::string lost_;
   std::chrono::steady_clock::time_point next_poll_{};
   bool posted_ = false;
 };

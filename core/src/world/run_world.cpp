@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/transport.hpp"
 #include "tessera/runtime/world.hpp"
@@ -94,6 +95,9 @@ void check_world_adds_up(const Config& config, const PluginRegistry& registry,
                       " processes (tessera launch -n " + std::to_string(size) +
                       ") or remove world_size");
   }
+  // A launcher's store URL names a store that spans processes; launcher_store() checks it
+  // against runtime.store.
+  if (!launch.store_url.empty()) return;
   const auto& store = selected(config, registry, PluginKind::store, "store");
   if (launch.world_size > 1 && !store.capabilities.spans_processes) {
     throw ConfigError(lead("store") + "[runtime] store = " + runtime.get_string("store") + " (" +
@@ -102,6 +106,17 @@ void check_world_adds_up(const Config& config, const PluginRegistry& registry,
                       " processes; use a store that spans processes (tcp, the launcher's, or "
                       "file)");
   }
+}
+
+// The plan's store: the launcher's, or runtime.store as configured.
+std::shared_ptr<Store> open_store(const Config& config, const PluginRegistry& registry,
+                                  const WorldPlan& plan) {
+  if (plan.store.empty()) return config.create<Store>(registry, "runtime", "store");
+  const auto& configured = config.plugin(PluginKind::store, plan.store);
+  auto values = configured.values();
+  for (const auto& [key, value] : plan.store_options) values[key] = value;
+  return registry.create<Store>(plan.store,
+                                Options(configured.section(), configured.specs(), values));
 }
 
 }  // namespace
@@ -120,6 +135,10 @@ WorldPlan plan_world(const Config& config, const PluginRegistry& registry,
     plan.layout = WorldPlan::Layout::processes;
     plan.size = launch.world_size;
     plan.rank = launch.rank;
+    if (auto store = detail::launcher_store(config, registry, launch)) {
+      plan.store = std::move(store->plugin);
+      plan.store_options = std::move(store->options);
+    }
   } else {
     plan.layout = WorldPlan::Layout::processes;
     plan.size = world_size;
@@ -148,7 +167,7 @@ void run_world(const Config& config, const PluginRegistry& registry, const World
     run_threads(std::move(transport), plan.size, timeout, body);
     return;
   }
-  auto store = config.create<Store>(registry, "runtime", "store");
+  auto store = open_store(config, registry, plan);
   body(transport->connect(std::move(store), plan.rank, plan.size, timeout));
 }
 
@@ -169,7 +188,7 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
     body(make_elastic_world(transport, store, options, id, timeout));
   };
   if (plan.layout == WorldPlan::Layout::processes) {
-    auto store = config.create<Store>(registry, "runtime", "store");
+    auto store = open_store(config, registry, plan);
     train_elastic_rank(
         store, launch.worker_id.empty() ? "rank" + std::to_string(plan.rank) : launch.worker_id);
     return;

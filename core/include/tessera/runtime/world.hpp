@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/runtime/config.hpp"
@@ -30,12 +32,19 @@ struct WorldPlan {
   // somebody must start `size` workers first (`tessera train` does, through the launcher);
   // run_world refuses such a plan.
   bool needs_workers = false;
+  // processes only: the store the launcher named (LaunchInfo::store_url, TESSERA_STORE_URL),
+  // which run_world opens instead of runtime.store's: its plugin and the option values the URL
+  // sets over the config's [store.<plugin>] section. Empty: runtime.store as configured.
+  std::string store;
+  std::map<std::string, std::string> store_options;
 };
 
 // Throws ConfigError when the world does not add up: an in-process transport in a process a
 // launcher started as one of several (each would train alone), a runtime.world_size that some
-// source set to other than the launcher's world size, or a store that cannot join the
-// processes of a launched job (its descriptor does not span processes, e.g. `memory`).
+// source set to other than the launcher's world size, a store that cannot join the processes
+// of a launched job (its descriptor does not span processes, e.g. `memory`), or a runtime.store
+// that names another store than the launcher's store URL (docs/launch.md, "Which store a
+// worker uses": the launcher's wins over a default runtime.store and over plain `tcp`).
 [[nodiscard]] WorldPlan plan_world(const Config& config, const PluginRegistry& registry,
                                    const LaunchInfo& launch);
 
@@ -45,8 +54,9 @@ struct WorldPlan {
 using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 
 // Creates the transport once and connects the plan's ranks of this process: `size` threads, or
-// this process as rank `rank` of `size` through the runtime.store plugin (`tcp` finds the
-// launcher's server through TESSERA_STORE_ADDR/TESSERA_STORE_TOKEN). Blocks until every body
+// this process as rank `rank` of `size` through the plan's store (the launcher's, or the
+// runtime.store plugin; `tcp` finds the launcher's server through TESSERA_STORE_ADDR and
+// TESSERA_STORE_TOKEN). Blocks until every body
 // has returned. If one throws, the other ranks' communicators are aborted and the first failure
 // (lowest rank) is rethrown after all threads have joined. Throws ConfigError for a plan that
 // needs_workers, naming how to start them.
@@ -61,7 +71,7 @@ using ElasticRankBody = std::function<void(std::shared_ptr<ElasticWorld> elastic
 
 // run_world for strategy = elastic: each rank of this process gets an ElasticWorld
 // ([strategy.elastic] options; the worker id is the launcher's TESSERA_WORKER_ID) over the
-// runtime.store plugin, or for threads one in-memory store, and `body` enters and trains.
+// plan's store (as run_world's), or for threads one in-memory store, and `body` enters and trains.
 // Threads are not aborted when one fails: the others regroup without it. Blocks until every
 // body has returned; rethrows the first failure only when no rank finished.
 void run_elastic_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
