@@ -6,10 +6,12 @@ launched workers (samples/configs/elastic.ini), while this script kills workers 
   elastic_kills.py --runs 5 --kills 2 --mode two        # SIGKILL two workers at once
   elastic_kills.py --runs 5 --kills 2 --mode stop       # SIGSTOP one worker (it stalls)
   elastic_kills.py --transport ucx ...                  # ucx over TCP (UCX_TLS=tcp,self)
+  elastic_kills.py --workers 2 ...                      # a world of 2 (torchrun's comparison)
 
-Every run starts 3 workers with [strategy.elastic] max_restarts high enough that each killed
-worker is replaced (the launcher starts a newcomer, admitted at a step boundary), so every kill
-strikes a world of 3. Kills are spread over the run; the next waits until the world is back to 3.
+Every run starts --workers workers (3 by default) with [strategy.elastic] max_restarts high
+enough that each killed worker is replaced (the launcher starts a newcomer, admitted at a step
+boundary), so every kill strikes a full world. Kills are spread over the run; the next waits
+until the world is whole again.
 `two` kills two workers in the same instant and uses replicas = 2 (with 3 workers and one copy,
 two dead workers always take a state and its only copy with them). `stop` SIGSTOPs a worker: the
 others count it gone once its lease ends (failure_timeout) and go on; the script SIGCONTs it
@@ -49,6 +51,7 @@ def parse_args():
     p.add_argument("--kills", type=int, default=5, help="kill events per run")
     p.add_argument("--mode", choices=["one", "two", "stop"], default="one")
     p.add_argument("--transport", choices=["shm", "ucx"], default="shm")
+    p.add_argument("--workers", type=int, default=3, help="world size at start and after each kill")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--seed", type=int, default=1, help="of the kill schedule")
     p.add_argument("--min-accuracy", type=float, default=88.0, help="percent")
@@ -114,6 +117,7 @@ def run_once(args, run, rng, records):
     kills_per_event = 2 if args.mode == "two" else 1
     overrides = [
         f"--runtime.transport={args.transport}",
+        f"--runtime.world_size={args.workers}",
         f"--train.epochs={args.epochs}",
         "--train.schedule=cosine",
         "--train.checkpoint_dir=",
@@ -134,7 +138,7 @@ def run_once(args, run, rng, records):
     with open(out_file, "w") as out:
         job = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
-    steps_per_epoch = 60000 // (64 * 3)
+    steps_per_epoch = 60000 // (64 * args.workers)
     total = steps_per_epoch * args.epochs
     # Kill steps spread over the run (not the first epoch's start, not the last epoch).
     kill_steps = sorted(rng.sample(range(steps_per_epoch // 2, total - steps_per_epoch),
@@ -142,7 +146,7 @@ def run_once(args, run, rng, records):
     kills = []
     hung = False
     for kill_step in kill_steps:
-        # Wait for the step, with 3 workers in the world (the previous kill's replacement in).
+        # Wait for the step, with a full world (the previous kill's replacement in).
         while True:
             if job.poll() is not None:
                 break
@@ -152,8 +156,9 @@ def run_once(args, run, rng, records):
             done = metrics(metrics_file)
             workers = job_workers(tag)
             seen = events(out_file)
-            world = int(seen[-1].group(2)) if seen else 3
-            if done and done[-1]["step"] >= kill_step and world == 3 and len(workers) == 3:
+            world = int(seen[-1].group(2)) if seen else args.workers
+            if (done and done[-1]["step"] >= kill_step and world == args.workers
+                    and len(workers) == args.workers):
                 break
             time.sleep(0.02)
         if job.poll() is not None or hung:
@@ -244,6 +249,8 @@ def run_once(args, run, rng, records):
 
 def main():
     args = parse_args()
+    if args.workers < (3 if args.mode == "two" else 2):
+        sys.exit("elastic_kills.py: --mode two needs --workers 3 or more, the others 2 or more")
     tessera = os.path.join(args.build, "bin", "tessera")
     if not os.access(tessera, os.X_OK):
         sys.exit(f"elastic_kills.py: no {tessera}; build it first "
