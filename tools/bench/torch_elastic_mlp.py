@@ -15,10 +15,12 @@ from the newest one it finds. The data order is a pure function of (seed, epoch)
 at step s goes on with the batches of step s + 1.
 
 Rank 0 appends to --log, one JSON line each:
-  {"event": "start", "wall_time": ..., "restart": R, "resumed_from": s}   once per (re)start
+  {"event": "start", "wall_time": ..., "launched": ..., "restart": R, "resumed_from": s}
+                                                          once per (re)start, when ready to train
   {"step": s, "wall_time": ..., "loss": ...}                              per completed step
   {"event": "done", "wall_time": ..., "test_accuracy": ...}               at the end
-where restart is torchrun's TORCHELASTIC_RESTART_COUNT and s counts completed steps.
+where launched is the process's start (before it imports torch), restart is torchrun's
+TORCHELASTIC_RESTART_COUNT and s counts completed steps.
 """
 import argparse
 import gzip
@@ -26,6 +28,8 @@ import json
 import math
 import os
 import time
+
+LAUNCHED = time.time()  # before torch is imported: the restart's cost splits into agent and worker
 
 
 def parse_args():
@@ -114,7 +118,7 @@ def main():
         optimizer.load_state_dict(state["optimizer"])
         step = state["step"]
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
-    emit({"event": "start", "wall_time": time.time(),
+    emit({"event": "start", "wall_time": time.time(), "launched": LAUNCHED,
           "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
           "resumed_from": step, "world": world})
 

@@ -8,9 +8,11 @@
 #                                        [--monitor-interval S] [--seed 1] [--json FILE]
 #
 # Per kill: the time from the signal to the first step completed after the restart (wall_time of
-# rank 0's first step line after its start line), and the steps lost (the last step the old
-# workers completed minus the step the new ones resumed from). Per run: exit code, test accuracy,
-# seconds. Then the medians and maxima. --kills is at most 3 (torchrun --max_restarts=3).
+# rank 0's first step line after its start line; also to the new rank 0's launch, which is the
+# agent's part, and to its start line, once it has imported torch, read the data, met the other
+# worker and loaded the checkpoint), and the steps lost (the last step the old workers completed
+# minus the step the new ones resumed from). Per run: exit code, test accuracy, seconds. Then the
+# medians and maxima. --kills is at most 3 (torchrun --max_restarts=3).
 # --monitor-interval passes torchrun's --monitor_interval (how often the agent polls its workers;
 # 5 s by default in torch 1.13).
 #
@@ -116,6 +118,7 @@ resumed = lines[starts[kill]]["resumed_from"]
 print(json.dumps({"run": run, "kill": kill, "step_at_kill": at_step, "old_last_step": max(old),
                   "resumed_from": resumed, "steps_lost": max(old) - resumed,
                   "kill_to_step_s": round(new["wall_time"] - killed_at, 3),
+                  "kill_to_launch_s": round(lines[starts[kill]]["launched"] - killed_at, 3),
                   "kill_to_start_s": round(lines[starts[kill]]["wall_time"] - killed_at, 3),
                   "recovered": True}))
 EOF
@@ -137,12 +140,14 @@ kills = [r for r in records if r.get("recovered")]
 runs = [r for r in records if "exit" in r]
 if kills:
     t = [k["kill_to_step_s"] for k in kills]
+    launch = [k["kill_to_launch_s"] for k in kills]
     s = [k["kill_to_start_s"] for k in kills]
     lost = [k["steps_lost"] for k in kills]
     print(f"torchrun, checkpoint every {sys.argv[2]} steps, monitor interval {sys.argv[3]} s: "
           f"{len(kills)} kills in {len(runs)} runs; kill to first step after the restart: median "
-          f"{statistics.median(t):.3f} s, max {max(t):.3f} s (to the restarted rank 0's start: "
-          f"median {statistics.median(s):.3f} s); steps lost: median {statistics.median(lost)}, "
+          f"{statistics.median(t):.3f} s, max {max(t):.3f} s (medians: to the new rank 0's launch "
+          f"{statistics.median(launch):.3f} s, to its start of training "
+          f"{statistics.median(s):.3f} s); steps lost: median {statistics.median(lost)}, "
           f"max {max(lost)}")
 accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
 print(f"accuracy: {', '.join(f'{a:.2f} %' for a in accuracies) or 'none'}; runs failed: "
