@@ -93,6 +93,7 @@ for ((run = 1; run <= runs; run++)); do
     mapfile -t workers < <(pgrep -P "$agent")
     ((${#workers[@]} == 2)) || { echo "run $run: ${#workers[@]} workers under torchrun" >&2; break; }
     victim=${workers[RANDOM % 2]}
+    victim_rank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^RANK=//p' || true)
     read -r n_starts n_steps at_step < <(progress "$log")
     step_at_kill=$at_step
     killed_at=$(date +%s.%N)
@@ -104,19 +105,22 @@ for ((run = 1; run <= runs; run++)); do
       ((n_starts < done_kills + 1 || n_steps < 1)) || break
       sleep 0.02
     done
-    "$python" - "$log" "$run" "$done_kills" "$killed_at" "$step_at_kill" <<'EOF' | tee -a "$records"
+    "$python" - "$log" "$run" "$done_kills" "$killed_at" "$step_at_kill" "$victim_rank" <<'EOF' | tee -a "$records"
 import json, sys
 log, run, kill, killed_at, at_step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+victim = int(sys.argv[6]) if sys.argv[6] else None
 lines = [json.loads(l) for l in open(log)]
 starts = [i for i, r in enumerate(lines) if r.get("event") == "start"]
 if len(starts) < kill + 1:
-    print(json.dumps({"run": run, "kill": kill, "step_at_kill": at_step, "recovered": False}))
+    print(json.dumps({"run": run, "kill": kill, "victim_rank": victim, "step_at_kill": at_step,
+                      "recovered": False}))
     sys.exit()
 old = [r["step"] for r in lines[starts[kill - 1]:starts[kill]] if "step" in r]
 new = next(r for r in lines[starts[kill]:] if "step" in r)
 resumed = lines[starts[kill]]["resumed_from"]
-print(json.dumps({"run": run, "kill": kill, "step_at_kill": at_step, "old_last_step": max(old),
-                  "resumed_from": resumed, "steps_lost": max(old) - resumed,
+print(json.dumps({"run": run, "kill": kill, "victim_rank": victim, "step_at_kill": at_step,
+                  "old_last_step": max(old), "resumed_from": resumed,
+                  "steps_lost": max(old) - resumed,
                   "kill_to_step_s": round(new["wall_time"] - killed_at, 3),
                   "kill_to_launch_s": round(lines[starts[kill]]["launched"] - killed_at, 3),
                   "kill_to_start_s": round(lines[starts[kill]]["wall_time"] - killed_at, 3),
