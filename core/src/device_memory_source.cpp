@@ -1,6 +1,7 @@
 #include "tessera/plugin/device_memory_source.hpp"
 
 #include "tessera/base/error.hpp"
+#include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/transport.hpp"
 
 namespace tessera {
@@ -19,6 +20,14 @@ std::shared_ptr<DeviceAllocator> memory_for(const Transport& transport, Device d
   TESSERA_CHECK(allocator != nullptr && allocator->device() == device,
                 "DeviceMemorySource::allocator returned no allocator of " + to_string(device));
   return allocator;
+}
+
+std::optional<Device> gpu_moved_by(const Communicator& world) {
+  constexpr int kOrdinals = 64;
+  for (int ordinal = 0; ordinal < kOrdinals; ++ordinal) {
+    if (world.moves(Device::cuda(ordinal))) return Device::cuda(ordinal);
+  }
+  return std::nullopt;
 }
 
 }  // namespace tessera

@@ -50,9 +50,7 @@ namespace {
 // cuda device its communicator moves.
 std::optional<Device> device_of(const Communicator& communicator) {
   if (communicator.moves(Device::cpu())) return std::nullopt;
-  for (int ordinal = 0; ordinal < 64; ++ordinal) {
-    if (communicator.moves(Device::cuda(ordinal))) return Device::cuda(ordinal);
-  }
+  if (const auto gpu = gpu_moved_by(communicator)) return gpu;
   throw Error("conformance: the communicator of rank " + std::to_string(communicator.rank()) +
               " moves neither host memory nor any cuda device");
 }

@@ -101,10 +101,8 @@ int run_bench(const std::vector<std::string>& args) {
   const auto memory_source = config.create<Transport>(registry, "runtime", "transport");
   bool all_ok = true;
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
-    Device device = Device::cpu();
-    for (int ordinal = 0; ordinal < 64 && !world->moves(device); ++ordinal) {
-      device = Device::cuda(ordinal);
-    }
+    const Device device =
+        world->moves(Device::cpu()) ? Device::cpu() : gpu_moved_by(*world).value_or(Device::cpu());
     const bool ok =
         run_collective_bench(*world, memory_for(*memory_source, device), bench, std::cout);
     if (world->rank() == 0) all_ok = ok;

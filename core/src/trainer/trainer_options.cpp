@@ -87,12 +87,11 @@ namespace {
 std::shared_ptr<DeviceAllocator> gpu_memory_of(const Config& config, const PluginRegistry& registry,
                                                const Communicator& world) {
   const std::string transport = config.section("runtime").get_string("transport");
-  for (int ordinal = 0; ordinal < 64; ++ordinal) {
-    if (!world.moves(Device::cuda(ordinal))) continue;
+  if (const auto gpu = gpu_moved_by(world)) {
     // The transport object hands out memory of its devices (DeviceMemorySource); a second one
     // of the same plugin, unconnected, gives the same allocator.
     const auto source = config.create<Transport>(registry, "runtime", "transport");
-    return memory_for(*source, Device::cuda(ordinal));
+    return memory_for(*source, *gpu);
   }
   throw ConfigError("[runtime] device = cuda: transport '" + transport +
                     "' moves host memory only, so the model cannot train on a GPU with it; set "

@@ -5,12 +5,14 @@
 // (TESSERA_DEVICE_CUDA) derives from this class as well as from Transport.
 
 #include <memory>
+#include <optional>
 
 #include "tessera/base/device_allocator.hpp"
 #include "tessera/base/dtype.hpp"
 
 namespace tessera {
 
+class Communicator;
 class Transport;
 
 // Its type information lives in libtessera (the out-of-line destructor), so a host's
@@ -28,5 +30,9 @@ class __attribute__((visibility("default"))) DeviceMemorySource {
 // the transport has no memory there (every CPU transport, for cuda:N).
 [[nodiscard]] std::shared_ptr<DeviceAllocator> memory_for(const Transport& transport,
                                                           Device device);
+
+// The first GPU whose memory `world` moves (cuda:0 to cuda:63), nullopt for none: where a rank of
+// a device transport keeps its buffers.
+[[nodiscard]] std::optional<Device> gpu_moved_by(const Communicator& world);
 
 }  // namespace tessera
