@@ -350,6 +350,23 @@ TEST_F(ConfigCheckCli, ADeviceTheTransportCannotMoveIsRefusedBeforeRanksStart) {
                     "flag --runtime.device: ", "cuda");
 }
 
+// Over a GPU transport, a strategy that keeps its state on the host is refused as early, naming
+// the strategies that run there. (Needs the nccl plugin built; no GPU: nothing connects.)
+TEST_F(ConfigCheckCli, AStrategyThatCannotRunOnTheGpuIsRefusedBeforeRanksStart) {
+  if (run_cli("plugins").out.find("transport.nccl") == std::string::npos) {
+    GTEST_SKIP() << "the nccl transport is not built (no CUDA toolkit with NCCL found)";
+  }
+  const auto file = write(config_text({}));
+  expect_user_error(
+      run_cli("config check " + file.string() +
+              " --runtime.device=cuda --runtime.transport=nccl --train.strategy=hybrid"),
+      "flag --runtime.device: ", "train with ddp, zero1, zero2 or zero3");
+  const auto zero2 =
+      run_cli("config check " + file.string() +
+              " --runtime.device=cuda --runtime.transport=nccl --train.strategy=zero2");
+  EXPECT_EQ(zero2.exit_code, 0) << zero2.err;
+}
+
 // Under a launcher, the world the config describes must be the world that meets.
 TEST_F(ConfigCheckCli, AWorldThatDoesNotAddUpUnderALauncherIsAnError) {
   // Against an older binary (CONFIG_CHECK_TEST_CLI) this would fork until fork fails.

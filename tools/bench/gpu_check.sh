@@ -8,8 +8,9 @@
 # model (samples/configs/ddp.ini, one rank, global batch 128) on the host and on the GPU
 # ([runtime] device = cuda over nccl), and the same job in PyTorch on that GPU
 # (torch_fashion_mnist.py), and keeps the results. TRAIN_DEVICES ("cpu cuda") says which runs
-# of tessera, in order; each cuda run is followed by one of PyTorch. BENCH_ROUNDS (2) sets how many
-# rounds of the two collective benchmarks run, 0 for none.
+# of tessera, in order, and TRAIN_STRATEGIES ("ddp") with which strategies, each strategy on every
+# device in turn; each ddp run on cuda is followed by one of PyTorch. BENCH_ROUNDS (2) sets how
+# many rounds of the two collective benchmarks run, 0 for none.
 #
 # usage: tools/bench/gpu_check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
@@ -30,7 +31,7 @@ status=0
 bash "$bundle/run.sh" tessera_conformance --gtest_filter='*nccl*:*Nccl*' 2>&1 |
   tee "$out/conformance_nccl.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/conformance_nccl.txt" && status=1
-for test in tessera_unit_cuda_compute tessera_unit_cuda_ddp; do
+for test in tessera_unit_cuda_compute tessera_unit_cuda_strategies; do
   [ -x "$bundle/tests/$test" ] || continue
   bash "$bundle/run.sh" "$test" 2>&1 | tee "$out/$test.txt" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
@@ -38,23 +39,27 @@ for test in tessera_unit_cuda_compute tessera_unit_cuda_ddp; do
 done
 if [ -n "${FASHION_MNIST_DIR:-}" ]; then
   run=0
+  for strategy in ${TRAIN_STRATEGIES:-ddp}; do
   for device in ${TRAIN_DEVICES:-cpu cuda}; do
     run=$((run + 1))
     transport=local
     [ "$device" = cuda ] && transport=nccl
-    name="train_${run}_$device"
+    name="train_${run}_${strategy}_$device"
     (cd "$repo" && bash "$bundle/run.sh" tessera train --config samples/configs/ddp.ini \
+      --train.strategy=$strategy \
       --runtime.transport=$transport --runtime.world_size=1 --runtime.device=$device \
       --train.batch_size=128 --dataset.fashion-mnist.path="$FASHION_MNIST_DIR" \
       --train.checkpoint_dir= --train.checkpoint_every=0 --train.metrics_file= \
       --train.progress=off --summary "$out/$name.json") > "$out/$name.txt" 2>&1 || status=1
+    echo "$name:"
     tail -n 3 "$out/$name.txt"
-    # The same job in PyTorch after each GPU run, on the same GPU.
-    if [ "$device" = cuda ]; then
+    # The same job in PyTorch after each GPU run of ddp, on the same GPU.
+    if [ "$device" = cuda ] && [ "$strategy" = ddp ]; then
       PYTHONUNBUFFERED=1 python3 "$here/torch_fashion_mnist.py" --data "$FASHION_MNIST_DIR" \
         >> "$out/train_torch.jsonl" 2>&1 || status=1
       tail -n 1 "$out/train_torch.jsonl"
     fi
+  done
   done
 fi
 rounds=${BENCH_ROUNDS:-2}

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/host_values.hpp"
 
 namespace tessera {
 
@@ -38,6 +39,13 @@ std::size_t global_batch_rows(std::size_t local_rows, std::size_t world, const S
 std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum) {
   if (world.size() == 1) return nullptr;
   return world.all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+}
+
+std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, DeviceAllocator* memory,
+                                          double& loss_sum) {
+  if (world.size() == 1 || world.moves(Device::cpu())) return sum_loss_over_ranks(world, loss_sum);
+  all_reduce_host(world, memory, {&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  return nullptr;
 }
 
 }  // namespace tessera

@@ -310,6 +310,11 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
                         ", but strategy = elastic keeps the copies of the state in host memory; "
                         "train elastic runs with device = cpu");
     }
+    if (value_of(config, strategy_section, strategy_key) == "hybrid") {
+      throw ConfigError(lead(config, "runtime", "device") + described(config, "runtime", "device") +
+                        ", but strategy = hybrid keeps its state in host memory; on a GPU train "
+                        "with ddp, zero1, zero2 or zero3, or keep device = cpu for hybrid");
+    }
   }
   check_host_can_run(
       world_size, processes,

@@ -41,8 +41,8 @@ std::shared_ptr<DeviceAllocator> host_strategy_allocator(const StrategySetup& se
   if (allocator->device() != Device::cpu()) {
     throw InvalidArgument(std::string(strategy) + " keeps its state in host memory, not on " +
                           to_string(allocator->device()) +
-                          ": on a GPU ([runtime] device = cuda) train with ddp, or keep "
-                          "device = cpu for " +
+                          ": on a GPU ([runtime] device = cuda) train with ddp, zero1, zero2 "
+                          "or zero3, or keep device = cpu for " +
                           std::string(strategy));
   }
   return allocator;
@@ -61,6 +61,24 @@ void fill_zero(DeviceAllocator& memory, BufferView view) {
     memory.copy({view.byte_data() + at, n, DType::u8, view.device},
                 {const_cast<std::byte*>(zeros.data()), n, DType::u8, Device::cpu()});
   }
+}
+
+Tensor host_copy(const Tensor& tensor) {
+  return tensor.device() == Device::cpu() ? tensor.alias() : tensor.copy_to(cpu_allocator());
+}
+
+void copy_back(const Tensor& host, const Tensor& tensor) {
+  if (host.view().data == tensor.view().data) return;
+  TESSERA_CHECK(host.bytes() == tensor.bytes(), "copy_back: the host copy has another size");
+  tensor.allocator()->copy(tensor.view(), host.view());
+}
+
+Tensor placed_in(const std::shared_ptr<DeviceAllocator>& memory, const Tensor& tensor) {
+  if (memory == nullptr || memory->device() == Device::cpu() || tensor.count() == 0 ||
+      tensor.device() == memory->device()) {
+    return tensor.alias();
+  }
+  return tensor.copy_to(memory);
 }
 
 }  // namespace tessera

@@ -4,7 +4,6 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/device_memory.hpp"
-#include "tessera/strategy_kit/host_values.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 
@@ -80,10 +79,6 @@ std::vector<float> DdpStrategy::host_parameters() const {
   return {values.begin(), values.end()};
 }
 
-Tensor DdpStrategy::where_parameters_are(const Tensor& inputs) const {
-  return on_host() ? inputs.alias() : inputs.copy_to(memory_);
-}
-
 LayerHooks DdpStrategy::hooks(bool last) const {
   LayerHooks hooks;
   hooks.before_layer = [this](std::size_t l, LayerPass) { return layers_[l].params; };
@@ -101,13 +96,13 @@ LayerHooks DdpStrategy::hooks(bool last) const {
 Tensor DdpStrategy::forward(const Tensor& inputs) const {
   const auto layers = model_layers(*setup_.model);
   MicroBatchContexts contexts;
-  return forward_layers({layers, 0, layers.size()}, where_parameters_are(inputs), hooks(false),
+  return forward_layers({layers, 0, layers.size()}, placed_in(memory_, inputs), hooks(false),
                         contexts);
 }
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
                                          float gradient_weight, bool last) {
-  return run_model_pass(*setup_.model, where_parameters_are(inputs), targets, hooks(last),
+  return run_model_pass(*setup_.model, placed_in(memory_, inputs), targets, hooks(last),
                         gradient_weight);
 }
 
@@ -132,14 +127,7 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   stats.correct = correct;
 
   // Issued after every bucket, so its place in the collective order is the same everywhere.
-  std::shared_ptr<Work> loss_work;
-  if (setup_.world->moves(Device::cpu())) {
-    loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
-  } else if (setup_.world->size() > 1) {
-    // A GPU transport moves device memory only: the sum travels through the GPU, at once.
-    all_reduce_host(*setup_.world, memory_.get(), {&loss_sum, 1, DType::f64, Device::cpu()},
-                    ReduceOp::sum);
-  }
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, memory_.get(), loss_sum);
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
   stats.loss = loss_sum / static_cast<double>(global);

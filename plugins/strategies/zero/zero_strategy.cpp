@@ -7,6 +7,7 @@
 #include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/host_values.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 
@@ -73,7 +74,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero: micro_batches must be at least 1");
-  allocator_ = host_strategy_allocator(setup, stage_two() ? "zero2" : "zero1");
+  allocator_ = strategy_allocator(setup, stage_two() ? "zero2" : "zero1");
   setup_ = setup;
   layout_ = FlatLayout::of(*setup.model);
   TESSERA_CHECK(layout_.total > 0, "zero: the model has no parameters to shard");
@@ -89,8 +90,10 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   grads_ =
       Tensor({stage_two() ? shards_.shard_size() : shards_.padded_total()}, DType::f32, allocator_);
   state_ = Tensor({state_slots() * shards_.shard_size()}, DType::f32, allocator_);
-  const auto params = params_.as<float>();
   gathers_.assign(shards_.buckets().size(), nullptr);
+  // Initialised on the host, then copied where the parameters live.
+  const Tensor initial = host_copy(params_);
+  const auto params = initial.as<float>();
 
   // Every rank initialises every parameter (it computes with all of them); each element is a
   // pure function of (seed, parameter index, element index), so all ranks agree bitwise.
@@ -101,11 +104,10 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
     LayerSlice slice;
     for (const auto& spec : setup.model->layer(l).parameters()) {
       const auto& flat = layout_.params[index];
-      const auto param = params.subspan(flat.offset, flat.count);
-      initialize_parameter(spec, setup.seed, index, param);
+      initialize_parameter(spec, setup.seed, index, params.subspan(flat.offset, flat.count));
       if (slice.offsets.empty()) slice.begin = flat.offset;
       slice.end = flat.offset + flat.count;
-      slice.params.push_back(view_of(param));
+      slice.params.push_back(params_.view().slice(flat.offset, flat.count));
       slice.offsets.push_back(flat.offset);
       slice.counts.push_back(flat.count);
       ++index;
@@ -118,6 +120,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
     }
     layers_.push_back(std::move(slice));
   }
+  copy_back(initial, params_);
   // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
   if (stage_two() && setup.micro_batches == 1) {
     for (std::size_t w = 0; w < config_.staging_windows; ++w) {
@@ -127,13 +130,21 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   }
 }
 
-std::span<float> ZeroStrategy::piece_gradient(const ShardPiece& piece) {
-  return grads_.as<float>().subspan(stage_two() ? piece.shard_offset : piece.begin, piece.size());
+std::size_t ZeroStrategy::gradient_offset(const ShardPiece& piece) const {
+  return stage_two() ? piece.shard_offset : piece.begin;
 }
 
-std::span<float> ZeroStrategy::piece_state(const ShardPiece& piece) {
+BufferView ZeroStrategy::piece_gradient(const ShardPiece& piece) const {
+  return grads_.view().slice(gradient_offset(piece), piece.size());
+}
+
+BufferView ZeroStrategy::piece_state(const ShardPiece& piece) const {
   const std::size_t slots = state_slots();
-  return state_.as<float>().subspan(slots * piece.shard_offset, slots * piece.size());
+  return state_.view().slice(slots * piece.shard_offset, slots * piece.size());
+}
+
+BufferView ZeroStrategy::on_device(float* values, std::size_t count) const {
+  return {values, count, DType::f32, allocator_->device()};
 }
 
 BufferView ZeroStrategy::piece_params(const ShardPiece& piece) const {
@@ -152,7 +163,8 @@ void ZeroStrategy::wait_gathers_below(std::size_t end) {
 Tensor ZeroStrategy::forward(const Tensor& inputs) {
   const auto layers = model_layers(*setup_.model);
   MicroBatchContexts contexts;
-  return forward_layers({layers, 0, layers.size()}, inputs, hooks(false), contexts);
+  return forward_layers({layers, 0, layers.size()}, placed_in(allocator_, inputs), hooks(false),
+                        contexts);
 }
 
 LayerHooks ZeroStrategy::hooks(bool last) {
@@ -185,20 +197,36 @@ float* ZeroStrategy::prepare_window(const LayerSlice& slice) {
   // windows that was two layers up, with one the layer just above (no overlap).
   wait_all(window.reductions, setup_.world->timeout());
   // The bucket straddling this layer's top edge is partly filled by the layers above; its
-  // part moves along (memmove: with one window source and destination share the buffer).
+  // part moves along (with one window source and destination share the buffer).
   const std::size_t carry = window_open_ && hi > slice.end ? slice.end : hi;
   if (carry < hi) {
     const auto& above = windows_[previous];
-    std::memmove(window.values.as<float>().data() + (carry - lo),
-                 above.values.as<float>().data() + (carry - above.begin),
-                 (hi - carry) * sizeof(float));
+    move_values(window.values.view().slice(carry - lo, hi - carry),
+                above.values.view().slice(carry - above.begin, hi - carry));
   }
-  const auto values = window.values.as<float>();
-  std::fill_n(values.begin(), carry - lo, 0.0F);
+  fill_zero(*allocator_, window.values.view().slice(0, carry - lo));
   window.begin = lo;
   current_window_ = next;
   window_open_ = true;
-  return values.data();
+  return static_cast<float*>(window.values.view().data);
+}
+
+void ZeroStrategy::move_values(BufferView dst, BufferView src) const {
+  if (dst.count == 0) return;
+  if (dst.device == Device::cpu()) {
+    std::memmove(dst.data, src.data, dst.bytes());
+    return;
+  }
+  const auto* d = dst.byte_data();
+  const auto* s = src.byte_data();
+  if (d + dst.bytes() <= s || s + src.bytes() <= d) {
+    allocator_->copy(dst, src);
+    return;
+  }
+  // A device copy between overlapping ranges is undefined: through the host.
+  Tensor staged({src.count}, DType::f32);
+  allocator_->copy(staged.view(), src);
+  allocator_->copy(dst, staged.view());
 }
 
 std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
@@ -208,16 +236,15 @@ std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
   float* base = nullptr;
   std::size_t base_offset = 0;
   switch (home_) {
-    case GradientHome::full: base = grads_.as<float>().data(); break;
-    case GradientHome::accumulate: base = accumulate_.as<float>().data(); break;
+    case GradientHome::full: base = static_cast<float*>(grads_.view().data); break;
+    case GradientHome::accumulate: base = static_cast<float*>(accumulate_.view().data); break;
     case GradientHome::windows:
       base = prepare_window(slice);
       base_offset = windows_[current_window_].begin;
       break;
   }
   for (std::size_t i = 0; i < slice.offsets.size(); ++i) {
-    views.push_back(
-        view_of(std::span<float>(base + slice.offsets[i] - base_offset, slice.counts[i])));
+    views.push_back(on_device(base + slice.offsets[i] - base_offset, slice.counts[i]));
   }
   return views;
 }
@@ -238,21 +265,20 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
       continue;
     }
     const auto piece = piece_gradient(shards_.piece(b, rank));
-    float* input = nullptr;
+    BufferView input;
     std::vector<std::shared_ptr<Work>>* works = &reductions_;
     if (home_ == GradientHome::windows) {
       auto& window = windows_[current_window_];
-      input = window.values.as<float>().data() + (bucket.begin - window.begin);
+      input = window.values.view().slice(bucket.begin - window.begin, count);
       works = &window.reductions;
     } else {
-      input = accumulate_.as<float>().data() + bucket.begin;
+      input = accumulate_.view().slice(bucket.begin, count);
     }
     if (alone) {
-      std::copy_n(input, count, piece.begin());
+      allocator_->copy(piece, input);
       continue;
     }
-    works->push_back(setup_.world->reduce_scatter(view_of(std::span<float>(input, count)),
-                                                  view_of(piece), ReduceOp::avg));
+    works->push_back(setup_.world->reduce_scatter(input, piece, ReduceOp::avg));
   }
 }
 
@@ -260,8 +286,8 @@ PassTotals ZeroStrategy::forward_backward(const Tensor& inputs, const Tensor& ta
                                           float gradient_weight, bool last) {
   // An empty share of the last batch still walks the layers: it takes part in every bucket's
   // reduction with zero gradients.
-  const PassTotals totals =
-      run_model_pass(*setup_.model, inputs, targets, hooks(last), gradient_weight);
+  const PassTotals totals = run_model_pass(*setup_.model, placed_in(allocator_, inputs), targets,
+                                           hooks(last), gradient_weight);
   if (last) issue_buckets_down_to(0);
   return totals;
 }
@@ -275,18 +301,25 @@ void ZeroStrategy::wait_reductions() {
 double ZeroStrategy::clip_shard_gradients() {
   // Each rank sums its own blocks; the others contribute exact zeros there, so the sum
   // all-reduce reproduces every block partial bit for bit and the block-ordered total is ddp's.
+  // On a GPU the sums run over a host copy, so they are the host's bits too.
+  const Tensor host = host_copy(grads_);
+  const auto grads = host.as<float>();
+  const auto piece_of = [&](const ShardPiece& piece) {
+    return grads.subspan(gradient_offset(piece), piece.size());
+  };
   std::vector<double> blocks(shards_.padded_total() / kGradNormBlock, 0.0);
-  for (const auto& piece : my_pieces_) {
-    accumulate_norm_blocks(piece_gradient(piece), piece.begin, blocks);
-  }
+  for (const auto& piece : my_pieces_) accumulate_norm_blocks(piece_of(piece), piece.begin, blocks);
   if (setup_.world->size() > 1) {
-    setup_.world->all_reduce(view_of(std::span<double>(blocks)), ReduceOp::sum)
-        ->wait(setup_.world->timeout());
+    all_reduce_host(*setup_.world, allocator_.get(), view_of(std::span<double>(blocks)),
+                    ReduceOp::sum);
   }
   const double sum_of_squares = sum_norm_blocks(blocks);
   const float coefficient =
       clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm));
-  for (const auto& piece : my_pieces_) scale_gradients(piece_gradient(piece), coefficient);
+  if (coefficient != 1.0F) {
+    for (const auto& piece : my_pieces_) scale_gradients(piece_of(piece), coefficient);
+    copy_back(host, grads_);
+  }
   return global_norm(sum_of_squares);
 }
 
@@ -313,7 +346,7 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
   if (!stage_two()) {
     home_ = GradientHome::full;
-    std::ranges::fill(grads_.as<float>(), 0.0F);
+    fill_zero(*allocator_, grads_.view());
   } else if (setup_.micro_batches > 1) {
     home_ = GradientHome::accumulate;
     accumulate_ = Tensor({shards_.padded_total()}, DType::f32, allocator_);  // zero-filled
@@ -333,7 +366,7 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   StepStats stats;
   stats.correct = correct;
 
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss_sum);
   wait_reductions();
   if (loss_work) loss_work->wait(setup_.world->timeout());
   if (home_ == GradientHome::accumulate) accumulate_ = Tensor();
@@ -342,10 +375,9 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   if (skip_nonfinite_update(setup_, stats)) return stats;  // parameters unchanged everywhere
   const std::size_t slots = state_slots();
   for (const auto& piece : my_pieces_) {
-    setup_.optimizer->step(
-        piece_params(piece),
-        grads_.view().slice(stage_two() ? piece.shard_offset : piece.begin, piece.size()),
-        state_.view().slice(slots * piece.shard_offset, slots * piece.size()), info);
+    setup_.optimizer->step(piece_params(piece), piece_gradient(piece),
+                           state_.view().slice(slots * piece.shard_offset, slots * piece.size()),
+                           info);
   }
   gather_parameters();
   return stats;
@@ -384,17 +416,21 @@ DataParallelPlacement ZeroStrategy::data_parallel_placement() const {
 
 std::span<const float> ZeroStrategy::parameters() {
   wait_gathers_below(shards_.padded_total());
-  return params_.as<float>();
+  if (params_.device() == Device::cpu()) return params_.as<float>();
+  // One host buffer, refreshed by every call: spans from earlier calls see the new values.
+  if (host_params_.count() != params_.count()) host_params_ = Tensor({params_.count()}, DType::f32);
+  allocator_->copy(host_params_.view(), params_.view());
+  return host_params_.as<float>();
 }
 
 std::vector<float> ZeroStrategy::consolidated_optimizer_state() {
   const std::size_t slots = state_slots();
   const auto world = setup_.world->size();
-  const auto state = state_.as<float>();
+  const Tensor host = host_copy(state_);
+  const auto state = host.as<float>();
   std::vector<float> all(state.size() * static_cast<std::size_t>(world));
   if (world > 1) {
-    setup_.world->all_gather(state_.view(), view_of(std::span<float>(all)))
-        ->wait(setup_.world->timeout());
+    all_gather_host(*setup_.world, allocator_.get(), host.view(), view_of(std::span<float>(all)));
   } else {
     all.assign(state.begin(), state.end());
   }
@@ -419,22 +455,35 @@ void ZeroStrategy::save(CheckpointWriter& writer) {
   }
   // This rank's own pieces are final after its update; only other ranks' pieces may still be
   // arriving, and they are not written here. Padding past the last parameter is not saved.
+  const Tensor params = host_copy(params_);
+  const Tensor state = host_copy(state_);
+  const std::size_t slots = state_slots();
   for (const auto& piece : my_pieces_) {
     save_flat_range(writer, layout_, piece.begin, piece.end,
-                    params_.as<float>().subspan(piece.begin, piece.size()), piece_state(piece),
-                    state_slots());
+                    params.as<float>().subspan(piece.begin, piece.size()),
+                    state.as<float>().subspan(slots * piece.shard_offset, slots * piece.size()),
+                    slots);
   }
 }
 
 void ZeroStrategy::load(const CheckpointReader& reader) {
   wait_gathers_below(shards_.padded_total());
   // Every parameter (each rank computes with all of them), and this rank's optimizer state.
+  const Tensor params = host_copy(params_);
+  const Tensor state = host_copy(state_);
+  const std::size_t slots = state_slots();
   std::vector<FlatRangeTarget> targets;
-  targets.push_back({0, shards_.padded_total(), params_.as<float>(), {}});
+  targets.push_back({0, shards_.padded_total(), params.as<float>(), {}});
   for (const auto& piece : my_pieces_) {
-    targets.push_back({piece.begin, piece.end, {}, piece_state(piece)});
+    targets.push_back(
+        {piece.begin,
+         piece.end,
+         {},
+         state.as<float>().subspan(slots * piece.shard_offset, slots * piece.size())});
   }
-  load_flat_ranges(reader, layout_, targets, state_slots());
+  load_flat_ranges(reader, layout_, targets, slots);
+  copy_back(params, params_);
+  copy_back(state, state_);
 }
 
 MemoryReport ZeroStrategy::memory_report() const {

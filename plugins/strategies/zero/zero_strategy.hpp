@@ -63,7 +63,8 @@ class ZeroStrategy : public Strategy {
   [[nodiscard]] DataParallelPlacement data_parallel_placement() const override;
   [[nodiscard]] MemoryReport memory_report() const override;
 
-  // The full flat parameters (FlatLayout order, then padding) once pending gathers land.
+  // The full flat parameters (FlatLayout order, then padding) once pending gathers land. On a
+  // GPU, a host copy made by this call (valid until the next setup).
   [[nodiscard]] std::span<const float> parameters();
   // Collective: the whole optimizer state, slot-major over layout total (the format of a ddp
   // checkpoint's single shard), gathered from every rank's shard. For tests and export.
@@ -90,14 +91,20 @@ class ZeroStrategy : public Strategy {
                               bool last);
   std::vector<BufferView> gradient_views(std::size_t layer);
   float* prepare_window(const LayerSlice& slice);
+  // dst = src, ranges of this strategy's memory that may overlap (one staging window).
+  void move_values(BufferView dst, BufferView src) const;
   void issue_buckets_down_to(std::size_t begin);
   void wait_reductions();
   double clip_shard_gradients();
   void gather_parameters();
   void wait_gathers_below(std::size_t end);
-  [[nodiscard]] std::span<float> piece_gradient(const ShardPiece& piece);
-  [[nodiscard]] std::span<float> piece_state(const ShardPiece& piece);
+  // Where a piece's gradient starts in grads_ (its shard offset at stage 2).
+  [[nodiscard]] std::size_t gradient_offset(const ShardPiece& piece) const;
+  [[nodiscard]] BufferView piece_gradient(const ShardPiece& piece) const;
+  [[nodiscard]] BufferView piece_state(const ShardPiece& piece) const;
   [[nodiscard]] BufferView piece_params(const ShardPiece& piece) const;
+  // `count` floats at `values` in this strategy's memory (the host's or a GPU's).
+  [[nodiscard]] BufferView on_device(float* values, std::size_t count) const;
   [[nodiscard]] std::size_t state_slots() const;
   [[nodiscard]] bool stage_two() const noexcept { return config_.stage == ZeroStage::two; }
 
@@ -107,12 +114,14 @@ class ZeroStrategy : public Strategy {
   ShardLayout shards_;
   std::vector<ShardPiece> my_pieces_;
   std::vector<LayerSlice> layers_;
-  // All f32, from the setup's allocator.
+  // All f32, from the setup's allocator: host memory, or a GPU's ([runtime] device = cuda)
+  // where every computation on them runs there and norms and checkpoints use host copies.
   std::shared_ptr<DeviceAllocator> allocator_;
-  Tensor params_;      // full, padded
-  Tensor grads_;       // stage 1: full, padded; stage 2: this rank's shard
-  Tensor state_;       // shard, piece after piece, slot-major within a piece
-  Tensor accumulate_;  // stage 2 with micro-batches, during a step only
+  Tensor params_;       // full, padded
+  Tensor grads_;        // stage 1: full, padded; stage 2: this rank's shard
+  Tensor state_;        // shard, piece after piece, slot-major within a piece
+  Tensor accumulate_;   // stage 2 with micro-batches, during a step only
+  Tensor host_params_;  // parameters()'s host copy, on a GPU only
 
   struct Window {
     Tensor values;

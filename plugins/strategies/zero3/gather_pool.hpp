@@ -40,7 +40,7 @@ class GatherPool {
   void release(std::size_t buffer, std::shared_ptr<Work> last_use = nullptr);
 
   [[nodiscard]] float* data(std::size_t buffer) const {
-    return slots_.at(buffer).storage.as<float>().data();
+    return static_cast<float*>(slots_.at(buffer).storage.view().data);  // host or device
   }
   [[nodiscard]] std::size_t buffer_elements() const noexcept { return elements_; }
   [[nodiscard]] std::size_t buffer_count() const noexcept { return slots_.size(); }

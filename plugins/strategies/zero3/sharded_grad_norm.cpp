@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/strategy_kit/host_values.hpp"
 
 namespace tessera::zero3 {
 
@@ -64,7 +65,7 @@ ShardedGradNorm::ShardedGradNorm(const UnitPlan& plan, int rank, int world) {
 }
 
 double ShardedGradNorm::sum_of_squares(std::span<const float> shards, Communicator& group,
-                                       Duration timeout) {
+                                       DeviceAllocator* memory, Duration timeout) {
   std::fill(blocks_.begin(), blocks_.end(), 0.0);
   for (const auto& run : runs_) {
     accumulate_norm_blocks(shards.subspan(run.shard_offset, run.count), run.flat_begin, blocks_);
@@ -80,14 +81,20 @@ double ShardedGradNorm::sum_of_squares(std::span<const float> shards, Communicat
                 fragment_.begin() + static_cast<std::ptrdiff_t>(at));
     at += piece.count;
   }
-  std::shared_ptr<Work> gather;
-  if (fragment_elements_ > 0) {
-    gather = group.all_gather(view_of(std::span<float>(fragment_)),
-                              view_of(std::span<float>(gathered_)));
+  const auto fragment = view_of(std::span<float>(fragment_));
+  const auto gathered = view_of(std::span<float>(gathered_));
+  const auto blocks = view_of(std::span<double>(blocks_));
+  if (group.moves(Device::cpu())) {
+    std::shared_ptr<Work> gather;
+    if (fragment_elements_ > 0) gather = group.all_gather(fragment, gathered);
+    auto reduce = group.all_reduce(blocks, ReduceOp::sum);
+    if (gather) gather->wait(timeout);
+    reduce->wait(timeout);
+  } else {
+    // Through device buffers, one after the other.
+    if (fragment_elements_ > 0) all_gather_host(group, memory, fragment, gathered);
+    all_reduce_host(group, memory, blocks, ReduceOp::sum);
   }
-  auto reduce = group.all_reduce(view_of(std::span<double>(blocks_)), ReduceOp::sum);
-  if (gather) gather->wait(timeout);
-  reduce->wait(timeout);
 
   std::vector<double> shared(blocks_.size(), 0.0);
   for (const auto& piece : pieces_) {

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "tessera/base/device_allocator.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "unit_plan.hpp"
 
@@ -24,9 +25,11 @@ class ShardedGradNorm {
   ShardedGradNorm(const UnitPlan& plan, int rank, int world);
 
   // The sum of squares of the averaged gradient, as GradientSynchronizer::clip_grad_norm
-  // computes it. `shards` is this rank's gradient shard storage (UnitPlan layout).
+  // computes it. `shards` is this rank's gradient shard storage (UnitPlan layout) in host
+  // memory. A group that moves device memory only (nccl) exchanges through `memory`, the
+  // allocator of its device (null for a group that moves host memory).
   [[nodiscard]] double sum_of_squares(std::span<const float> shards, Communicator& group,
-                                      Duration timeout);
+                                      DeviceAllocator* memory, Duration timeout);
 
   [[nodiscard]] std::size_t buffer_bytes() const noexcept;
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "zero3_strategy.hpp"
 
@@ -32,8 +33,10 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
   const auto shards = shards_of(plan_, world);
   const std::size_t slots = setup_.optimizer->state_per_param();
   if (rank == 0) save_param_index(writer, {"zero3", slots, params_of(layout_)});
-  const auto params = params_.as<float>();
-  const auto all_state = state_.as<float>();
+  const Tensor host_params = host_copy(params_);
+  const Tensor host_state = host_copy(state_);
+  const auto params = host_params.as<float>();
+  const auto all_state = host_state.as<float>();
   std::vector<float> state;
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
     const auto& unit = plan_.units[u];
@@ -57,8 +60,10 @@ void Zero3Strategy::load(const CheckpointReader& reader) {
   const std::size_t slots = setup_.optimizer->state_per_param();
   // One read of the checkpoint for every unit: each unit's optimizer state lands slot-major in
   // its own buffer first, because state_ is slot-major over the whole shard.
-  const auto params = params_.as<float>();
-  const auto all_state = state_.as<float>();
+  const Tensor host_params = host_copy(params_);
+  const Tensor host_state = host_copy(state_);
+  const auto params = host_params.as<float>();
+  const auto all_state = host_state.as<float>();
   std::vector<std::vector<float>> states(plan_.units.size());
   std::vector<FlatRangeTarget> targets;
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
@@ -78,6 +83,8 @@ void Zero3Strategy::load(const CheckpointReader& reader) {
                       static_cast<std::ptrdiff_t>(s * plan_.shard_total + unit.shard_offset));
     }
   }
+  copy_back(host_params, params_);
+  copy_back(host_state, state_);
 }
 
 std::vector<float> Zero3Strategy::gather_parameters() {
@@ -85,8 +92,9 @@ std::vector<float> Zero3Strategy::gather_parameters() {
   std::vector<float> flat(layout_.total, 0.0F);
   for (std::size_t u = 0; u < plan_.units.size(); ++u) {
     const auto& unit = plan_.units[u];
-    const float* base = wait_gathered(u);
-    std::copy_n(base, unit.elements(), flat.begin() + static_cast<std::ptrdiff_t>(unit.flat_begin));
+    float* base = wait_gathered(u);
+    allocator_->copy(view_of(std::span<float>(flat).subspan(unit.flat_begin, unit.elements())),
+                     {base, unit.elements(), DType::f32, allocator_->device()});
     release_gathered(u);
   }
   return flat;

@@ -79,7 +79,7 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "zero3: setup needs world, model and optimizer");
   TESSERA_CHECK(setup.micro_batches >= 1, "zero3: micro_batches must be at least 1");
-  allocator_ = host_strategy_allocator(setup, "zero3");
+  allocator_ = strategy_allocator(setup, "zero3");
   setup_ = setup;
   const auto& model = *setup.model;
   const int rank = setup.world->rank();
@@ -102,7 +102,9 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   params_ = Tensor({plan_.shard_total}, DType::f32, allocator_);
   grads_ = Tensor({plan_.shard_total}, DType::f32, allocator_);
   state_ = Tensor({plan_.shard_total * setup.optimizer->state_per_param()}, DType::f32, allocator_);
-  const auto params = params_.as<float>();
+  // Initialised on the host, then copied where the shard lives.
+  const Tensor initial = host_copy(params_);
+  const auto params = initial.as<float>();
 
   // Each element is a pure function of (seed, parameter index, element index), so a rank
   // initialises exactly its shard and the gathered units equal ddp's parameters bit for bit.
@@ -118,6 +120,7 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
       initialize_parameter(specs_[index], setup.seed, index, out, lo - flat.offset);
     }
   }
+  copy_back(initial, params_);
   if (pool_) pool_->quiesce(setup.world->timeout());
   pool_ = std::make_unique<GatherPool>(plan_.largest_gathered, allocator_);
   norm_ = std::make_unique<ShardedGradNorm>(plan_, rank, world);
@@ -228,11 +231,12 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
           for (const auto& each : plan_.units)
             accumulated_.emplace_back(Shape{world * each.shard_elements}, DType::f32, allocator_);
         }
-        gradient.base = accumulated_[u].as<float>().data();
+        gradient.base = static_cast<float*>(accumulated_[u].view().data);
       } else {
         gradient.buffer = pool_->acquire_for_compute(setup_.world->timeout());
         gradient.base = pool_->data(gradient.buffer);
-        std::fill_n(gradient.base, world * unit.shard_elements, 0.0F);
+        fill_zero(*allocator_,
+                  {gradient.base, world * unit.shard_elements, DType::f32, allocator_->device()});
       }
     }
     return views(l, unit, gradient.base);
@@ -259,8 +263,8 @@ PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& t
                                            float gradient_weight, bool last) {
   UnitGradient gradient;
   // An empty batch computes nothing but still issues every gather and reduce-scatter.
-  return run_model_pass(*setup_.model, inputs, targets, hooks(true, last, gradient),
-                        gradient_weight);
+  return run_model_pass(*setup_.model, placed_in(allocator_, inputs), targets,
+                        hooks(true, last, gradient), gradient_weight);
 }
 
 StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -280,7 +284,7 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   StepStats stats;
   stats.correct = correct;
 
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, loss_sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss_sum);
   auto scatters = std::move(scatters_);
   scatters_.clear();
   for (auto& work : scatters) work->wait(timeout);
@@ -288,9 +292,16 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   accumulated_.clear();
   stats.loss = loss_sum / static_cast<double>(global);
 
-  const double sum_of_squares = norm_->sum_of_squares(grads_.as<float>(), *setup_.world, timeout);
-  scale_gradients(grads_.as<float>(),
-                  clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm)));
+  // On a GPU the norm is summed over a host copy of the shard: the host's bits.
+  const Tensor grads = host_copy(grads_);
+  const double sum_of_squares =
+      norm_->sum_of_squares(grads.as<float>(), *setup_.world, allocator_.get(), timeout);
+  const float coefficient =
+      clip_coefficient(sum_of_squares, static_cast<float>(setup_.max_grad_norm));
+  if (coefficient != 1.0F) {
+    scale_gradients(grads.as<float>(), coefficient);
+    copy_back(grads, grads_);
+  }
   stats.grad_norm = global_norm(sum_of_squares);
   if (skip_nonfinite_update(setup_, stats)) return stats;
   setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
@@ -304,7 +315,7 @@ StepStats Zero3Strategy::evaluate(const Batch& batch) {
   const auto layers = model_layers(*setup_.model);
   UnitGradient unused;
   MicroBatchContexts contexts;
-  Tensor logits = forward_layers({layers, 0, layers.size()}, batch.inputs,
+  Tensor logits = forward_layers({layers, 0, layers.size()}, placed_in(allocator_, batch.inputs),
                                  hooks(false, false, unused), contexts);
   if (n == 0) return stats;
   const auto result = setup_.model->loss(logits, batch.targets);

@@ -50,6 +50,7 @@ class Zero3Strategy final : public Strategy {
   // Collective: the full flat parameters (FlatLayout order), gathered unit by unit, for tests
   // and exports. Allocates the whole model; not for the training loop.
   [[nodiscard]] std::vector<float> gather_parameters();
+  // This rank's shard of the parameters, in host memory only (InvalidArgument on a GPU).
   [[nodiscard]] std::span<const float> parameter_shards() const { return params_.as<float>(); }
   [[nodiscard]] const UnitPlan& plan() const noexcept { return plan_; }
   [[nodiscard]] std::size_t pool_buffers() const noexcept {

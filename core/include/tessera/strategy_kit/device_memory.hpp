@@ -27,4 +27,18 @@ namespace tessera {
 // through copies from a zeroed host buffer (DeviceAllocator has no fill of its own).
 void fill_zero(DeviceAllocator& memory, BufferView view);
 
+// `tensor`'s values where the host reads them: an alias of `tensor` when it is in host memory,
+// else a copy (blocking). Host code then runs unchanged over either; a copy's changes reach
+// `tensor` through copy_back().
+[[nodiscard]] Tensor host_copy(const Tensor& tensor);
+
+// After `host = host_copy(tensor)` and changes to `host`: writes them into `tensor` when `host`
+// is a copy, nothing when it is an alias.
+void copy_back(const Tensor& host, const Tensor& tensor);
+
+// `tensor` in the memory `memory` hands out: an alias when that is the host, else a copy (a
+// batch going to the GPU a strategy computes on).
+[[nodiscard]] Tensor placed_in(const std::shared_ptr<DeviceAllocator>& memory,
+                               const Tensor& tensor);
+
 }  // namespace tessera

@@ -75,4 +75,10 @@ PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t 
 // reductions), since it takes a place in the collective order.
 [[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum);
 
+// The same for a strategy whose buffers come from `memory`: a world that moves host memory sums
+// in place as above; one that moves device memory only (nccl) sums through a buffer of `memory`
+// at once, and nullptr comes back.
+[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world,
+                                                        DeviceAllocator* memory, double& loss_sum);
+
 }  // namespace tessera
