@@ -2,8 +2,8 @@
 // memory store) die in the middle of a step; the survivors notice through the membership
 // leases, regroup, rebuild the state from the copies they hold and finish the run. Checked:
 // every sample of every epoch trained exactly once, the final parameters equal a run resumed at
-// the new world size from the same state, and the fallback to a checkpoint when a rank's state
-// and all its copies are gone.
+// the new world size from the same state, the fallback to a checkpoint when a rank's state
+// and all its copies are gone, and, below min_workers, the checkpoint the survivors stop with.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
