@@ -1,6 +1,7 @@
 // `tessera train` with strategy = elastic over shm: three launched workers, one SIGKILLed while
 // it trains. The launcher reports it and goes on, the survivors regroup from the copies they
-// hold and finish; nothing is left in /dev/shm.
+// hold and finish; nothing is left in /dev/shm. Below min_workers the survivor stops with a
+// checkpoint of its state, from which one worker resumes the run.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,6 +33,16 @@ std::set<std::string> shm_entries() {
   return names;
 }
 
+// The committed checkpoints (step-N folders) in `folder`.
+std::size_t tessera_checkpoints(const fs::path& folder) {
+  std::size_t n = 0;
+  if (!fs::exists(folder)) return 0;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    n += entry.path().filename().string().starts_with("step-") ? 1 : 0;
+  }
+  return n;
+}
+
 std::size_t lines_of(const fs::path& file) {
   std::ifstream in(file);
   std::size_t n = 0;
@@ -39,29 +50,48 @@ std::size_t lines_of(const fs::path& file) {
   return n;
 }
 
-// A job of three shm workers training `tessera train -n 3` elastic; worker n0.w1 is SIGKILLed
-// once the run has trained 50 steps. Returns what the job printed; checks its exit and /dev/shm.
-std::string run_and_kill_one(const std::string& extra_flags) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid()));
+std::string job_flags(const fs::path& dir) {
+  return " --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
+         " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
+         " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+         " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
+         " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
+         " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
+         " --train.batch_size=16 --train.lr=0.02 --train.progress=off"
+         " --train.seed=5 --train.metrics_file=" +
+         (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string();
+}
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A job of `workers` shm workers training `tessera train -n <workers>` elastic in `dir`; worker
+// n0.w1 is SIGKILLed once the run has trained 50 steps. Returns what the job printed; checks
+// its exit (0, or not 0 with expect_failure) and /dev/shm, and removes what the job wrote there
+// but the checkpoints.
+std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
+                             bool expect_failure = false,
+                             const fs::path& dir = fs::temp_directory_path() /
+                                                   ("tessera-elastic-shm-" +
+                                                    std::to_string(::getpid()))) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto shm_before = shm_entries();
   // A token only this test's job carries, so that the kill finds its worker and no other.
   const std::string tag = "ELASTIC_SHM_TEST_JOB=" + std::to_string(::getpid());
-  const std::string command =
-      tag + " timeout 300 " + std::string(TESSERA_CLI_PATH) +
-      " train -n 3 --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
-      " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
-      " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
-      " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
-      " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
-      " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
-      " --train.batch_size=16 --train.lr=0.02 --train.progress=off"
-      " --train.seed=5 --train.metrics_file=" +
-      (dir / "metrics.jsonl").string() + " --summary " + (dir / "summary.json").string() + " " +
-      extra_flags + " > " + (dir / "out.txt").string() + " 2>&1";
-  std::thread job([&] { EXPECT_EQ(std::system(command.c_str()), 0); });
+  const std::string command = tag + " timeout 300 " + std::string(TESSERA_CLI_PATH) + " train -n " +
+                              std::to_string(workers) + job_flags(dir) + " " + extra_flags + " > " +
+                              (dir / "out.txt").string() + " 2>&1";
+  std::thread job([&] {
+    const int status = std::system(command.c_str());
+    if (expect_failure) {
+      EXPECT_NE(status, 0);
+    } else {
+      EXPECT_EQ(status, 0);
+    }
+  });
 
   // Kill worker n0.w1 (world rank 1) once the run has trained 50 steps.
   const auto give_up = std::chrono::steady_clock::now() + 120s;
@@ -81,8 +111,7 @@ std::string run_and_kill_one(const std::string& extra_flags) {
   }
   job.join();
 
-  std::ifstream in(dir / "out.txt");
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto out = read_file(dir / "out.txt");
   // The job's segments are gone, the dead worker's too (the survivors and the launcher
   // unlink what they created; a dead worker created none it did not already unlink).
   std::set<std::string> left_over;
@@ -90,12 +119,15 @@ std::string run_and_kill_one(const std::string& extra_flags) {
     if (!shm_before.contains(name) && name.starts_with("tessera")) left_over.insert(name);
   }
   EXPECT_TRUE(left_over.empty()) << *left_over.begin();
-  fs::remove_all(dir);
+  fs::remove_all(dir / "metrics.jsonl");
+  fs::remove_all(dir / "summary.json");
+  fs::remove_all(dir / "out.txt");
   return out;
 }
 
 TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
   const auto out = run_and_kill_one("--train.epochs=1");
+  fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
   EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9"),
             std::string::npos)
       << out;
@@ -108,6 +140,7 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
 
 TEST(ElasticOverShm, AKilledWorkerIsReplacedAndTheReplacementJoinsTheRun) {
   const auto out = run_and_kill_one("--train.epochs=3 --strategy.elastic.max_restarts=1");
+  fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
   EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9 (SIGKILL); the "
                      "others go on; starting n0.w1.r1 to join them (0 restart(s) left)"),
             std::string::npos)
@@ -122,6 +155,35 @@ TEST(ElasticOverShm, AKilledWorkerIsReplacedAndTheReplacementJoinsTheRun) {
   }
   EXPECT_TRUE(rejoined) << out;
   EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+}
+
+// Two workers and min_workers = 2: once one is killed, the survivor waits join_timeout for a
+// newcomer, then stops with an error naming the checkpoint it wrote of the state it held; the
+// run resumes from it on one worker.
+TEST(ElasticOverShm, BelowMinWorkersTheSurvivorStopsWithACheckpointAndTheRunResumesFromIt) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-elastic-shm-stop-" + std::to_string(::getpid()));
+  const auto checkpoints = dir / "checkpoints";
+  const std::string limits =
+      " --train.epochs=1 --train.max_steps=600 --train.checkpoint_dir=" + checkpoints.string();
+  const auto out = run_and_kill_one(
+      limits + " --strategy.elastic.min_workers=2 --strategy.elastic.join_timeout=1s", 2, true,
+      dir);
+  for (const auto& part : std::vector<std::string>{
+           "tessera: error: elastic: the run stopped after step ", "1 worker(s) left (gone: n0.w1)",
+           "min_workers = 2", "join_timeout = 1 s", "the survivors' state after step ",
+           "is in " + (checkpoints / "step-").string(), "go on with `tessera train --resume`"}) {
+    EXPECT_NE(out.find(part), std::string::npos) << part << "\n" << out;
+  }
+  EXPECT_EQ(out.find(".cpp"), std::string::npos) << out;
+  ASSERT_EQ(tessera_checkpoints(checkpoints), 1U) << out;
+
+  const std::string resume = std::string(TESSERA_CLI_PATH) + " train -n 1" + job_flags(dir) +
+                             limits + " --resume > " + (dir / "resumed.txt").string() + " 2>&1";
+  EXPECT_EQ(std::system(resume.c_str()), 0) << read_file(dir / "resumed.txt");
+  EXPECT_NE(read_file(dir / "resumed.txt").find("test accuracy"), std::string::npos)
+      << read_file(dir / "resumed.txt");
+  fs::remove_all(dir);
 }
 
 }  // namespace

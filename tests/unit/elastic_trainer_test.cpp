@@ -2,8 +2,8 @@
 // memory store) die in the middle of a step; the survivors notice through the membership
 // leases, regroup, rebuild the state from the copies they hold and finish the run. Checked:
 // every sample of every epoch trained exactly once, the final parameters equal a run resumed at
-// the new world size from the same state, and the fallback to a checkpoint when a rank's state
-// and all its copies are gone.
+// the new world size from the same state, the fallback to a checkpoint when a rank's state
+// and all its copies are gone, and, below min_workers, the checkpoint the survivors stop with.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +20,7 @@
 #include "ddp_test_support.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/trainer.hpp"
 #include "trainer_test_support.hpp"
@@ -161,14 +162,15 @@ TrainerOptions options() {
   return o;
 }
 
-ElasticOptions elastic_options(int workers, int replicas) {
+ElasticOptions elastic_options(int workers, int replicas, int min_workers = 1,
+                               Duration join_timeout = Duration(2000)) {
   ElasticOptions o;
-  o.min_workers = 1;
+  o.min_workers = min_workers;
   o.max_workers = workers;
   o.replicas = replicas;
   o.heartbeat = Duration(50);
   o.failure_timeout = Duration(1000);
-  o.join_timeout = Duration(2000);
+  o.join_timeout = join_timeout;
   return o;
 }
 
@@ -191,6 +193,8 @@ struct LateStarts {
   std::chrono::milliseconds step_pause{0};
   std::shared_ptr<Store> store;        // the job's; a fresh memory store when null
   bool copies_hold_everything = true;  // RecordingStrategy's
+  int min_workers = 1;
+  Duration join_timeout{2000};
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -216,8 +220,10 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         }
         // With workers still to come, the first world forms once the others waited
         // failure_timeout for more (the settle time).
-        auto elastic = make_elastic_world(transport, store, elastic_options(workers, replicas),
-                                          "w" + std::to_string(w), testing::kTestTimeout);
+        auto elastic = make_elastic_world(
+            transport, store,
+            elastic_options(workers, replicas, late.min_workers, late.join_timeout),
+            "w" + std::to_string(w), testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
         if (first.finished) return;
         outcome.strategy = std::make_shared<RecordingStrategy>(
@@ -328,6 +334,154 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   const auto entered = late_worker->enter(deadline_after(testing::kTestTimeout));
   EXPECT_TRUE(entered.finished);
   EXPECT_EQ(entered.world, nullptr);
+}
+
+// `ranks` ranks resume from the newest checkpoint in `folder` and train up to max_steps (0: the
+// whole run); rank 0's parameters at the end (ddp: every rank's).
+std::vector<float> resumed_parameters(const std::shared_ptr<RecordingDataset>& data,
+                                      const fs::path& folder, int ranks,
+                                      std::int64_t max_steps = 0) {
+  auto o = options();
+  o.checkpoint_dir = folder;
+  o.max_steps = max_steps;
+  std::vector<float> parameters;
+  testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
+    t_worker = world->rank();
+    auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
+    Trainer(o, {world, testing::small_mlp(), momentum_sgd(), data, strategy, "ddp"}).run(true);
+    if (world->rank() == 0) parameters = strategy->parameters();
+  });
+  return parameters;
+}
+
+// `ranks` ranks train `steps` steps from the start and write a checkpoint into `folder`.
+void train_and_checkpoint(const std::shared_ptr<RecordingDataset>& data, const fs::path& folder,
+                          int ranks, std::int64_t steps) {
+  auto o = options();
+  o.max_steps = steps;
+  o.checkpoint_dir = folder;
+  testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
+    t_worker = world->rank();
+    auto strategy = std::make_shared<RecordingStrategy>(data, world->rank(), 0);
+    Trainer(o, {world, testing::small_mlp(), momentum_sgd(), data, strategy, "ddp"}).run(false);
+  });
+}
+
+// The error every survivor stopped with: a TrainingError, whose text is returned.
+std::vector<std::string> stop_errors(const std::vector<WorkerOutcome>& outcomes,
+                                     const std::vector<int>& survivors) {
+  std::vector<std::string> messages;
+  for (const int w : survivors) {
+    const auto& outcome = outcomes[static_cast<std::size_t>(w)];
+    if (!outcome.error) {
+      ADD_FAILURE() << "worker " << w << " did not stop with an error";
+      continue;
+    }
+    try {
+      std::rethrow_exception(outcome.error);
+    } catch (const TrainingError& e) {
+      messages.emplace_back(e.what());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "worker " << w << " stopped with another error: " << e.what();
+    }
+  }
+  return messages;
+}
+
+fs::path test_folder(const std::string& name) {
+  auto folder =
+      fs::temp_directory_path() / ("tessera-elastic-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(folder);
+  return folder;
+}
+
+TEST(ElasticTrainer, BelowMinWorkersTheSurvivorsWriteACheckpointThatResumesAtTheirWorldSize) {
+  constexpr std::int64_t kDieAt = 4;
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const auto folder = test_folder("stop");
+  auto o = options();
+  o.checkpoint_dir = folder;
+  LateStarts strict;
+  strict.min_workers = 3;
+  strict.join_timeout = Duration(300);
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, o, data, strict);
+  ASSERT_TRUE(outcomes[2].died);
+
+  // Both survivors stop with one message: how many were left, the limits, where the state is
+  // and how to go on from it.
+  const auto checkpoint = folder / "step-000000000003";
+  for (const auto& message : stop_errors(outcomes, {0, 1})) {
+    for (const auto& part : std::vector<std::string>{
+             "2 worker(s) left (gone: w2)", "min_workers = 3", "join_timeout = 0.3 s",
+             "the survivors' state after step 3 is in " + checkpoint.string(), "--resume"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+    }
+    EXPECT_EQ(message.find(".cpp"), std::string::npos) << message;
+    EXPECT_EQ(message, stop_errors(outcomes, {0}).front());
+  }
+  // The checkpoint verifies and is of the two survivors' world, the state of the step the copies
+  // were of (the failed step is left to the resumed run).
+  ASSERT_EQ(list_checkpoints(folder), std::vector<fs::path>{checkpoint});
+  const FileCheckpointReader reader(checkpoint);
+  EXPECT_EQ(reader.manifest().step, kDieAt - 1);
+  EXPECT_EQ(reader.saved_world_size(), 2);
+
+  // Loaded at their world size it is the state the survivors held, bitwise; resumed there, the
+  // run ends where a run that wrote a checkpoint after the same steps and resumed at 2 ends.
+  EXPECT_EQ(resumed_parameters(data, folder, 2, kDieAt - 1), outcomes[0].strategy->parameters());
+  EXPECT_EQ(resumed_parameters(data, folder, 1, kDieAt - 1), outcomes[1].strategy->parameters());
+  const auto finished = resumed_parameters(data, folder, 2);
+  const auto reference = test_folder("stop-reference");
+  train_and_checkpoint(data, reference, 3, kDieAt - 1);
+  EXPECT_EQ(finished, resumed_parameters(data, reference, 2));
+  fs::remove_all(reference);
+  fs::remove_all(folder);
+}
+
+TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAndWhichRemains) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const auto folder = test_folder("stop-lost");
+  auto o = options();
+  o.checkpoint_dir = folder;
+  o.checkpoint_every = 2;
+  // Each rank's copy holds only its own part, and none is kept on another rank (replicas 0).
+  LateStarts strict;
+  strict.copies_hold_everything = false;
+  strict.min_workers = 3;
+  strict.join_timeout = Duration(300);
+  const auto outcomes = run_elastic(3, {0, 0, 3}, 0, o, data, strict);
+  ASSERT_TRUE(outcomes[2].died);
+  const auto kept = folder / "step-000000000002";
+  for (const auto& message : stop_errors(outcomes, {0, 1})) {
+    for (const auto& part : std::vector<std::string>{
+             "2 worker(s) left", "min_workers = 3",
+             "no consistent checkpoint could be made from memory", "rank(s) 2 of the 3-rank world",
+             "replicas = 0", "the newest checkpoint on disk, " + kept.string() + " (step 2)",
+             "--resume"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+    }
+  }
+  // What was on disk is as it was: the checkpoint of step 2 alone, whole.
+  EXPECT_EQ(list_checkpoints(folder), std::vector<fs::path>{kept});
+  EXPECT_EQ(FileCheckpointReader(kept).saved_world_size(), 3);
+  fs::remove_all(folder);
+}
+
+TEST(ElasticTrainer, BelowMinWorkersWithoutACheckpointDirTheErrorSaysNothingWasWritten) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  LateStarts strict;
+  strict.min_workers = 3;
+  strict.join_timeout = Duration(300);
+  const auto outcomes = run_elastic(3, {0, 0, 3}, 1, options(), data, strict);
+  ASSERT_TRUE(outcomes[2].died);
+  for (const auto& message : stop_errors(outcomes, {0, 1})) {
+    for (const auto& part :
+         std::vector<std::string>{"2 worker(s) left", "min_workers = 3",
+                                  "no checkpoint was written: [train] checkpoint_dir "
+                                  "(--train.checkpoint_dir) is not set"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+    }
+  }
 }
 
 TEST(ElasticTrainer, FinalParametersEqualARunResumedAtTheNewWorldSizeFromTheSameState) {

@@ -330,6 +330,28 @@ TEST(Membership, BelowMinWorkersTimesOutNamingTheOption) {
   EXPECT_LT(elapsed, 400ms + kLate);
 }
 
+TEST(Membership, BelowMinWorkersTheReadySurvivorsFormOneStoppingWorldAtTheDeadline) {
+  Job job(3, 3);
+  form_first_world(job, {"a", "b", "c"});
+  const auto started = Clock::now();
+  const auto views = on_threads(job, {"a", "b"}, [](Membership& m) {
+    return m.next_generation(1, {"c"}, deadline_after(400ms), BelowMinWorkers::stop);
+  });
+  EXPECT_GE(Clock::now() - started, 400ms);
+  expect_same_world(views);
+  EXPECT_EQ(views[0].generation, 2);
+  EXPECT_EQ(views[0].members, (Ids{"a", "b"}));
+  EXPECT_TRUE(views[0].joined.empty());
+  for (const auto& view : views) EXPECT_TRUE(view.stopping);
+  EXPECT_EQ(views[0].rank, 0);
+  EXPECT_EQ(views[1].rank, 1);
+  // Nobody is admitted after it: a newcomer learns that the job stopped, at once.
+  const auto late = job.add("z").join(deadline_after(10s));
+  EXPECT_TRUE(late.stopping);
+  EXPECT_FALSE(late.is_member());
+  EXPECT_EQ(late.generation, 2);
+}
+
 TEST(Membership, BelowMinWorkersAJoinerCompletesTheWorld) {
   Job job(3, 3);
   form_first_world(job, {"a", "b", "c"});

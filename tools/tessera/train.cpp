@@ -134,6 +134,14 @@ int run_train(const std::vector<std::string>& args) {
           const auto& o = elastic_world->options();
           const auto entered =
               elastic_world->enter(deadline_after(o.join_timeout + o.failure_timeout));
+          if (entered.stopping) {
+            throw TrainingError("elastic: the run stopped at generation " +
+                                std::to_string(entered.generation) +
+                                " with fewer than min_workers = " + std::to_string(o.min_workers) +
+                                " workers; this worker came too late to join it (the survivors' "
+                                "checkpoint, if [train] checkpoint_dir is set, resumes with "
+                                "--resume)");
+          }
           if (entered.finished) {
             std::fprintf(stderr,
                          "elastic: this worker came after the run ended (generation %lld); "

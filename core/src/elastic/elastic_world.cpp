@@ -96,7 +96,8 @@ class MembershipWorld final : public ElasticWorld {
     }
     TESSERA_CHECK(current.is_member(), "elastic: regroup before enter");
     return connect_or_join(
-        membership_.next_generation(current.generation, membership_.departed(current), deadline),
+        membership_.next_generation(current.generation, membership_.departed(current), deadline,
+                                    BelowMinWorkers::stop),
         deadline);
   }
 
@@ -123,7 +124,9 @@ class MembershipWorld final : public ElasticWorld {
       // must not take a member's move for a departure.
       aborted_ = true;
     }
-    return connect_or_join(membership_.next_generation(current.generation, {}, deadline), deadline);
+    return connect_or_join(
+        membership_.next_generation(current.generation, {}, deadline, BelowMinWorkers::stop),
+        deadline);
   }
 
   std::shared_ptr<Communicator> side_channel() override {
@@ -166,16 +169,17 @@ class MembershipWorld final : public ElasticWorld {
 
  private:
   // A generation formed without this worker (it came late): it enters the next one as a
-  // newcomer.
+  // newcomer, unless the job stops at that one.
   Regrouping connect_or_join(WorldView view, Deadline deadline) {
-    if (!view.is_member() && !view.finished) view = membership_.join(deadline);
+    if (!view.is_member() && !view.finished && !view.stopping) view = membership_.join(deadline);
     return connect(std::move(view));
   }
 
   Regrouping connect(WorldView view) {
     Regrouping out;
     out.generation = view.generation;
-    if (view.finished) {
+    out.stopping = view.stopping;
+    if (view.finished || !view.is_member()) {
       out.finished = true;
       return out;
     }

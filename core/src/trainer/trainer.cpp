@@ -122,6 +122,25 @@ std::string format_number(double value) {
   return text.str();
 }
 
+std::string listed(const std::vector<std::string>& ids) {
+  std::string text;
+  for (const auto& id : ids) text += (text.empty() ? "" : ", ") + id;
+  return text;
+}
+
+// What --resume would go on from in `dir`, for a message that says nothing new was written.
+std::string newest_checkpoint_note(const std::filesystem::path& dir) {
+  try {
+    const auto reader = open_newest_checkpoint(dir);
+    if (!reader) return "there is no checkpoint in " + dir.string() + " to resume from either";
+    return "the newest checkpoint on disk, " + reader->folder().string() + " (step " +
+           std::to_string(reader->manifest().step) +
+           "), is unchanged: `tessera train --resume` goes on from it";
+  } catch (const CheckpointError& e) {
+    return std::string("and the newest checkpoint on disk does not verify: ") + e.what();
+  }
+}
+
 }  // namespace
 
 void Trainer::check_nonfinite_step(const StepStats& stats, const StepInfo& info) const {
@@ -330,6 +349,7 @@ void Trainer::refresh_replicas(const Position& at, bool force) {
 Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_at_step,
                                        std::chrono::steady_clock::time_point started,
                                        TrainResult& result) {
+  if (regroup.stopping) stop_below_min_workers(regroup, failed_at_step, result);
   if (regroup.finished) {
     throw TrainingError(
         "elastic: the other workers finished the run while this one moved to "
@@ -418,6 +438,92 @@ Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_a
   }
   result.world_events.push_back(std::move(event));
   return at;
+}
+
+void Trainer::stop_below_min_workers(const Regrouping& regroup, std::int64_t failed_at_step,
+                                     TrainResult& result) {
+  const auto& options = elastic_->options();
+  const auto& dir = options_.checkpoint_dir;
+  const auto seconds = std::chrono::duration<double>(options.join_timeout).count();
+  const std::string why =
+      "elastic: the run stopped" +
+      (failed_at_step >= 0 ? " after step " + std::to_string(failed_at_step) : std::string()) +
+      ": " +
+      (regroup.world ? std::to_string(regroup.world->size()) + " worker(s) left"
+                     : std::string("too few workers left")) +
+      (regroup.left.empty() ? std::string() : " (gone: " + listed(regroup.left) + ")") +
+      ", fewer than min_workers = " + std::to_string(options.min_workers) +
+      ", and no newcomer came within join_timeout = " + format_number(seconds) + " s; ";
+  const std::string next_time =
+      "; to ride out such losses, start more workers (tessera launch --elastic --join, "
+      "--max-restarts), lower [strategy.elastic] min_workers (--min-workers) or raise "
+      "join_timeout";
+  if (!regroup.world) {
+    throw TrainingError(
+        why +
+        "this worker regrouped after the other survivors had stopped without it "
+        "and wrote nothing" +
+        (dir.empty() ? std::string() : "; they save the state into " + dir.string()) + next_time);
+  }
+  if (dir.empty()) {
+    throw TrainingError(why +
+                        "no checkpoint was written: [train] checkpoint_dir "
+                        "(--train.checkpoint_dir) is not set, so the survivors' state is lost; "
+                        "set it to keep the state of a run that stops" +
+                        next_time);
+  }
+  const auto resume = [&](const std::string& state, const std::filesystem::path& folder) {
+    return why + state + " is in " + folder.string() +
+           ": go on with `tessera train --resume` (the same config and checkpoint_dir, any "
+           "number of workers from min_workers = " +
+           std::to_string(options.min_workers) + ")" + next_time;
+  };
+  std::string outcome;
+  try {
+    const auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
+    if (!recovered.state) {
+      std::string lost;
+      for (const int r : recovered.missing) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+      outcome = why + "no consistent checkpoint could be made from memory: the state of rank(s) " +
+                lost + " of the " + std::to_string(recovered.previous_world_size) +
+                "-rank world and every copy of it (replicas = " + std::to_string(options.replicas) +
+                ") were lost with the failed workers; " + newest_checkpoint_note(dir) + next_time;
+    } else {
+      const Position at{recovered.position.step, recovered.position.epoch,
+                        static_cast<std::size_t>(recovered.position.samples)};
+      // A checkpoint as new is kept as it is (the same state), one newer too: --resume takes the
+      // newest, so an older one written now would only mislead. Rank 0 looks, for everyone.
+      std::int64_t newest = -1;
+      if (regroup.world->rank() == 0) {
+        try {
+          if (const auto reader = open_newest_checkpoint(dir)) newest = reader->manifest().step;
+        } catch (const CheckpointError&) {  // NOLINT(bugprone-empty-catch): a damaged one is
+                                            // superseded by the one written now
+        }
+      }
+      broadcast_host(*regroup.world, parts_.memory.get(), {&newest, 1, DType::i64, Device::cpu()},
+                     0);
+      if (newest >= at.step) {
+        outcome =
+            resume("nothing new was written: the survivors' state after step " +
+                       std::to_string(at.step) + (newest == at.step ? "" : ", or a newer one,"),
+                   list_checkpoints(dir).back());
+      } else {
+        auto world = regroup.world;
+        if (recorder_) world = trace::traced_communicator(world, recorder_);
+        parts_.strategy->reconfigure(world, *recovered.state);
+        parts_.world = world;
+        save_checkpoint(at, result);
+        outcome = resume("the survivors' state after step " + std::to_string(at.step),
+                         *result.last_checkpoint);
+      }
+    }
+  } catch (const Error& e) {
+    // A survivor failed while the state was gathered or written: what is on disk stays as it was.
+    outcome = why + "no checkpoint was written: saving the survivors' state failed (" + e.what() +
+              "); " + newest_checkpoint_note(dir) + next_time;
+  }
+  throw TrainingError(outcome);
 }
 
 Trainer::Position Trainer::recover_from_failure(const std::string& reason,

@@ -71,9 +71,13 @@ std::vector<std::string> split_ids(std::string_view text) {
   return ids;
 }
 
+// The last line of a world formed below min_workers (WorldView::stopping).
+constexpr std::string_view kStoppingLine = "stop=below_min_workers\n";
+
 std::string encode_world(const std::vector<std::string>& members,
-                         const std::vector<std::string>& joined) {
-  return "members=" + join_ids(members, ",") + "\njoined=" + join_ids(joined, ",") + "\n";
+                         const std::vector<std::string>& joined, bool stopping = false) {
+  return "members=" + join_ids(members, ",") + "\njoined=" + join_ids(joined, ",") + "\n" +
+         (stopping ? std::string(kStoppingLine) : std::string());
 }
 
 // A generation stored as this value ends the job (Membership::finish).
@@ -99,6 +103,10 @@ WorldView decode_world(std::int64_t generation, const std::string& value, const 
     auto ids = split_ids(rest.substr(field.size(), end - field.size()));
     (field == "members=" ? view.members : view.joined) = std::move(ids);
     rest.remove_prefix(end + 1);
+  }
+  if (rest == kStoppingLine) {
+    view.stopping = true;
+    rest = {};
   }
   if (!rest.empty() || view.members.empty()) throw malformed();
   const auto it = std::find(view.members.begin(), view.members.end(), self);
@@ -254,11 +262,13 @@ WorldView Membership::join(Deadline deadline) {
                           ", the newest; a member moves on with next_generation()");
   }
   if (newest > 0) {
-    if (auto world = stored_world(newest); world && world->finished) return *world;
+    if (auto world = stored_world(newest); world && (world->finished || world->stopping)) {
+      return *world;
+    }
   }
   for (std::int64_t generation = newest + 1;; ++generation) {
-    auto view = form(generation, std::nullopt, {}, deadline);
-    if (view.is_member() || view.finished) return view;
+    auto view = form(generation, std::nullopt, {}, deadline, BelowMinWorkers::fail);
+    if (view.is_member() || view.finished || view.stopping) return view;
   }
 }
 
@@ -270,7 +280,7 @@ void Membership::finish(std::int64_t current) {
 }
 
 WorldView Membership::next_generation(std::int64_t current, const std::vector<std::string>& failed,
-                                      Deadline deadline) {
+                                      Deadline deadline, BelowMinWorkers below) {
   throw_if_lease_lost();
   auto world = lease_ == LeaseId{} ? std::nullopt : stored_world(current);
   if (!world || !world->is_member()) {
@@ -279,7 +289,7 @@ WorldView Membership::next_generation(std::int64_t current, const std::vector<st
                           ", but it is not a member of generation " + g_text(current) +
                           "; a worker enters a world with join()");
   }
-  return form(current + 1, world, failed, deadline);
+  return form(current + 1, world, failed, deadline, below);
 }
 
 std::vector<std::string> Membership::departed(const WorldView& world) {
@@ -301,7 +311,8 @@ bool Membership::joiners_waiting(std::int64_t current) {
 }
 
 WorldView Membership::form(std::int64_t generation, const std::optional<WorldView>& survivors_of,
-                           const std::vector<std::string>& failed, Deadline deadline) {
+                           const std::vector<std::string>& failed, Deadline deadline,
+                           BelowMinWorkers below) {
   const auto start = Clock::now();
   const auto& id = options_.worker_id;
   if (auto world = stored_world(generation)) return *world;  // formed already, maybe without us
@@ -393,6 +404,19 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
 
     std::vector<std::string> ready_ids;
     for (const auto& [worker, role] : ready) ready_ids.push_back(worker);
+    if (now >= deadline && survivors_of && below == BelowMinWorkers::stop) {
+      // The survivors that are ready stop together; the first to get here writes their world.
+      std::vector<std::string> members;
+      for (const auto& member : survivors_of->members) {
+        const auto it = ready.find(member);
+        if (it != ready.end() && it->second == kMemberRole) members.push_back(member);
+      }
+      if (!members.empty()) {
+        (void)store_->compare_set(world_key(generation), "", encode_world(members, {}, true));
+        store_->add(changes_key(generation), 1);
+        continue;  // adopt what is stored, ours or not
+      }
+    }
     if (now >= deadline) {
       // A newcomer that gives up must not make the members form a world for it. A member's mark
       // stays: the others, giving up at the same moment, count it in what they report.

@@ -55,6 +55,11 @@ struct Regrouping {
   std::vector<std::string> joined;  // newcomers
   // The job's run ended (ElasticWorld::finish) before this worker got into a world.
   bool finished = false;
+  // Fewer than min_workers were left when the wait for newcomers ended: the job stops at this
+  // generation. `world` joins the survivors that were ready then, who save the state together
+  // before they stop (Trainer: a checkpoint); null, with `finished`, for a worker left out of it
+  // (a survivor that came too late, a newcomer).
+  bool stopping = false;
 
   // Whether this worker enters a running job: a newcomer beside members of the previous world,
   // who hold the state it must receive (false in the job's first world).
@@ -70,8 +75,10 @@ class ElasticWorld {
   // Throws Timeout at the deadline.
   [[nodiscard]] virtual Regrouping enter(Deadline deadline) = 0;
   // The current world failed (a collective threw): aborts it, forms the next generation with
-  // whoever is alive and connects it. Throws Timeout when fewer than min_workers are left at
-  // the deadline; LeaseExpired when the others counted this worker gone.
+  // whoever is alive and connects it. When fewer than min_workers are left at the deadline,
+  // returns a `stopping` generation of the survivors instead, for them to save the state before
+  // the job stops. Throws LeaseExpired when the others counted this worker gone; Timeout when
+  // the new world cannot be connected in time.
   [[nodiscard]] virtual Regrouping regroup(const std::string& reason, Deadline deadline) = 0;
   // Collective over the current world, at a step boundary: whether newcomers wait to enter and
   // there is room for them (below max_workers). Every rank returns the same answer (rank 0

@@ -46,9 +46,22 @@ struct WorldView {
   std::optional<int> rank;
   // The job ended at this generation (Membership::finish): no members, nobody is admitted.
   bool finished = false;
+  // Formed at a deadline with fewer than min_workers (BelowMinWorkers::stop): the job stops at
+  // this generation. Its members only save the state; nobody is admitted to it or after it
+  // (join() returns it, without a rank, to a newcomer).
+  bool stopping = false;
 
   [[nodiscard]] bool is_member() const noexcept { return rank.has_value(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(members.size()); }
+};
+
+// What next_generation does when fewer than min_workers are ready at its deadline.
+enum class BelowMinWorkers : std::uint8_t {
+  fail,  // throws Timeout
+  // Forms a last world of the members of the current generation that are ready (newcomers are
+  // left out: they hold no state), marked `stopping`, so that the survivors can save the state
+  // together before the job stops. Exactly one such world per generation, as for any other.
+  stop,
 };
 
 // One worker's side of the agreement. Keys live under "membership/" in the store:
@@ -88,21 +101,23 @@ class Membership {
   // min_workers are and settle_time has passed. Otherwise it waits for the members of the
   // running world to form the next one (they look at step boundaries, joiners_waiting), and
   // for the one after when a world is formed without it (full, or it came too late). Returns a
-  // view with `finished` set, and no rank, when the job ended (finish) first. Throws
+  // view with `finished` set, and no rank, when the job ended (finish) first, and a `stopping`
+  // one without this worker when the job stopped below min_workers. Throws
   // Timeout at `deadline`, naming the world it waited on and why (full, fewer than
   // min_workers ready); InvalidArgument for a live member of the newest world.
   [[nodiscard]] WorldView join(Deadline deadline);
 
   // Called by every member of generation `current` (after a failure, or to admit joiners):
   // blocks until generation current+1 is formed and returns it; it may be formed without this
-  // worker (it came later than settle_time), which then calls join(). `failed`: ids this worker
-  // believes gone (a transport error named them); it does not wait for them, but one that marks
-  // itself ready anyway is alive and counted in. Throws InvalidArgument when this worker is not
-  // a member of `current`, and Timeout at `deadline` when fewer than min_workers are ready then,
-  // naming them and the option to change.
+  // worker (it came later than settle_time), which then calls join() (unless that world is
+  // `stopping`). `failed`: ids this worker believes gone (a transport error named them); it does
+  // not wait for them, but one that marks itself ready anyway is alive and counted in. Throws
+  // InvalidArgument when this worker is not a member of `current`. When fewer than min_workers
+  // are ready at `deadline`: with BelowMinWorkers::fail, throws Timeout naming them and the
+  // option to change; with stop, returns a `stopping` world of the ready members.
   [[nodiscard]] WorldView next_generation(std::int64_t current,
-                                          const std::vector<std::string>& failed,
-                                          Deadline deadline);
+                                          const std::vector<std::string>& failed, Deadline deadline,
+                                          BelowMinWorkers below = BelowMinWorkers::fail);
 
   // Whether a newcomer waits to enter after generation `current` and there is room for it
   // (fewer than max_workers members). Non-blocking (a few store reads), thread-safe. Members may
@@ -134,7 +149,7 @@ class Membership {
   // Forms `generation` (or learns it): `survivors_of` is the world this worker was a member of
   // (nullopt for a newcomer).
   WorldView form(std::int64_t generation, const std::optional<WorldView>& survivors_of,
-                 const std::vector<std::string>& failed, Deadline deadline);
+                 const std::vector<std::string>& failed, Deadline deadline, BelowMinWorkers below);
   std::optional<WorldView> stored_world(std::int64_t generation);
   void advance_generation_pointer(std::int64_t generation);
   // The newest generation formed (0: none yet).

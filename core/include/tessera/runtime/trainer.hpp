@@ -210,6 +210,9 @@ class Trainer {
   // from the members. A worker that enters a running job (entered.joins_running_job()) sets
   // its strategy up on a world of its own, then receives the state; --resume does not apply
   // to it. Each change is in TrainResult::world_events and, from rank 0, on standard error.
+  // When fewer than min_workers are left after join_timeout, the survivors write their state,
+  // rebuilt as for a regroup, as a checkpoint into checkpoint_dir and run() throws
+  // TrainingError naming it and how to resume (docs/training.md, "Elastic training").
   // Call before run().
   void set_elastic(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered);
   ~Trainer();
@@ -250,6 +253,12 @@ class Trainer {
   // line. Returns where the run goes on. TrainingError when the run ended meanwhile.
   Position adopt_world(Regrouping regroup, std::int64_t failed_at_step,
                        std::chrono::steady_clock::time_point started, TrainResult& result);
+  // Elastic: fewer than min_workers were left at join_timeout (`regroup` is stopping). The
+  // survivors rebuild the state from memory and write it into checkpoint_dir (unless the newest
+  // checkpoint there is as new), then each throws TrainingError saying where it is and how to
+  // resume, or why none could be written and which checkpoint remains.
+  [[noreturn]] void stop_below_min_workers(const Regrouping& regroup, std::int64_t failed_at_step,
+                                           TrainResult& result);
 
   TrainerOptions options_;
   TrainerComponents parts_;
