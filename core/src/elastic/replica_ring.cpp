@@ -6,11 +6,13 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "strategy_kit/byte_gather.hpp"
 #include "tessera/base/buffer_view.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/trainer.hpp"
+#include "tessera/strategy_kit/trace.hpp"
 
 namespace tessera::elastic {
 
@@ -58,8 +60,14 @@ void ReplicaRing::keep(Newest& held, Snapshot snapshot, std::size_t count) {
   }
 }
 
-std::vector<std::uint8_t> ReplicaRing::spare_buffer() {
-  if (spare_.empty()) return {};
+std::vector<std::uint8_t> ReplicaRing::spare_buffer(std::size_t bytes) {
+  if (spare_.empty()) {
+    // The first refreshes of a world: one allocation of the size the pack will have (a strategy
+    // saves the same way at every step), instead of growing through every power of two.
+    std::vector<std::uint8_t> fresh;
+    fresh.reserve(bytes);
+    return fresh;
+  }
   auto buffer = std::move(spare_.back());
   spare_.pop_back();
   return buffer;
@@ -74,9 +82,10 @@ const ReplicaRing::Snapshot* ReplicaRing::at_step(const Newest& held, std::int64
 
 void ReplicaRing::land_exchange(bool rethrow) {
   if (!in_flight_) return;
+  if (in_flight_->poster.joinable()) in_flight_->poster.join();
   Exchange exchange = std::move(*in_flight_);
   in_flight_.reset();
-  std::exception_ptr failed;
+  std::exception_ptr failed = exchange.posting_failed;
   for (const auto& work : exchange.works) {
     try {
       work->wait(channel_->timeout());
@@ -117,8 +126,9 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
   }
   const int n = channel->size();
   // Saved straight into a buffer of a dropped copy: one copy of the state, into warm pages.
-  Snapshot mine{position, n, false, spare_buffer()};
+  Snapshot mine{position, n, false, spare_buffer(own_.empty() ? 0 : own_.front().bytes.size())};
   {
+    const trace::Span span("replica_save", "run");
     PackedCheckpointWriter saved(mine.bytes, /*replicated_on_every_rank=*/true);
     strategy.save(saved);
     saved.finish();
@@ -126,7 +136,10 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
 
   // The copies of the previous refresh have had a step to land; a peer that failed on the way
   // throws here, and the failure path recovers from older copies.
-  land_exchange(true);
+  {
+    const trace::Span span("replica_land", "run");
+    land_exchange(true);
+  }
   if (!whole_) {
     // Once per world: a strategy writes the same way at every step. Equal layouts on every rank
     // mean each wrote the whole state (names are unique across ranks otherwise).
@@ -141,28 +154,60 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
   if (peers == 0) return;
 
   // Lengths first (the receives must know them), then the copies, left to land in the background.
-  const auto lengths = gather_i64(*channel, {static_cast<std::int64_t>(own_.front().bytes.size())});
-  Exchange exchange;
+  // The main thread only starts the gather of the lengths: waiting for it here would hold every
+  // rank until the slowest one has finished its step. A poster thread waits for it and issues the
+  // sends and receives; the channel sees no other operation until land_exchange joins it.
+  const trace::Span span("replica_send", "run");
+  in_flight_.emplace();
+  Exchange& exchange = *in_flight_;
+  exchange.my_length = static_cast<std::int64_t>(own_.front().bytes.size());
+  exchange.lengths.resize(static_cast<std::size_t>(n));
   exchange.incoming.resize(static_cast<std::size_t>(peers));
-  const bool send_first = rank_ % 2 == 0;
-  auto& out = own_.front().bytes;
-  for (int d = 1; d <= peers; ++d) {
-    const int to = (rank_ + d) % n;
-    const int from = (rank_ - d + n) % n;
-    auto& copy = exchange.incoming[static_cast<std::size_t>(d - 1)];
+  for (auto& copy : exchange.incoming) {
     copy.position = position;
     copy.world_size = n;
-    copy.bytes = spare_buffer();
-    copy.bytes.resize(static_cast<std::size_t>(lengths[static_cast<std::size_t>(from)]));
-    const auto tag = kBytesTag + static_cast<std::uint32_t>(d);
-    // A transport may run a communicator's operations in turn and a send may wait for its
-    // receive, so around the ring even ranks send first and odd ranks receive first: no cycle
-    // of ranks all waiting in a send.
-    if (send_first) exchange.works.push_back(channel->send(view_of(std::span(out)), to, tag));
-    exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
-    if (!send_first) exchange.works.push_back(channel->send(view_of(std::span(out)), to, tag));
+    copy.bytes = spare_buffer(own_.front().bytes.size());  // about every rank's length
   }
-  in_flight_ = std::move(exchange);
+  try {
+    exchange.lengths_work =
+        channel->all_gather(view_of(std::span<std::int64_t>(&exchange.my_length, 1)),
+                            view_of(std::span<std::int64_t>(exchange.lengths)));
+  } catch (...) {
+    in_flight_.reset();
+    throw;
+  }
+  exchange.poster = std::thread(post_copies, std::ref(exchange), channel, rank_, peers,
+                                std::span<const std::uint8_t>(own_.front().bytes));
+}
+
+void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel, int rank,
+                              int peers, std::span<const std::uint8_t> out) noexcept {
+  try {
+    // Polled, not waited for: a thread blocked in Work::wait makes a transport spin for it
+    // (shm does), which on a machine with no spare core takes the core from the step.
+    const Deadline deadline = deadline_after(channel->timeout());
+    while (!exchange.lengths_work->test() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    exchange.lengths_work->wait(channel->timeout());  // throws the gather's failure, if any
+    const int n = channel->size();
+    const bool send_first = rank % 2 == 0;
+    for (int d = 1; d <= peers; ++d) {
+      const int to = (rank + d) % n;
+      const int from = (rank - d + n) % n;
+      auto& copy = exchange.incoming[static_cast<std::size_t>(d - 1)];
+      copy.bytes.resize(static_cast<std::size_t>(exchange.lengths[static_cast<std::size_t>(from)]));
+      const auto tag = kBytesTag + static_cast<std::uint32_t>(d);
+      // A transport may run a communicator's operations in turn and a send may wait for its
+      // receive, so around the ring even ranks send first and odd ranks receive first: no cycle
+      // of ranks all waiting in a send.
+      if (send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+      exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
+      if (!send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+    }
+  } catch (...) {
+    exchange.posting_failed = std::current_exception();
+  }
 }
 
 RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>& previous_rank) {

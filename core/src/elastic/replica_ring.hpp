@@ -19,9 +19,12 @@
 // among the survivors. A rank that started refresh s has finished step s with every rank,
 // which each started after waiting for the copies of refresh s-2: that step is always whole.
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "tessera/plugin/communicator.hpp"
@@ -79,15 +82,25 @@ class ReplicaRing {
     std::vector<std::uint8_t> bytes;  // the rank's save(), packed (PackedCheckpointWriter)
   };
   using Newest = std::vector<Snapshot>;  // newest first
-  // The copies of one refresh on their way: incoming[d - 1] from the rank d places back.
+  // The copies of one refresh on their way: incoming[d - 1] from the rank d places back. While
+  // `poster` runs, it alone touches the exchange and issues on the channel; land_exchange joins it.
   struct Exchange {
+    std::int64_t my_length = 0;
+    std::vector<std::int64_t> lengths;  // every rank's, by the all-gather lengths_work
+    std::shared_ptr<Work> lengths_work;
     std::vector<std::shared_ptr<Work>> works;
     std::vector<Snapshot> incoming;
+    std::exception_ptr posting_failed;  // the gather failed, or a send or receive at issue
+    std::thread poster;
   };
 
   void keep(Newest& held, Snapshot snapshot, std::size_t count);
-  [[nodiscard]] std::vector<std::uint8_t> spare_buffer();
+  // A buffer of a dropped copy, or else an empty one with room for `bytes`.
+  [[nodiscard]] std::vector<std::uint8_t> spare_buffer(std::size_t bytes);
   [[nodiscard]] static const Snapshot* at_step(const Newest& held, std::int64_t step);
+  // The poster thread: waits for the lengths, then issues the sends and receives of `exchange`.
+  static void post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel, int rank,
+                          int peers, std::span<const std::uint8_t> out) noexcept;
   // Waits for the exchange in flight, if any, and keeps its copies when every part arrived.
   // rethrow: a part that failed throws (after every part was waited for); else it is dropped.
   void land_exchange(bool rethrow);

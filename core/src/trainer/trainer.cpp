@@ -684,6 +684,9 @@ TrainResult Trainer::train(bool resume) {
   if (schedule_.total_steps == 0) schedule_.total_steps = total_steps;
   validate(schedule_);
 
+  // The first copies of the state (and the side channel they travel on) are the elastic
+  // runtime's setup, made before the clock of the throughput starts, as the strategy's setup is.
+  if (elastic_ && !joined) refresh_replicas(at, true);  // adopt_world made the newcomer's
   // Progress and metrics come from the rank that is 0 at the start, for the whole run.
   trainer::ProgressReporter reporter(options_.progress, options_.metrics_file,
                                      parts_.world->rank() == 0, total_steps, options_.epochs);
@@ -704,7 +707,6 @@ TrainResult Trainer::train(bool resume) {
   const auto next_position = [&] {
     return at.samples == epoch_samples ? Position{at.step, at.epoch + 1, 0} : at;
   };
-  if (elastic_ && !joined) refresh_replicas(at, true);  // adopt_world made the newcomer's
   // One pass, unless an elastic run's world fails: then the survivors go on from the position
   // they recovered, possibly a step back, in the next pass.
   for (;;) {
