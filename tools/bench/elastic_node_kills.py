@@ -2,7 +2,8 @@
 """Whole-node kill campaign for elastic training (issue 15): the kill of a "node" of a two-node job.
 
 Two network namespaces joined by a veth pair stand for two hosts (as
-tests/multihost/two_host_train_test.cpp makes them). Each runs its own `tessera launch
+tests/multihost/two_host_train_test.cpp makes them); each launcher also gets pid and UTS
+namespaces of its own (a host name, and pids the other node cannot see from inside). Each runs its own `tessera launch
 --nnodes 2 --node-rank R --elastic` with --workers-per-node workers (2 by default, 4 in all)
 training samples/configs/elastic.ini (Fashion-MNIST, elastic around ddp) over ucx with
 UCX_TLS=tcp,self, so the workers of the two nodes talk TCP across the link. At random steps the
@@ -210,7 +211,13 @@ def run_once(args, run, rng, records):
         index = sum(1 for entry in launchers if entry[0] == node)
         out_file = os.path.join(work, f"out-{'ab'[node]}{index}.txt")
         where = (["--join"] if join else ["--nnodes", "2", "--node-rank", str(node)])
-        command = (["ip", "netns", "exec", names[node], tessera, "launch"] + where +
+        # Its own pid and UTS namespaces too: the ucx transport takes ranks with the same boot id
+        # and pid namespace for ranks of one host (it then watches their pids), and a joining
+        # launcher names its workers after the host name and its pid.
+        host = f"node-{'ab'[node]}{index}"
+        command = (["ip", "netns", "exec", names[node], "unshare", "--pid", "--fork",
+                    "--mount-proc", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
+                    tessera, "launch"] + where +
                    ["--store", store, "-n", str(per_node)] + elastic + ["--"] + train +
                    # the workers this launcher starts (elastic.ini says 3)
                    [f"--runtime.world_size={per_node if join else workers}"])
