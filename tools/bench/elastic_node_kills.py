@@ -261,12 +261,12 @@ def run_once(args, run, rng, records):
         generation_before = int(seen[-1].group(1)) if seen else 0
         before = metrics(metrics_file)
         last_step = before[-1]["step"] if before else 0
+        struck = [entry for entry in live() if entry[0] == node]
         killed_at = time.time()
         pids = kill_node(names[node], veths[node], args.cut_link)
         kill_s = time.time() - killed_at
-        for entry in launchers:
-            if entry[0] == node and entry[1].poll() is None:
-                entry[3] = True
+        for entry in struck:
+            entry[3] = True
         record = {"run": run, "store": args.store, "cut_link": args.cut_link,
                   "node": node, "processes_killed": len(pids), "kill_s": round(kill_s, 4),
                   "step_at_kill": last_step}
