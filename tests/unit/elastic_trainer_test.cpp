@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "elastic/replica_ring.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
@@ -195,6 +197,7 @@ struct LateStarts {
   bool copies_hold_everything = true;  // RecordingStrategy's
   int min_workers = 1;
   Duration join_timeout{2000};
+  std::vector<std::string> ids;  // the workers' ids; "w<w>" when empty
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -223,7 +226,8 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         auto elastic = make_elastic_world(
             transport, store,
             elastic_options(workers, replicas, late.min_workers, late.join_timeout),
-            "w" + std::to_string(w), testing::kTestTimeout);
+            late.ids.empty() ? "w" + std::to_string(w) : late.ids[static_cast<std::size_t>(w)],
+            testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
         if (first.finished) return;
         outcome.strategy = std::make_shared<RecordingStrategy>(
@@ -563,6 +567,59 @@ TEST(ElasticTrainer, ReplicatedStateComesBackFromAnySurvivorsOwnCopy) {
   const auto& event = outcomes[0].result.world_events.at(0);
   EXPECT_EQ(event.resumed_at_step, 2);  // step 3 failed: redone from the state after step 2
   EXPECT_EQ(event.state_from, "memory");
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
+            std::vector<int>(120, 2));
+}
+
+// The copy ring visits the failure domains in turn, so each rank's copy lives on another node
+// wherever there is one.
+TEST(ReplicaRingOrder, VisitsTheFailureDomainsInTurn) {
+  using V = std::vector<std::int64_t>;
+  const auto order = [](const V& domains) { return elastic::replica_ring_order(domains); };
+  EXPECT_EQ(order({7, 7, 9, 9}), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(order({7, 7, 7, 9}), (std::vector<int>{0, 3, 1, 2}));
+  EXPECT_EQ(order({7, 9, 7, 9}), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(order({5, 5, 5}), (std::vector<int>{0, 1, 2}));     // one node: the plain ring
+  EXPECT_EQ(order({-1, -2, -3}), (std::vector<int>{0, 1, 2}));  // each a node of its own
+  EXPECT_EQ(order({3, 1, 2, 3, 1, 2}), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(order({3, 3, 1, 1, 2, 2}), (std::vector<int>{0, 2, 4, 1, 3, 5}));
+}
+
+TEST(ReplicaRingOrder, AWorkersFailureDomainIsTheNodeOfItsLaunchersId) {
+  EXPECT_EQ(failure_domain_of("n0.w1"), "n0");
+  EXPECT_EQ(failure_domain_of("n12.w0.r3"), "n12");
+  EXPECT_EQ(failure_domain_of("gpu-7.west-4242.w2"), "gpu-7.west-4242");
+  EXPECT_EQ(failure_domain_of("w2"), "w2");
+  EXPECT_EQ(failure_domain_of("rank3"), "rank3");
+}
+
+// Two nodes of two workers; a sharded state with one copy of each rank's part. Node n1 dies
+// whole in one step: every part of its ranks has its copy on n0 (a ring in rank order would
+// have kept rank 2's copy on rank 3, dead with it), so the survivors go on from memory.
+TEST(ElasticTrainer, AWholeNodeThatDiesTakesNoStateItsCopiesDoNotOutlive) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  LateStarts late;
+  late.copies_hold_everything = false;
+  late.ids = {"n0.w0", "n0.w1", "n1.w0", "n1.w1"};
+  const auto outcomes = run_elastic(4, {0, 0, 3, 3}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[2].died);
+  ASSERT_TRUE(outcomes[3].died);
+  for (int w = 0; w < 2; ++w) {
+    const auto& result = outcomes[static_cast<std::size_t>(w)].result;
+    ASSERT_FALSE(result.world_events.empty()) << "worker " << w;
+    const auto& event = result.world_events.back();
+    EXPECT_EQ(event.world_size, 2) << "worker " << w;
+    EXPECT_EQ(event.state_from, "memory") << "worker " << w;
+    // Step 3 failed; the copies of refresh 2 may have been on their way: at most 2 steps redone.
+    EXPECT_GE(event.resumed_at_step, 1) << "worker " << w;
+  }
+  std::vector<std::string> left;
+  for (const auto& event : outcomes[0].result.world_events) {
+    left.insert(left.end(), event.left.begin(), event.left.end());
+  }
+  std::ranges::sort(left);
+  EXPECT_EQ(left, (std::vector<std::string>{"n1.w0", "n1.w1"}));
   EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
             std::vector<int>(120, 2));
 }

@@ -12,6 +12,16 @@ namespace tessera {
 
 ElasticWorld::~ElasticWorld() = default;
 
+std::string ElasticWorld::failure_domain() const {
+  return {};
+}
+
+std::string failure_domain_of(const std::string& worker_id) {
+  // Launcher ids are <node>.w<local>[.r<restart>]: the node is what dies with a host.
+  const auto at = worker_id.rfind(".w");
+  return at == std::string::npos || at == 0 ? worker_id : worker_id.substr(0, at);
+}
+
 bool Regrouping::joins_running_job() const {
   if (!world) return false;
   const bool members =
@@ -166,6 +176,8 @@ class MembershipWorld final : public ElasticWorld {
   }
 
   const ElasticOptions& options() const override { return options_; }
+
+  std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
 
  private:
   // A generation formed without this worker (it came late): it enters the next one as a

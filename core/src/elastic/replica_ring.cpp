@@ -46,7 +46,42 @@ std::int64_t read_i64(const std::vector<std::uint8_t>& in, std::size_t& at) {
   return value;
 }
 
+// A rank's failure domain as a number every rank computes alike (FNV-1a, non-negative); a rank
+// without one gets a negative number of its own.
+std::int64_t domain_number(const std::string& domain, int rank) {
+  if (domain.empty()) return -1 - static_cast<std::int64_t>(rank);
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const char c : domain) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  return static_cast<std::int64_t>(hash & 0x7fffffffffffffffULL);
+}
+
 }  // namespace
+
+std::vector<int> replica_ring_order(std::span<const std::int64_t> domains) {
+  // Ranks grouped by domain, the domains in the order their first rank appears.
+  std::vector<std::vector<int>> groups;
+  std::vector<std::int64_t> seen;
+  for (std::size_t r = 0; r < domains.size(); ++r) {
+    const auto it = std::ranges::find(seen, domains[r]);
+    if (it == seen.end()) {
+      seen.push_back(domains[r]);
+      groups.push_back({static_cast<int>(r)});
+    } else {
+      groups[static_cast<std::size_t>(it - seen.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  // The domains in turn: the first rank of each, then the second of each, and so on.
+  std::vector<int> order;
+  for (std::size_t k = 0; order.size() < domains.size(); ++k) {
+    for (const auto& group : groups) {
+      if (k < group.size()) order.push_back(group[k]);
+    }
+  }
+  return order;
+}
 
 ReplicaRing::~ReplicaRing() {
   settle();
@@ -93,14 +128,12 @@ void ReplicaRing::land_exchange(bool rethrow) {
       if (!failed) failed = std::current_exception();
     }
   }
-  const int n = exchange.incoming.empty() ? 0 : exchange.incoming.front().world_size;
   for (std::size_t i = 0; i < exchange.incoming.size(); ++i) {
     auto& copy = exchange.incoming[i];
     if (failed) {
       spare_.push_back(std::move(copy.bytes));
     } else {
-      const int d = static_cast<int>(i) + 1;
-      keep(copies_[(rank_ - d + n) % n], std::move(copy), 2);
+      keep(copies_[peers_.from[i]], std::move(copy), 2);
     }
   }
   if (failed && rethrow) std::rethrow_exception(failed);
@@ -142,11 +175,26 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
   }
   if (!whole_) {
     // Once per world: a strategy writes the same way at every step. Equal layouts on every rank
-    // mean each wrote the whole state (names are unique across ranks otherwise).
+    // mean each wrote the whole state (names are unique across ranks otherwise). With them, the
+    // ranks' failure domains, which place the copies.
     const auto layout = packed_layout_digest(mine.bytes) & 0x7fffffffffffffffULL;
-    const auto descriptions = gather_i64(*channel, {static_cast<std::int64_t>(layout)});
-    whole_ = std::ranges::all_of(descriptions,
-                                 [&](std::int64_t d) { return d == descriptions.front(); });
+    const auto gathered = gather_i64(
+        *channel, {static_cast<std::int64_t>(layout), domain_number(failure_domain_, rank_)});
+    std::vector<std::int64_t> domains;
+    bool same_layout = true;
+    for (int r = 0; r < n; ++r) {
+      same_layout = same_layout && gathered[2 * static_cast<std::size_t>(r)] == gathered[0];
+      domains.push_back(gathered[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    whole_ = same_layout;
+    const auto order = replica_ring_order(domains);
+    const auto at = static_cast<int>(std::ranges::find(order, rank_) - order.begin());
+    peers_ = {};
+    peers_.send_first = at % 2 == 0;
+    for (int d = 1; d <= std::min(replicas_, n - 1); ++d) {
+      peers_.to.push_back(order[static_cast<std::size_t>((at + d) % n)]);
+      peers_.from.push_back(order[static_cast<std::size_t>((at - d + n) % n)]);
+    }
   }
   mine.whole = *whole_;
   const int peers = *whole_ ? 0 : std::min(replicas_, n - 1);
@@ -176,12 +224,12 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
     in_flight_.reset();
     throw;
   }
-  exchange.poster = std::thread(post_copies, std::ref(exchange), channel, rank_, peers,
+  exchange.poster = std::thread(post_copies, std::ref(exchange), channel, std::cref(peers_),
                                 std::span<const std::uint8_t>(own_.front().bytes));
 }
 
-void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel, int rank,
-                              int peers, std::span<const std::uint8_t> out) noexcept {
+void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel,
+                              const Peers& peers, std::span<const std::uint8_t> out) noexcept {
   try {
     // Polled, not waited for: a thread blocked in Work::wait makes a transport spin for it
     // (shm does), which on a machine with no spare core takes the core from the step.
@@ -190,20 +238,18 @@ void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> 
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     exchange.lengths_work->wait(channel->timeout());  // throws the gather's failure, if any
-    const int n = channel->size();
-    const bool send_first = rank % 2 == 0;
-    for (int d = 1; d <= peers; ++d) {
-      const int to = (rank + d) % n;
-      const int from = (rank - d + n) % n;
-      auto& copy = exchange.incoming[static_cast<std::size_t>(d - 1)];
+    for (std::size_t k = 0; k < peers.to.size(); ++k) {
+      const int to = peers.to[k];
+      const int from = peers.from[k];
+      auto& copy = exchange.incoming[k];
       copy.bytes.resize(static_cast<std::size_t>(exchange.lengths[static_cast<std::size_t>(from)]));
-      const auto tag = kBytesTag + static_cast<std::uint32_t>(d);
+      const auto tag = kBytesTag + static_cast<std::uint32_t>(k + 1);
       // A transport may run a communicator's operations in turn and a send may wait for its
-      // receive, so around the ring even ranks send first and odd ranks receive first: no cycle
-      // of ranks all waiting in a send.
-      if (send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+      // receive, so around the ring every other rank sends first and the others receive first:
+      // no cycle of ranks all waiting in a send.
+      if (peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
       exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
-      if (!send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+      if (!peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
     }
   } catch (...) {
     exchange.posting_failed = std::current_exception();

@@ -7,10 +7,12 @@
 // - Every rank's copy holds the whole state (a strategy whose ranks hold the same state, like
 //   ddp, writes it from every rank: CheckpointWriter::every_rank_writes_replicated_state).
 //   Then any survivor restores the state alone, and nothing is sent.
-// - Otherwise each rank sends its copy to the next `replicas` ranks of the ring (rank r to
-//   r+1 .. r+replicas, modulo the world size), over a channel of its own (ElasticWorld::
-//   side_channel), without waiting: the copies land while the next step runs on the world, and
-//   the next refresh waits for them before it sends the next ones.
+// - Otherwise each rank sends its copy to the next `replicas` ranks of a ring, over a channel
+//   of its own (ElasticWorld::side_channel), without waiting: the copies land while the next
+//   step runs on the world, and the next refresh waits for them before it sends the next ones.
+//   The ring visits the failure domains (nodes) in turn (replica_ring_order), so a copy lives on
+//   another node than its rank wherever there is one: a node that dies whole takes no state
+//   with it that has a copy elsewhere.
 //
 // A failure may strike while some ranks finished a refresh and others did not, and while the
 // copies of the newest refresh are still on their way. So each rank keeps its three newest own
@@ -24,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -50,9 +53,16 @@ struct RecoveredState {
   std::vector<int> missing;  // old ranks whose state and every copy of it are gone
 };
 
+// The order of the copy ring over ranks 0..n-1, given each rank's failure domain: the domains
+// in turn, in the order their first rank appears, each rank in rank order within its domain
+// ({a, a, b, b} -> 0, 2, 1, 3). All ranks in one domain, or each in its own: 0, 1, ..., n-1.
+[[nodiscard]] std::vector<int> replica_ring_order(std::span<const std::int64_t> domains);
+
 class ReplicaRing {
  public:
-  explicit ReplicaRing(int replicas) : replicas_(replicas) {}
+  // `failure_domain`: what dies with this rank (ElasticWorld::failure_domain), empty for none.
+  explicit ReplicaRing(int replicas, std::string failure_domain = {})
+      : replicas_(replicas), failure_domain_(std::move(failure_domain)) {}
   // Lets the copies still on their way land (or fail) before their buffers go.
   ~ReplicaRing();
   ReplicaRing(const ReplicaRing&) = delete;
@@ -98,9 +108,15 @@ class ReplicaRing {
   // A buffer of a dropped copy, or else an empty one with room for `bytes`.
   [[nodiscard]] std::vector<std::uint8_t> spare_buffer(std::size_t bytes);
   [[nodiscard]] static const Snapshot* at_step(const Newest& held, std::int64_t step);
+  // Where this rank's copies go and whence the others' come, d = 1 .. replicas ring steps away.
+  struct Peers {
+    std::vector<int> to;
+    std::vector<int> from;
+    bool send_first = true;  // alternates around the ring: no cycle of ranks all in a send
+  };
   // The poster thread: waits for the lengths, then issues the sends and receives of `exchange`.
-  static void post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel, int rank,
-                          int peers, std::span<const std::uint8_t> out) noexcept;
+  static void post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel,
+                          const Peers& peers, std::span<const std::uint8_t> out) noexcept;
   // Waits for the exchange in flight, if any, and keeps its copies when every part arrived.
   // rethrow: a part that failed throws (after every part was waited for); else it is dropped.
   void land_exchange(bool rethrow);
@@ -109,7 +125,9 @@ class ReplicaRing {
   void settle() noexcept;
 
   int replicas_;
+  std::string failure_domain_;
   int rank_ = -1;  // this rank in the world of the refreshes
+  Peers peers_;    // decided with whole_
   std::shared_ptr<Communicator> channel_;
   std::optional<bool> whole_;  // decided at the channel's first refresh
   Newest own_;

@@ -98,6 +98,10 @@ class ElasticWorld {
   // The run ended in the current generation: newcomers waiting, and any that come later, are
   // told so (enter() returns a finished Regrouping) instead of starting a run of their own.
   virtual void finish() = 0;
+  // What fails together with this worker (its node: the launcher that started it), so that the
+  // copies of its state are kept on workers of other domains first. Empty (the default): a domain
+  // of its own.
+  [[nodiscard]] virtual std::string failure_domain() const;
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
 };
 
@@ -111,5 +115,9 @@ class ElasticWorld {
                                                                ElasticOptions options,
                                                                std::string worker_id,
                                                                Duration timeout);
+
+// The failure domain of a worker id (ElasticWorld::failure_domain): the node of a launcher's id,
+// "<node>.w<local>[.r<restart>]" -> "<node>"; any other id is a domain of its own.
+[[nodiscard]] std::string failure_domain_of(const std::string& worker_id);
 
 }  // namespace tessera
