@@ -35,6 +35,11 @@ class ShellJob {
   ShellJob(const ShellJob&) = delete;
   ShellJob& operator=(const ShellJob&) = delete;
 
+  // Sends `sig` to the job's process group (the shell and what it started in that group).
+  void signal_group(int sig) const {
+    if (pid_ > 0) ::kill(-pid_, sig);
+  }
+
   // The exit code; -1 when killed by a signal, or killed here after `limit`.
   int wait(std::chrono::milliseconds limit) {
     if (pid_ <= 0) return exit_code_;

@@ -294,6 +294,53 @@ TEST_F(LaunchStore, TwoNodesFormOneWorldThroughAFolder) {
       << out("node1");
 }
 
+// A node of an elastic job dies whole (its launcher and its worker, as with a host that goes
+// down): the other node's worker goes on alone, and its launcher, node 0, ends the job soon after
+// the run ends instead of waiting finish_wait (60 s) for the dead node's report.
+TEST_F(LaunchStore, AnElasticJobEndsPromptlyWithoutANodeThatDiedWhole) {
+  const auto shared = dir_ / "rendezvous";
+  const auto metrics = dir_ / "metrics.jsonl";
+  const std::string tag = "LAUNCH_STORE_NODE_KILL=" + std::to_string(::getpid());
+  const auto args = std::string("-n 1 --elastic --min-workers 1 -- ") + TESSERA_CLI_PATH +
+                    " train --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
+                    " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
+                    " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+                    " --dataset.synthetic.samples=6000 --dataset.synthetic.test_samples=200"
+                    " --dataset.synthetic.features=32 --dataset.synthetic.classes=4"
+                    " --model.mlp.layers=32,64,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
+                    " --train.batch_size=16 --train.lr=0.02 --train.progress=off --train.seed=5"
+                    " --train.epochs=1 --train.metrics_file=" +
+                    metrics.string();
+  const auto store = "file://" + shared.string();
+  ShellJob first(node(0, store, args, std::string(kSharedToken) + " " + tag + "-n0"));
+  ShellJob second(node(1, store, args, std::string(kSharedToken) + " " + tag + "-n1"));
+  const auto give_up = Clock::now() + 120s;
+  pid_t worker = -1;
+  while (Clock::now() < give_up) {
+    if (lines_of(metrics) >= 20) {
+      worker = process_with({"TESSERA_WORKER_ID=n1.w0", tag + "-n1"});
+      if (worker > 0) break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GT(worker, 0) << "the job never reached step 20\n" << err("node0") << err("node1");
+  // Stopped first, so that neither sees the other die, then killed.
+  second.signal_group(SIGSTOP);
+  ASSERT_EQ(::kill(worker, SIGSTOP), 0);
+  second.signal_group(SIGKILL);
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  const auto killed = Clock::now();
+  EXPECT_EQ(second.wait(10s), -1);
+  ASSERT_EQ(first.wait(100s), 0) << err("node0");
+  const auto text = out("node0") + err("node0");
+  EXPECT_TRUE(contains(text, "left n1.w0")) << text;
+  EXPECT_TRUE(contains(text, "test accuracy")) << text;
+  EXPECT_TRUE(contains(text, "elastic: node(s) 1 left the job: none of their workers is alive"))
+      << text;
+  // The rest of the run alone takes seconds; waiting out finish_wait would take a minute.
+  EXPECT_LT(Clock::now() - killed, 50s) << text;
+}
+
 // ---- mistakes -----------------------------------------------------------------------------
 
 TEST_F(LaunchStore, AnUnknownSchemeIsAUsageErrorListingTheForms) {

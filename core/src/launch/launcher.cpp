@@ -35,6 +35,9 @@ using launch::WorkerProcess;
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
 // After the last worker exits, how long output from its leftover children is still relayed.
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(1000);
+// How long node 0 of an elastic job waits for a node none of whose workers is alive before it
+// counts the node gone: its launcher, if alive, reports within a poll of its workers' exit.
+constexpr auto kDeadNodeGrace = std::chrono::milliseconds(3000);
 
 void print(int fd, const std::string& line) {
   const auto text = "tessera launch: " + line + "\n";
@@ -583,12 +586,36 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   if (group) {
     group->report_finished();
     if (options.node_rank == 0) {
-      const auto missing = group->wait_for_others(options.finish_wait, [&] {
+      // An elastic job went on without a node whose workers all died with it (a dead host
+      // reports nothing): once none of its workers has been alive for a few seconds, nobody
+      // waits for it.
+      std::map<int, std::chrono::steady_clock::time_point> no_worker_since;
+      const auto dead = [&](int node) {
+        const auto now = std::chrono::steady_clock::now();
+        bool alive = true;
+        try {
+          alive = !store->list("membership/workers/n" + std::to_string(node) + ".w").empty();
+        } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): counted alive
+        }
+        if (alive) {
+          no_worker_since.erase(node);
+          return false;
+        }
+        const auto since = no_worker_since.try_emplace(node, now).first->second;
+        return now - since >= kDeadNodeGrace;
+      };
+      bool nodes_dead = false;
+      const auto missing = group->wait_for_others(options.finish_wait, [&](const auto& nodes) {
         while (const auto sig = signals.next())
           if (*sig == SIGINT || *sig == SIGTERM) return true;
-        return false;
+        nodes_dead = options.elastic && std::ranges::all_of(nodes, dead);
+        return nodes_dead;
       });
-      if (!missing.empty())
+      if (!missing.empty() && nodes_dead) {
+        print(options.stderr_fd, "elastic: node(s) " + missing +
+                                     " left the job: none of their workers is alive; not "
+                                     "waiting for their launchers");
+      } else if (!missing.empty())
         print(options.stderr_fd, (external ? "removing the job's keys while node(s) "
                                            : "stopping the store while node(s) ") +
                                      missing + " have not reported their workers finished");

@@ -95,21 +95,23 @@ void NodeGroup::report_finished() noexcept {
   }
 }
 
-std::string NodeGroup::wait_for_others(std::chrono::milliseconds limit,
-                                       const std::function<bool()>& give_up) {
+std::string NodeGroup::wait_for_others(
+    std::chrono::milliseconds limit, const std::function<bool(const std::vector<int>&)>& give_up) {
   const auto until = std::chrono::steady_clock::now() + limit;
-  std::string missing;
   while (true) {
-    missing.clear();
+    std::vector<int> missing;
     try {
       for (int node = 0; node < nodes_; ++node) {
-        if (!store_->check(finished_key(node)))
-          missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+        if (!store_->check(finished_key(node))) missing.push_back(node);
       }
     } catch (const std::exception& e) {
       return std::string("unknown (") + e.what() + ")";
     }
-    if (missing.empty() || std::chrono::steady_clock::now() >= until || give_up()) return missing;
+    if (missing.empty() || std::chrono::steady_clock::now() >= until || give_up(missing)) {
+      std::string text;
+      for (const int node : missing) text += (text.empty() ? "" : ", ") + std::to_string(node);
+      return text;
+    }
     std::this_thread::sleep_for(kPollInterval);
   }
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/plugin/store.hpp"
 
@@ -39,9 +40,10 @@ class NodeGroup {
   void report_finished() noexcept;
 
   // Node 0: waits up to `limit` for every node to report finished, polling, and stops early
-  // when `give_up` says so (a signal). Returns the nodes still missing ("1, 3"), empty if none.
-  [[nodiscard]] std::string wait_for_others(std::chrono::milliseconds limit,
-                                            const std::function<bool()>& give_up);
+  // when `give_up`, given the nodes still missing, says so (a signal; an elastic job's dead
+  // node). Returns the nodes still missing ("1, 3"), empty if none.
+  [[nodiscard]] std::string wait_for_others(
+      std::chrono::milliseconds limit, const std::function<bool(const std::vector<int>&)>& give_up);
 
  private:
   std::shared_ptr<Store> store_;
