@@ -8,13 +8,17 @@
 # copies of the state (replicas) and the membership cost in memory.
 #
 #   tools/bench/elastic_overhead.sh [--rounds 5] [--steps 300] [--inner ddp,zero2]
-#                                   [--replicas 1] [--replica-every 1] [--build build/release]
+#                                   [--replicas 1] [--replica-every 1] [--workers 3]
+#                                   [--build build/release]
+#
+# --workers: shm workers (3, the sample's); more workers than cores makes every rank's extra
+# work (the copies) cost throughput one for one.
 #
 # Needs a built tessera (cmake --preset release && cmake --build --preset release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-rounds=5 steps=300 inners=ddp,zero2 replicas=1 every=1 build=build/release
+rounds=5 steps=300 inners=ddp,zero2 replicas=1 every=1 workers=3 build=build/release
 while (($#)); do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -22,6 +26,7 @@ while (($#)); do
     --inner) inners=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
     --replica-every) every=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) echo "elastic_overhead.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -35,7 +40,8 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common=(--config samples/configs/elastic.ini --train.max_steps="$steps" --train.epochs=1
+common=(--config samples/configs/elastic.ini --runtime.world_size="$workers"
+  --train.max_steps="$steps" --train.epochs=1
   --train.checkpoint_dir= --train.checkpoint_every=0 --train.progress=off --train.eval_every=0)
 IFS=, read -r -a inner_list <<<"$inners"
 for ((round = 0; round < rounds; ++round)); do
@@ -50,11 +56,11 @@ for ((round = 0; round < rounds; ++round)); do
   done
 done
 
-python3 - "$work" "$rounds" "$inners" "$steps" "$replicas" "$every" <<'PY'
+python3 - "$work" "$rounds" "$inners" "$steps" "$replicas" "$every" "$workers" <<'PY'
 import json, statistics, sys
-work, rounds, inners, steps, replicas, every = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6]
+work, rounds, inners, steps, replicas, every, workers = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
 load = lambda inner, kind, r: json.load(open(f"{work}/{inner}-{kind}-{r}.json"))
-print(f"{rounds} rounds of {steps} steps, 3 shm workers, replicas = {replicas}, replica_every = {every}")
+print(f"{rounds} rounds of {steps} steps, {workers} shm workers, replicas = {replicas}, replica_every = {every}")
 print("%-15s %-52s %9s %9s" % ("run", "samples/s per round", "median", "ratio"))
 for inner in inners:
     plain = [load(inner, "plain", r) for r in range(rounds)]
