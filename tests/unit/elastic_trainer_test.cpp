@@ -611,8 +611,11 @@ TEST(ElasticTrainer, AWholeNodeThatDiesTakesNoStateItsCopiesDoNotOutlive) {
     const auto& event = result.world_events.back();
     EXPECT_EQ(event.world_size, 2) << "worker " << w;
     EXPECT_EQ(event.state_from, "memory") << "worker " << w;
-    // Step 3 failed; the copies of refresh 2 may have been on their way: at most 2 steps redone.
-    EXPECT_GE(event.resumed_at_step, 1) << "worker " << w;
+    // From memory, at a step the copies were whole: the copies of the newest refreshes may have
+    // been on their way, or dropped when a dying thread's ring aborted the side channel (a
+    // killed process aborts nothing), so this does not pin how many steps are redone.
+    EXPECT_GE(event.resumed_at_step, 0) << "worker " << w;
+    EXPECT_LE(event.resumed_at_step, 2) << "worker " << w;
   }
   std::vector<std::string> left;
   for (const auto& event : outcomes[0].result.world_events) {
