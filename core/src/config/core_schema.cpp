@@ -237,8 +237,9 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
            {"replicas",
             OptionType::integer,
             "1",
-            "copies of each rank's state kept in the memory of the next ranks (0: none; a "
-            "failure then falls back to the newest checkpoint)",
+            "copies of each rank's state kept in the memory of the next ranks of a ring that "
+            "visits the nodes in turn, another node's first (0: none; a failure then falls back "
+            "to the newest checkpoint)",
             {},
             "0",
             "16"},
