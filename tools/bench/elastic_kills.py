@@ -260,19 +260,24 @@ def main():
     failed = 0
     for run in range(1, args.runs + 1):
         failed += 0 if run_once(args, run, rng, records) else 1
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
     kills = [r for r in records if "victims" in r and "kill_to_step_s" in r]
     runs = [r for r in records if "exit" in r]
+    report(records, kills, runs, failed, f"{args.mode} over {args.transport}", "", args.json)
+
+
+def report(records, kills, runs, failed, what, kills_detail, json_path):
+    """Appends the records to json_path (if any), prints the campaign's summary, exits."""
+    if json_path:
+        with open(json_path, "a") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
     if kills:
         times = [k["kill_to_step_s"] for k in kills]
         lost = [k["steps_lost"] for k in kills]
-        print(f"{args.mode} over {args.transport}: {len(kills)} kills in {len(runs)} runs; kill to "
-              f"first step of the new world: median {statistics.median(times):.3f} s, max "
-              f"{max(times):.3f} s; steps lost: median {statistics.median(lost)}, max {max(lost)}; "
-              f"state from memory in {sum(k['state_from'] == 'memory' for k in kills)}")
+        print(f"{what}: {len(kills)} kills in {len(runs)} runs; kill to first step of the new "
+              f"world: median {statistics.median(times):.3f} s, max {max(times):.3f} s; steps "
+              f"lost: median {statistics.median(lost)}, max {max(lost)}; state from memory in "
+              f"{sum(k['state_from'] == 'memory' for k in kills)}{kills_detail}")
     accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
     if accuracies:
         print(f"accuracy: min {min(accuracies):.2f} %, median {statistics.median(accuracies):.2f} %;"

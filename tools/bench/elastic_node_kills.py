@@ -43,20 +43,18 @@ of each run and on any exit of the script (SIGINT and SIGTERM included).
 """
 import argparse
 import atexit
-import json
 import os
 import random
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_kills import ROOT, events, job_workers, metrics  # noqa: E402
+from elastic_kills import ROOT, events, job_workers, metrics, report  # noqa: E402
 
 ADDRESSES = ("169.254.78.1", "169.254.78.2")
 STORE_PORT = 29578  # inside a fresh namespace nothing else listens there
@@ -397,27 +395,12 @@ def main():
             failed += 0 if run_once(args, run, rng, records) else 1
         finally:
             delete_namespaces()
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
     kills = [r for r in records if "node" in r and "kill_to_step_s" in r]
     runs = [r for r in records if "exits" in r]
     what = f"node kills over ucx/tcp, {args.store} store{', link cut' if args.cut_link else ''}"
-    if kills:
-        times = [k["kill_to_step_s"] for k in kills]
-        lost = [k["steps_lost"] for k in kills]
-        print(f"{what}: {len(kills)} kills in {len(runs)} runs; kill to first step of the new "
-              f"world: median {statistics.median(times):.3f} s, max {max(times):.3f} s; steps "
-              f"lost: median {statistics.median(lost)}, max {max(lost)}; state from memory in "
-              f"{sum(k['state_from'] == 'memory' for k in kills)}; nodes killed: "
-              f"{sum(k['node'] == 0 for k in kills)} x node 0, "
-              f"{sum(k['node'] == 1 for k in kills)} x node 1")
-    accuracies = [r["accuracy"] for r in runs if r["accuracy"] is not None]
-    if accuracies:
-        print(f"accuracy: min {min(accuracies):.2f} %, median {statistics.median(accuracies):.2f} %;"
-              f" runs failed: {failed}")
-    sys.exit(1 if failed else 0)
+    nodes = (f"; nodes killed: {sum(k['node'] == 0 for k in kills)} x node 0, "
+             f"{sum(k['node'] == 1 for k in kills)} x node 1")
+    report(records, kills, runs, failed, what, nodes, args.json)
 
 
 if __name__ == "__main__":
