@@ -128,6 +128,17 @@ std::string listed(const std::vector<std::string>& ids) {
   return text;
 }
 
+// "the state of rank(s) 2, 3 of the 4-rank world and every copy of it (replicas = 1) were lost
+// with the failed workers": why a recovery found no state in memory.
+std::string lost_state(const elastic::RecoveredState& recovered, int replicas) {
+  std::string lost;
+  for (const int r : recovered.missing) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+  return "the state of rank(s) " + lost + " of the " +
+         std::to_string(recovered.previous_world_size) +
+         "-rank world and every copy of it (replicas = " + std::to_string(replicas) +
+         ") were lost with the failed workers";
+}
+
 // What --resume would go on from in `dir`, for a message that says nothing new was written.
 std::string newest_checkpoint_note(const std::filesystem::path& dir) {
   try {
@@ -373,13 +384,7 @@ Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_a
     parts_.strategy->reconfigure(regroup.world, *recovered.state);
     event.state_from = "memory";
   } else {
-    std::string lost;
-    for (const int r : recovered.missing) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
-    const auto why =
-        "elastic: the state of rank(s) " + lost + " of the " +
-        std::to_string(recovered.previous_world_size) +
-        "-rank world and every copy of it (replicas = " + std::to_string(options.replicas) +
-        ") were lost with the failed workers";
+    const auto why = "elastic: " + lost_state(recovered, options.replicas);
     const auto reader =
         options_.checkpoint_dir.empty() ? nullptr : open_newest_checkpoint(options_.checkpoint_dir);
     if (!reader) {
@@ -483,12 +488,9 @@ void Trainer::stop_below_min_workers(const Regrouping& regroup, std::int64_t fai
   try {
     const auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
     if (!recovered.state) {
-      std::string lost;
-      for (const int r : recovered.missing) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
-      outcome = why + "no consistent checkpoint could be made from memory: the state of rank(s) " +
-                lost + " of the " + std::to_string(recovered.previous_world_size) +
-                "-rank world and every copy of it (replicas = " + std::to_string(options.replicas) +
-                ") were lost with the failed workers; " + newest_checkpoint_note(dir) + next_time;
+      outcome = why + "no consistent checkpoint could be made from memory: " +
+                lost_state(recovered, options.replicas) + "; " + newest_checkpoint_note(dir) +
+                next_time;
     } else {
       const Position at{recovered.position.step, recovered.position.epoch,
                         static_cast<std::size_t>(recovered.position.samples)};

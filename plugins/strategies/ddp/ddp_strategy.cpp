@@ -41,7 +41,7 @@ void DdpStrategy::setup(const StrategySetup& setup) {
   sync_ = std::make_unique<GradientSynchronizer>(setup.world, config_.sync, allocator);
   memory_ = allocator;
   // Initialised on the host, then copied where the parameters live.
-  Tensor initial = on_host() ? params_.alias() : Tensor({layout_.total}, DType::f32);
+  const Tensor initial = host_copy(params_);
   const auto values = initial.as<float>();
   const auto device_span = [](const Tensor& t) {
     return std::span<float>(static_cast<float*>(t.view().data), t.count());
@@ -67,14 +67,14 @@ void DdpStrategy::setup(const StrategySetup& setup) {
     }
     layers_.push_back(std::move(views));
   }
-  if (!on_host()) memory_->copy(params_.view(), initial.view());
+  copy_back(initial, params_);
   sync_->finalize();
   // Held from the start, as memory_report says.
   (void)sync_->prepare_optimizer_state(*setup.optimizer);
 }
 
 std::vector<float> DdpStrategy::host_parameters() const {
-  const Tensor host = on_host() ? params_.alias() : params_.copy_to(cpu_allocator());
+  const Tensor host = host_copy(params_);
   const auto values = host.as<float>();
   return {values.begin(), values.end()};
 }
@@ -162,30 +162,19 @@ void DdpStrategy::save(CheckpointWriter& writer) {
   if (setup_.world->rank() != 0 && !writer.every_rank_writes_replicated_state()) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
   save_param_index(writer, {"ddp", slots, params_of(layout_)});
-  if (on_host()) {
-    save_flat_range(writer, layout_, 0, layout_.total, params_.as<float>(),
-                    sync_->optimizer_state(), slots);
-    return;
-  }
-  const Tensor params = params_.copy_to(cpu_allocator());
-  const Tensor state = sync_->optimizer_state_tensor().copy_to(cpu_allocator());
+  const Tensor params = host_copy(params_);
+  const Tensor state = host_copy(sync_->optimizer_state_tensor());
   save_flat_range(writer, layout_, 0, layout_.total, params.as<float>(), state.as<float>(), slots);
 }
 
 void DdpStrategy::load(const CheckpointReader& reader) {
-  if (on_host()) {
-    load_flat_range(reader, layout_, 0, layout_.total, params_.as<float>(),
-                    sync_->optimizer_state_for(*setup_.optimizer),
-                    setup_.optimizer->state_per_param());
-    return;
-  }
-  const std::size_t slots = setup_.optimizer->state_per_param();
-  (void)sync_->prepare_optimizer_state(*setup_.optimizer);
-  Tensor params({layout_.total}, DType::f32);
-  Tensor state({slots * layout_.total}, DType::f32);
-  load_flat_range(reader, layout_, 0, layout_.total, params.as<float>(), state.as<float>(), slots);
-  memory_->copy(params_.view(), params.view());
-  memory_->copy(sync_->optimizer_state_tensor().view(), state.view());
+  const Tensor& optimizer_state = sync_->prepare_optimizer_state(*setup_.optimizer);
+  const Tensor params = host_copy(params_);
+  const Tensor state = host_copy(optimizer_state);
+  load_flat_range(reader, layout_, 0, layout_.total, params.as<float>(), state.as<float>(),
+                  setup_.optimizer->state_per_param());
+  copy_back(params, params_);
+  copy_back(state, optimizer_state);
 }
 
 void DdpStrategy::reconfigure(std::shared_ptr<Communicator> new_world,

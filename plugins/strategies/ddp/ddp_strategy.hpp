@@ -58,7 +58,6 @@ class DdpStrategy final : public Strategy {
   Tensor forward(const Tensor& inputs) const;
   // The layer runner's view of this rank's flat storage; gradients marked ready when `last`.
   [[nodiscard]] LayerHooks hooks(bool last) const;
-  [[nodiscard]] bool on_host() const { return memory_->device() == Device::cpu(); }
 
   DdpConfig config_;
   StrategySetup setup_;
