@@ -218,6 +218,26 @@ TEST(Membership, TwoFailuresAtOnceFormOneSmallerWorldWithoutWaiting) {
   EXPECT_EQ(views[2].rank, 2);
 }
 
+TEST(Membership, MembersThatStopBeatingAreNotWaitedForThoughTheirLeasesLive) {
+  // A node dies whole: nobody removes its workers' keys, and their leases run for
+  // failure_timeout. The survivors wait regroup_silence for their beats, not settle_time.
+  Job job(1, 4, /*settle_time=*/3000ms, /*failure_timeout=*/4000ms);
+  const auto silence = regroup_silence(job.defaults);
+  ASSERT_EQ(silence, 500ms) << "4 heartbeats of 20 ms, raised to the 500 ms floor";
+  form_first_world(job, {"a", "b", "c", "d"});
+  job.views["c"]->hold_renewals(true);
+  job.views["d"]->hold_renewals(true);
+
+  const auto started = Clock::now();
+  const auto views = on_threads(job, {"a", "b"}, next_after(1));
+  const auto took = Clock::now() - started;
+  EXPECT_GE(took, silence) << "c and d are silent for regroup_silence before they are dropped";
+  EXPECT_LT(took, 3000ms) << "not settle_time: c and d stopped beating";
+  expect_same_world(views);
+  EXPECT_EQ(views[0].members, (Ids{"a", "b"}));
+  EXPECT_TRUE(job.store->check("membership/workers/c")) << "c's lease still runs";
+}
+
 TEST(Membership, SurvivorsKeepTheirOrderAndNewcomersFollowById) {
   Job job(1, 5);
   form_first_world(job, {"m", "n", "p"});

@@ -57,7 +57,11 @@ class HeartbeatSwitchStore final : public Store {
     gated(k);
     inner_->set(k, v);
   }
-  void set(const std::string& k, const std::string& v, LeaseId l) override { inner_->set(k, v, l); }
+  // Held renewals hold the heartbeat's beat counter too: the worker beats no more.
+  void set(const std::string& k, const std::string& v, LeaseId l) override {
+    if (hold_.load() && k.starts_with("membership/beats/")) return;
+    inner_->set(k, v, l);
+  }
   std::string get(const std::string& k, Duration t) override { return inner_->get(k, t); }
   std::int64_t add(const std::string& k, std::int64_t d) override { return inner_->add(k, d); }
   std::string compare_set(const std::string& k, const std::string& e,

@@ -30,6 +30,11 @@ std::string g_text(std::int64_t generation) {
 std::string worker_key(const std::string& id) {
   return "workers/" + id;
 }
+// A counter each worker's heartbeat rewrites, bound to its lease: whoever forms a generation sees
+// from it whether a member it waits for still beats.
+std::string beat_key(const std::string& id) {
+  return "beats/" + id;
+}
 std::string world_key(std::int64_t generation) {
   return "world/" + g_text(generation);
 }
@@ -127,8 +132,12 @@ long long ms_since(Clock::time_point start) {
 
 }  // namespace
 
+Duration regroup_silence(const MembershipOptions& options) {
+  return std::min(std::max(4 * options.heartbeat, Duration(500)), options.failure_timeout / 2);
+}
+
 Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), silence_(regroup_silence(options_)) {
   TESSERA_CHECK(store != nullptr, "membership: no store");
   store_ = std::make_shared<PrefixStore>("membership", std::move(store));
   const auto& o = options_;
@@ -173,6 +182,7 @@ void Membership::register_worker() {
   }
   lease_ = store_->grant_lease(options_.failure_timeout);
   store_->set(worker_key(options_.worker_id), "alive", lease_);
+  store_->set(beat_key(options_.worker_id), "0", lease_);
   lease_lost_.store(false);
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
@@ -190,11 +200,13 @@ void Membership::stop_heartbeat() noexcept {
 }
 
 void Membership::heartbeat_loop() {
+  std::uint64_t beats = 0;
   std::unique_lock lock(heartbeat_mutex_);
   while (!heartbeat_wake_.wait_for(lock, options_.heartbeat, [&] { return heartbeat_stop_; })) {
     lock.unlock();
     try {
       store_->keep_alive(lease_);
+      store_->set(beat_key(options_.worker_id), std::to_string(++beats), lease_);
     } catch (const LeaseExpired& error) {
       lock.lock();
       lease_error_ = error.what();
@@ -346,12 +358,25 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
   const auto min_workers = static_cast<std::size_t>(options_.min_workers);
   const auto max_workers = static_cast<std::size_t>(options_.max_workers);
   std::optional<std::string> seen_changes;
+  // Each member's beat counter as this worker last saw it change, and when: one whose counter
+  // stood still for silence_ while the others regroup is not waited for (its lease may still
+  // have most of failure_timeout to run: nobody is left to remove a dead node's keys).
+  std::map<std::string, std::pair<std::string, Clock::time_point>> heard;
 
   for (;;) {
     if (auto world = stored_world(generation)) return adopt(*world);
     throw_if_lease_lost();
     const auto alive = listed_ids(*store_, "workers/");
     const auto ready = listed_ids(*store_, ready_prefix(generation));
+    const auto beats = survivors_of ? listed_ids(*store_, "beats/") : decltype(alive){};
+    const auto looked = Clock::now();
+    const auto silent = [&](const std::string& worker) {
+      const auto it = beats.find(worker);
+      const std::string beat = it == beats.end() ? std::string() : it->second;
+      auto [entry, first] = heard.try_emplace(worker, beat, looked);
+      if (!first && entry->second.first != beat) entry->second = {beat, looked};
+      return looked - entry->second.second >= silence_;
+    };
     // Alive, not known failed, not ready. The members of a running world wait only for each
     // other: a newcomer still starting up is admitted at a later step boundary rather than
     // holding back the survivors of a failure.
@@ -362,6 +387,7 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
                                     worker) == survivors_of->members.end()) {
         continue;
       }
+      if (survivors_of && silent(worker)) continue;
       awaited.push_back(worker);
     }
     bool members_alive = false;

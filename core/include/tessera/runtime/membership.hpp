@@ -35,6 +35,14 @@ struct MembershipOptions {
   Duration settle_time{3000};
 };
 
+// While members form the next generation, how long one that is not ready may go without a
+// heartbeat before the others stop waiting for it, though its lease has not ended: 4 heartbeats,
+// at least 500 ms, at most half of failure_timeout. A process that is gone beats no more, but
+// its lease lasts failure_timeout unless someone removes it (the launcher does for its own
+// workers; nobody does for a node that died whole); a live member, even a slow one, keeps
+// beating from its own thread and is waited for up to settle_time as before.
+[[nodiscard]] Duration regroup_silence(const MembershipOptions& options);
+
 // One generation's world as stored: the same on every worker.
 struct WorldView {
   std::int64_t generation = 0;
@@ -65,15 +73,17 @@ enum class BelowMinWorkers : std::uint8_t {
 };
 
 // One worker's side of the agreement. Keys live under "membership/" in the store:
-// workers/<id> (bound to the worker's lease: its liveness), world/<g> (generation g's members,
+// workers/<id> (bound to the worker's lease: its liveness), beats/<id> (lease-bound, rewritten
+// every heartbeat), world/<g> (generation g's members,
 // written once by compare-and-set), ready/<g>/<id> (lease-bound: id takes part in forming g),
 // changes/<g> (a counter bumped at each of those writes, so waiters wake on it) and generation
 // (the newest generation formed, possibly lagging).
 //
 // Forming generation g+1: each participant marks itself ready, waits until every member of g it
 // believes alive (registered, minus those it was told failed) is ready or settle_time passes
-// (newcomers already ready are taken in, those still starting are not waited for), then proposes
-// the ready workers (the survivors of g in their old order, then newcomers by id, at most
+// (newcomers already ready are taken in, those still starting are not waited for; a member
+// whose beat counter stood still for regroup_silence is not waited for either), then proposes the
+// ready workers (the survivors of g in their old order, then newcomers by id, at most
 // max_workers) with compare_set; whoever loses adopts what is stored. Members of a running world
 // form the next one; newcomers only wait to be admitted, unless no member of the newest world is
 // alive (a job restarted from scratch), when they form it themselves as for the first world.
@@ -157,6 +167,7 @@ class Membership {
 
   std::shared_ptr<Store> store_;
   MembershipOptions options_;
+  Duration silence_;  // regroup_silence(options_)
   LeaseId lease_{};
   std::string lease_error_;  // the LeaseExpired message, once lease_lost_; heartbeat_mutex_
 
