@@ -41,6 +41,7 @@ Engine::Engine(std::shared_ptr<UcxContext> context, int rank, int size, Settings
       worker_(context_, rank, size),
       departed_(static_cast<std::size_t>(size), false),
       aborted_peers_(static_cast<std::size_t>(size), false),
+      lost_(static_cast<std::size_t>(size), false),
       heartbeat_sends_(static_cast<std::size_t>(size)),
       last_heard_(static_cast<std::size_t>(size)),
       heard_(static_cast<std::size_t>(size), false) {
@@ -294,6 +295,7 @@ bool Engine::check_stalled(int peer, const std::string& operation, std::uint64_t
   const auto silent =
       std::chrono::steady_clock::now() - last_heard_[static_cast<std::size_t>(peer)];
   if (silent < settings_.stall_timeout) return false;
+  lost_[static_cast<std::size_t>(peer)] = true;
   abort("rank " + std::to_string(peer) + " (pid " +
             std::to_string(peers_[static_cast<std::size_t>(peer)].pid) + ") made no progress for " +
             format_ms(silent) + " (stall_timeout " + format_ms(settings_.stall_timeout) +
@@ -323,6 +325,7 @@ bool Engine::service() {
   for (const auto& [peer, why] : worker_.take_failed_peers()) {
     progressed = true;
     if (departed_[static_cast<std::size_t>(peer)]) continue;  // it left on purpose
+    lost_[static_cast<std::size_t>(peer)] = true;
     abort("lost the connection to rank " + std::to_string(peer) + " (" + why +
               "): the process died or its network failed",
           peer);
@@ -334,6 +337,7 @@ bool Engine::service() {
       if (peer == rank_ || departed_[static_cast<std::size_t>(peer)]) continue;
       if (!process_alive(peers_[static_cast<std::size_t>(peer)],
                          peers_[static_cast<std::size_t>(rank_)])) {
+        lost_[static_cast<std::size_t>(peer)] = true;
         abort("rank " + std::to_string(peer) + " (pid " +
                   std::to_string(peers_[static_cast<std::size_t>(peer)].pid) +
                   ") is no longer running",
@@ -450,7 +454,9 @@ void Engine::on_aborted() {
 void Engine::await_abort_handshake() {
   const auto start = std::chrono::steady_clock::now();
   const Deadline deadline = start + kAbortHandshakeTimeout;
-  std::vector<bool> gone(static_cast<std::size_t>(size_), false);
+  // A peer whose loss this engine already saw (often the one whose death began the abort; its
+  // failure was taken before the handshake) sends no notice: not waited for.
+  std::vector<bool>& gone = lost_;
   auto next_liveness_check = start;
   Backoff backoff;
   for (;;) {
@@ -460,7 +466,9 @@ void Engine::await_abort_handshake() {
     for (const auto& failed : worker_.take_failed_peers())
       gone[static_cast<std::size_t>(failed.first)] = true;
     const auto now = std::chrono::steady_clock::now();
-    if (now >= next_liveness_check) {
+    // Unless same-host pid checks are turned off (a liveness_interval no shorter than the
+    // handshake itself), as for a run whose peers are all on other hosts.
+    if (now >= next_liveness_check && settings_.liveness_interval < kAbortHandshakeTimeout) {
       next_liveness_check = now + kHandshakeLivenessInterval;
       for (int peer = 0; peer < size_; ++peer) {
         if (peer != rank_ && !process_alive(peers_[static_cast<std::size_t>(peer)],

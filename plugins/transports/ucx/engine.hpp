@@ -160,6 +160,9 @@ class Engine {
   std::vector<PeerInfo> peers_;
   std::vector<bool> departed_;
   std::vector<bool> aborted_peers_;  // peers whose abort notice arrived
+  // Peers known gone (their endpoint failed, their process on this host ended, or they stalled
+  // past stall_timeout): an abort's handshake does not wait for their notice.
+  std::vector<bool> lost_;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 
   // Engine-thread state.
