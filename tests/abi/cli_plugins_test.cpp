@@ -63,7 +63,8 @@ TEST(CliPlugins, ListsGoodPluginsAsJsonAndWarnsAboutEachRefusedFile) {
   EXPECT_FALSE(listing.at("failures").empty()) << r.out;
   EXPECT_EQ(good->at("capabilities"),
             nlohmann::ordered_json::parse(
-                R"({"spans_processes": false, "spans_hosts": false, "devices": []})"))
+                R"({"spans_processes": false, "spans_hosts": false, "replicated_state": false,)"
+                R"( "devices": []})"))
       << "only a transport declares devices";
   EXPECT_TRUE(contains(r.err, "tessera: warning: " + abi_test::plugin_file("abi_one").string() +
                                   ": exports tessera_plugin_descriptor_v1: it was built for "
@@ -72,7 +73,7 @@ TEST(CliPlugins, ListsGoodPluginsAsJsonAndWarnsAboutEachRefusedFile) {
       r.err, abi_test::plugin_file("not_a_library").string() + ": not a loadable shared object"));
 }
 
-TEST(CliPlugins, TransportsAndStoresShowTheirCapabilities) {
+TEST(CliPlugins, TransportsStoresAndStrategiesShowTheirCapabilities) {
   const auto transports = run_cli("plugins --kind transport --json");
   EXPECT_EQ(transports.exit_code, 0) << transports.err;
   const auto listing = nlohmann::ordered_json::parse(transports.out);
@@ -83,12 +84,28 @@ TEST(CliPlugins, TransportsAndStoresShowTheirCapabilities) {
   EXPECT_EQ(shm->at("aliases"), nlohmann::ordered_json::parse(R"(["shared_memory"])"));
   EXPECT_EQ(shm->at("capabilities"),
             nlohmann::ordered_json::parse(
-                R"({"spans_processes": true, "spans_hosts": false, "devices": ["cpu"]})"));
+                R"({"spans_processes": true, "spans_hosts": false, "replicated_state": false,)"
+                R"( "devices": ["cpu"]})"));
   const auto stores = run_cli("plugins --kind store");
   EXPECT_EQ(stores.exit_code, 0) << stores.err;
   EXPECT_TRUE(contains(stores.out, "store.memory 1.0.0\n"));
   EXPECT_TRUE(contains(stores.out, "  capabilities: one process only\n"));
   EXPECT_TRUE(contains(stores.out, "  capabilities: spans processes, spans hosts\n"));
+  // ddp declares TESSERA_REPLICATED_STATE (the elastic runtime keeps no copies of it); zero2's
+  // state is sharded.
+  const auto strategies = run_cli("plugins --kind strategy --json");
+  EXPECT_EQ(strategies.exit_code, 0) << strategies.err;
+  const auto listed = nlohmann::ordered_json::parse(strategies.out).at("plugins");
+  const auto state_of = [&](const std::string& name) {
+    const auto it = std::find_if(listed.begin(), listed.end(),
+                                 [&](const auto& p) { return p.at("name") == name; });
+    return it == listed.end() ? nlohmann::ordered_json() : it->at("capabilities");
+  };
+  EXPECT_EQ(state_of("ddp").at("replicated_state"), true) << strategies.out;
+  EXPECT_EQ(state_of("zero2").at("replicated_state"), false) << strategies.out;
+  const auto text = run_cli("plugins --kind strategy");
+  EXPECT_TRUE(contains(text.out, "strategy.ddp 1.0.0\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  capabilities: replicated state\n")) << text.out;
 }
 
 TEST(CliPlugins, UnknownKindIsAUsageErrorWithASuggestion) {

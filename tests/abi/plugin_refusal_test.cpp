@@ -93,6 +93,11 @@ TEST(PluginRefusal, CapabilitiesOfAnotherKindAreRefused) {
                        prefix("optimizer_with_devices") +
                            "capabilities.devices is 0x1, but a plugin of kind optimizer declares "
                            "none"));
+  // A strategy's flag, on an optimizer.
+  EXPECT_TRUE(contains(refusal_of("optimizer_replicated_state"),
+                       prefix("optimizer_replicated_state") +
+                           "capabilities.flags is 0x4, but a plugin of kind optimizer declares "
+                           "none"));
 }
 
 TEST(PluginRefusal, InTreeTransportsAndStoresDeclareWhatTheyCanDo) {
@@ -113,6 +118,12 @@ TEST(PluginRefusal, InTreeTransportsAndStoresDeclareWhatTheyCanDo) {
   EXPECT_FALSE(capabilities(PluginKind::store, "memory").spans_processes);
   EXPECT_TRUE(capabilities(PluginKind::store, "tcp").spans_hosts);
   EXPECT_TRUE(capabilities(PluginKind::store, "file").spans_processes);
+  // ddp's state is whole on every rank; the zero stages shard it.
+  EXPECT_TRUE(capabilities(PluginKind::strategy, "ddp").replicated_state);
+  for (const char* sharded : {"zero1", "zero2", "zero3"}) {
+    EXPECT_FALSE(capabilities(PluginKind::strategy, sharded).replicated_state) << sharded;
+  }
+  EXPECT_FALSE(capabilities(PluginKind::transport, "shm").replicated_state);
 }
 
 TEST(PluginRefusal, WrongBuildIdShowsBothIds) {
@@ -188,13 +199,13 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
     refused.push_back(failure.file.filename().string());
     EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
   }
-  EXPECT_EQ(refused,
-            (std::vector<std::string>{
-                "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
-                "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
-                "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
-                "libnot_a_library.so", "liboptimizer_spans_processes.so",
-                "liboptimizer_with_devices.so", "libwrong_build_id.so", "libwrong_kind.so"}));
+  EXPECT_EQ(refused, (std::vector<std::string>{
+                         "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
+                         "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
+                         "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
+                         "libnot_a_library.so", "liboptimizer_replicated_state.so",
+                         "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
+                         "libwrong_build_id.so", "libwrong_kind.so"}));
 }
 
 TEST(PluginRefusal, MissingFolderIsSkippedSilently) {

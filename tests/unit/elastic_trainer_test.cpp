@@ -116,6 +116,7 @@ class RecordingStrategy final : public Strategy {
   }
   StepStats evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
   void save(CheckpointWriter& writer) override {
+    ++saves_;
     if (copies_hold_everything_) {
       inner_->save(writer);
       return;
@@ -134,6 +135,7 @@ class RecordingStrategy final : public Strategy {
   [[nodiscard]] MemoryReport memory_report() const override { return inner_->memory_report(); }
 
   [[nodiscard]] const std::vector<StepRecord>& steps() const { return steps_; }
+  [[nodiscard]] int saves() const { return saves_; }
   [[nodiscard]] std::vector<float> parameters() const {
     const auto p = inner_->parameters();
     return {p.begin(), p.end()};
@@ -146,6 +148,7 @@ class RecordingStrategy final : public Strategy {
   JobProgress* progress_;
   bool copies_hold_everything_;
   int generation_ = 0;
+  int saves_ = 0;
   std::shared_ptr<ddp::DdpStrategy> inner_;
   std::vector<StepRecord> steps_;
 };
@@ -198,6 +201,8 @@ struct LateStarts {
   int min_workers = 1;
   Duration join_timeout{2000};
   std::vector<std::string> ids;  // the workers' ids; "w<w>" when empty
+  // TrainerComponents::strategy_replicated_state: ddp as its plugin declares it (no copies).
+  bool replicated_state = false;
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -232,8 +237,10 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         if (first.finished) return;
         outcome.strategy = std::make_shared<RecordingStrategy>(
             data, w, die_at[static_cast<std::size_t>(w)], &progress, late.copies_hold_everything);
-        Trainer trainer(
-            o, {first.world, testing::small_mlp(), momentum_sgd(), data, outcome.strategy, "ddp"});
+        TrainerComponents parts{first.world, testing::small_mlp(), momentum_sgd(),
+                                data,        outcome.strategy,     "ddp"};
+        parts.strategy_replicated_state = late.replicated_state;
+        Trainer trainer(o, parts);
         trainer.set_elastic(elastic, first);
         outcome.result = trainer.run(false);
       } catch (const Died&) {
@@ -569,6 +576,83 @@ TEST(ElasticTrainer, ReplicatedStateComesBackFromAnySurvivorsOwnCopy) {
   EXPECT_EQ(event.state_from, "memory");
   EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
             std::vector<int>(120, 2));
+}
+
+// A strategy that declares its state replicated (ddp's TESSERA_REPLICATED_STATE) is never copied:
+// the survivors' live state is the state after the last step they completed. The run goes on as
+// one that kept copies, to the last bit, and the state is saved once, at the recovery, by the
+// survivor that gives it.
+TEST(ElasticTrainer, ReplicatedStateIsNotCopiedAndTheSurvivorsGoOnFromTheirLiveState) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  constexpr std::int64_t kDieAt = 4;
+  LateStarts live;
+  live.replicated_state = true;
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, live);
+  rethrow_errors(outcomes);
+  const auto copied = run_elastic(3, {0, 0, kDieAt}, 1, options(), data);
+  rethrow_errors(copied);
+  ASSERT_TRUE(outcomes[2].died);
+  int saves = 0;
+  for (int w = 0; w < 2; ++w) {
+    const auto& o = outcomes[static_cast<std::size_t>(w)];
+    ASSERT_EQ(o.result.world_events.size(), 1U) << "worker " << w;
+    const auto& event = o.result.world_events[0];
+    EXPECT_EQ(event.state_from, "memory");
+    EXPECT_EQ(event.resumed_at_step, kDieAt - 1) << "no completed step is lost";
+    EXPECT_EQ(o.result.steps, 3 + 3 + 8);
+    saves += o.strategy->saves();
+    EXPECT_GE(copied[static_cast<std::size_t>(w)].strategy->saves(), 14)
+        << "with copies, every step saves";
+  }
+  EXPECT_EQ(saves, 1) << "one survivor saves its live state, once, when it gives it";
+  EXPECT_EQ(outcomes[0].strategy->parameters(), copied[0].strategy->parameters());
+  EXPECT_EQ(outcomes[1].strategy->parameters(), copied[1].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
+            std::vector<int>(120, 2));
+}
+
+// One survivor completed the failed step (its last all-reduce had everyone's part) and another
+// did not: they are one step apart, and both go on from the state of the one ahead.
+TEST(ElasticTrainer, SurvivorsALiveStepApartGoOnFromTheOneAhead) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const auto trained = [&](std::int64_t steps) {
+    std::shared_ptr<RecordingStrategy> out;
+    auto o = options();
+    o.max_steps = steps;
+    testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+      t_worker = 0;
+      out = std::make_shared<RecordingStrategy>(data, 0, 0);
+      Trainer(o, {world, testing::small_mlp(), momentum_sgd(), data, out, "ddp"}).run(false);
+    });
+    return out;
+  };
+  const auto behind = trained(2);
+  const auto ahead = trained(3);
+  ASSERT_NE(behind->parameters(), ahead->parameters());
+
+  std::vector<elastic::RecoveredState> got(2);
+  testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    const int rank = world->rank();
+    RecordingStrategy& strategy = rank == 0 ? *behind : *ahead;
+    elastic::ReplicaRing ring(1, {}, /*live_state=*/true);
+    ring.refresh(strategy, world, {rank == 0 ? 2 : 3, 0, rank == 0 ? 16 : 24});
+    got[static_cast<std::size_t>(rank)] = ring.recover(*world, {0, 1}, strategy);
+  });
+  EXPECT_EQ(ahead->saves(), 1);
+  EXPECT_EQ(behind->saves(), 0);
+  for (const auto& recovered : got) {
+    ASSERT_TRUE(recovered.state);
+    EXPECT_EQ(recovered.position.step, 3);
+    EXPECT_EQ(recovered.position.samples, 24);
+    EXPECT_TRUE(recovered.missing.empty());
+  }
+  testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+    t_worker = 0;
+    RecordingStrategy fresh(data, 0, 0);
+    fresh.setup({world, testing::small_mlp(), momentum_sgd(), 11});
+    fresh.load(*got[0].state);
+    EXPECT_EQ(fresh.parameters(), ahead->parameters());
+  });
 }
 
 // The copy ring visits the failure domains in turn, so each rank's copy lives on another node

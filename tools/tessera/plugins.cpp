@@ -39,6 +39,9 @@ const char* device_name(DeviceType device) {
 // "spans processes, spans hosts, devices cpu", "one process only".
 std::vector<std::string> capability_words(const PluginInfo& p) {
   std::vector<std::string> words;
+  if (p.kind == PluginKind::strategy && p.capabilities.replicated_state) {
+    words.emplace_back("replicated state");
+  }
   if (p.kind != PluginKind::transport && p.kind != PluginKind::store) return words;
   if (p.capabilities.spans_processes) words.emplace_back("spans processes");
   if (p.capabilities.spans_hosts) words.emplace_back("spans hosts");
@@ -94,6 +97,7 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
     for (DeviceType d : p->capabilities.devices) devices.push_back(device_name(d));
     Json capabilities = {{"spans_processes", p->capabilities.spans_processes},
                          {"spans_hosts", p->capabilities.spans_hosts},
+                         {"replicated_state", p->capabilities.replicated_state},
                          {"devices", std::move(devices)}};
     Json options = Json::array();
     for (const auto& o : p->options) {

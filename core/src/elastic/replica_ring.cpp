@@ -158,8 +158,15 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
     rank_ = channel->rank();
   }
   const int n = channel->size();
+  if (live_) {
+    // Nothing to copy: the strategy's own state is the copy, of the step just completed.
+    own_.clear();
+    own_.push_back({position, n, true, true, {}});
+    return;
+  }
   // Saved straight into a buffer of a dropped copy: one copy of the state, into warm pages.
-  Snapshot mine{position, n, false, spare_buffer(own_.empty() ? 0 : own_.front().bytes.size())};
+  Snapshot mine{position, n, false, false,
+                spare_buffer(own_.empty() ? 0 : own_.front().bytes.size())};
   {
     const trace::Span span("replica_save", "run");
     PackedCheckpointWriter saved(mine.bytes, /*replicated_on_every_rank=*/true);
@@ -256,7 +263,8 @@ void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> 
   }
 }
 
-RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>& previous_rank) {
+RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>& previous_rank,
+                                    Strategy& strategy) {
   TESSERA_CHECK(previous_rank.size() == static_cast<std::size_t>(world.size()),
                 "ReplicaRing::recover: previous_rank must name every rank of the new world");
   // Copies that arrived whole before the failure count; the rest are dropped. The old world's
@@ -394,9 +402,18 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
       const Snapshot* snapshot = whole || static_cast<int>(old) == rank_
                                      ? at_step(own_, step)
                                      : at_step(copies_.at(static_cast<int>(old)), step);
+      std::vector<std::uint8_t> saved_now;
+      if (snapshot->live) {
+        // The live state is of `step` (a failed step leaves it so): saved now, once.
+        const trace::Span span("replica_save", "run");
+        PackedCheckpointWriter saved(saved_now, /*replicated_on_every_rank=*/true);
+        strategy.save(saved);
+        saved.finish();
+      }
+      const auto& bytes = snapshot->live ? saved_now : snapshot->bytes;
       append_i64(given, static_cast<std::int64_t>(old));
-      append_i64(given, static_cast<std::int64_t>(snapshot->bytes.size()));
-      given.insert(given.end(), snapshot->bytes.begin(), snapshot->bytes.end());
+      append_i64(given, static_cast<std::int64_t>(bytes.size()));
+      given.insert(given.end(), bytes.begin(), bytes.end());
       if (whole) break;
     }
   }

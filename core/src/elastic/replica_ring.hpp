@@ -2,8 +2,15 @@
 // Copies of each rank's strategy state kept in the memory of other ranks, so that the
 // survivors of a failure rebuild the whole state without reading a checkpoint (the Gemini idea).
 //
-// refresh() saves the strategy into memory (Strategy::save, as a checkpoint would) and keeps
-// it as this rank's own copy. Two cases:
+// A strategy that declares TESSERA_REPLICATED_STATE (ddp) needs no copy at all: every rank
+// holds the whole state, and a step that throws leaves it as the last completed step did. Such
+// a ring (`live_state`) only notes, after each completed step, which step the strategy's live
+// state is of; at a recovery, a survivor whose live state is of the newest step saves it and
+// gives it to the others. Survivors differ by at most that one step: a step completes on a rank
+// only once every rank took part in it, so none can be two steps ahead of another.
+//
+// Otherwise refresh() saves the strategy into memory (Strategy::save, as a checkpoint would) and
+// keeps it as this rank's own copy. Two cases:
 // - Every rank's copy holds the whole state (a strategy whose ranks hold the same state, like
 //   ddp, writes it from every rank: CheckpointWriter::every_rank_writes_replicated_state).
 //   Then any survivor restores the state alone, and nothing is sent.
@@ -61,8 +68,9 @@ struct RecoveredState {
 class ReplicaRing {
  public:
   // `failure_domain`: what dies with this rank (ElasticWorld::failure_domain), empty for none.
-  explicit ReplicaRing(int replicas, std::string failure_domain = {})
-      : replicas_(replicas), failure_domain_(std::move(failure_domain)) {}
+  // live_state: the strategy declares TESSERA_REPLICATED_STATE (see above).
+  explicit ReplicaRing(int replicas, std::string failure_domain = {}, bool live_state = false)
+      : replicas_(replicas), failure_domain_(std::move(failure_domain)), live_(live_state) {}
   // Lets the copies still on their way land (or fail) before their buffers go.
   ~ReplicaRing();
   ReplicaRing(const ReplicaRing&) = delete;
@@ -72,14 +80,21 @@ class ReplicaRing {
   // saves `strategy`, waits for the copies the previous refresh sent and starts sending this
   // one's. A new channel (a new world) drops every copy of the old one first. Throws
   // TransportError/Timeout from the channel: a peer failed (the world's failure path follows).
+  // With live_state: notes that the strategy's live state is of `position` (call it as soon as
+  // a step completed, before anything else can throw); `channel` may then be the world itself,
+  // nothing is saved or sent.
   void refresh(Strategy& strategy, const std::shared_ptr<Communicator>& channel,
                const TrainingPosition& position);
+  // Whether the copies are the strategy's live state (no side channel, no saves).
+  [[nodiscard]] bool live_state() const noexcept { return live_; }
 
   // Collective over `world`, the next world; previous_rank[r] is new rank r's rank in the world
   // of the refreshes, -1 for a newcomer (which holds nothing). Every rank returns the same
   // position and set of missing ranks. Throws TransportError/Timeout from the communicator,
-  // TrainingError when no survivor has refreshed at all.
-  [[nodiscard]] RecoveredState recover(Communicator& world, const std::vector<int>& previous_rank);
+  // TrainingError when no survivor has refreshed at all. `strategy`, still set up on the old
+  // world, is saved here (locally) when its live state is what this rank gives.
+  [[nodiscard]] RecoveredState recover(Communicator& world, const std::vector<int>& previous_rank,
+                                       Strategy& strategy);
 
   // Drops every copy: after a recovery, the copies of the old world are of no further use.
   void clear() noexcept;
@@ -89,6 +104,7 @@ class ReplicaRing {
     TrainingPosition position;
     int world_size = 0;
     bool whole = false;               // holds every rank's state, not this rank's alone
+    bool live = false;                // the strategy's live state: bytes are saved on demand
     std::vector<std::uint8_t> bytes;  // the rank's save(), packed (PackedCheckpointWriter)
   };
   using Newest = std::vector<Snapshot>;  // newest first
@@ -126,6 +142,7 @@ class ReplicaRing {
 
   int replicas_;
   std::string failure_domain_;
+  bool live_;
   int rank_ = -1;  // this rank in the world of the refreshes
   Peers peers_;    // decided with whole_
   std::shared_ptr<Communicator> channel_;

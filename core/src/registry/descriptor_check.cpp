@@ -98,10 +98,14 @@ class DescriptorCheck {
     constexpr std::uint32_t kSpans = TESSERA_SPANS_PROCESSES | TESSERA_SPANS_HOSTS;
     constexpr std::uint32_t kDevices = TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA;
     const bool spanning_kind = kind == PluginKind::transport || kind == PluginKind::store;
-    if ((c.flags & ~(spanning_kind ? kSpans : 0U)) != 0) {
+    const std::uint32_t allowed = spanning_kind                  ? kSpans
+                                  : kind == PluginKind::strategy ? TESSERA_REPLICATED_STATE
+                                                                 : 0U;
+    if ((c.flags & ~allowed) != 0) {
       refuse("capabilities.flags is " + hex(c.flags) + ", but a plugin of kind " + kind_name +
              (spanning_kind ? " declares only TESSERA_SPANS_PROCESSES and TESSERA_SPANS_HOSTS (0x3)"
-                            : " declares none (TESSERA_NO_CAPABILITIES)"));
+              : kind == PluginKind::strategy ? " declares only TESSERA_REPLICATED_STATE (0x4)"
+                                             : " declares none (TESSERA_NO_CAPABILITIES)"));
     }
     if ((c.flags & TESSERA_SPANS_HOSTS) != 0 && (c.flags & TESSERA_SPANS_PROCESSES) == 0) {
       refuse("capabilities.flags is " + hex(c.flags) +
@@ -120,6 +124,8 @@ class DescriptorCheck {
     PluginCapabilities out;
     out.spans_processes = (c.flags & TESSERA_SPANS_PROCESSES) != 0;
     out.spans_hosts = (c.flags & TESSERA_SPANS_HOSTS) != 0;
+    out.replicated_state =
+        kind == PluginKind::strategy && (c.flags & TESSERA_REPLICATED_STATE) != 0;
     if ((c.devices & TESSERA_DEVICE_CPU) != 0) out.devices.push_back(DeviceType::cpu);
     if ((c.devices & TESSERA_DEVICE_CUDA) != 0) out.devices.push_back(DeviceType::cuda);
     return out;

@@ -344,18 +344,25 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
 void Trainer::set_elastic(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered) {
   elastic_ = std::move(elastic);
   replicas_ = elastic_ ? std::make_unique<elastic::ReplicaRing>(elastic_->options().replicas,
-                                                                elastic_->failure_domain())
+                                                                elastic_->failure_domain(),
+                                                                parts_.strategy_replicated_state)
                        : nullptr;
   joining_.reset();
   if (elastic_ && entered.joins_running_job()) joining_ = entered;
 }
 
 void Trainer::refresh_replicas(const Position& at, bool force) {
+  const elastic::TrainingPosition position{at.step, at.epoch,
+                                           static_cast<std::int64_t>(at.samples)};
+  if (replicas_->live_state()) {
+    // Nothing is copied: noting the step costs nothing, so it is noted after every step.
+    replicas_->refresh(*parts_.strategy, parts_.world, position);
+    return;
+  }
   const auto every = elastic_->options().replica_every;
   if (!force && at.step % every != 0) return;
   const trace::Span span("replica_refresh", "run", {{"step", at.step}});
-  replicas_->refresh(*parts_.strategy, elastic_->side_channel(),
-                     {at.step, at.epoch, static_cast<std::int64_t>(at.samples)});
+  replicas_->refresh(*parts_.strategy, elastic_->side_channel(), position);
 }
 
 Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_at_step,
@@ -371,7 +378,7 @@ Trainer::Position Trainer::adopt_world(Regrouping regroup, std::int64_t failed_a
   const auto& options = elastic_->options();
   WorldEvent event;
   event.failed_at_step = failed_at_step;
-  auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
+  auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank, *parts_.strategy);
   if (recorder_) regroup.world = trace::traced_communicator(regroup.world, recorder_);
   event.generation = regroup.generation;
   event.left = regroup.left;
@@ -486,7 +493,8 @@ void Trainer::stop_below_min_workers(const Regrouping& regroup, std::int64_t fai
   };
   std::string outcome;
   try {
-    const auto recovered = replicas_->recover(*regroup.world, regroup.previous_rank);
+    const auto recovered =
+        replicas_->recover(*regroup.world, regroup.previous_rank, *parts_.strategy);
     if (!recovered.state) {
       outcome = why + "no consistent checkpoint could be made from memory: " +
                 lost_state(recovered, options.replicas) + "; " + newest_checkpoint_note(dir) +
@@ -740,6 +748,9 @@ TrainResult Trainer::train(bool resume) {
           }
           ++at.step;
           at.samples += shard.global_batch_size(b);
+          // At once, before anything else of the step can fail: a failure from here on (a
+          // checkpoint, an evaluation, the next step) recovers this step's state.
+          if (elastic_) refresh_replicas(next_position(), false);
           result.losses.push_back(stats.loss);
           reporter.step({at.step, at.epoch, batches_before + b + 1, batches_before + shard.steps(),
                          info.global_batch_size, info.learning_rate, stats});
@@ -759,7 +770,6 @@ TrainResult Trainer::train(bool resume) {
           if (options_.eval_every > 0 && at.step % options_.eval_every == 0)
             run_evaluation(at.epoch);
           if (elastic_) {
-            refresh_replicas(next_position(), false);
             // Newcomers enter inside an epoch, so that the epoch's end is evaluated as usual.
             if (at.samples < epoch_samples && elastic_->newcomers_waiting()) {
               at = admit_newcomers(at, result);

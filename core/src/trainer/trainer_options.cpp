@@ -110,8 +110,10 @@ TrainerComponents build_trainer_components(const Config& config, const PluginReg
   // An elastic run trains with its inner strategy; its checkpoints are that strategy's.
   const auto [section, key] = trained_strategy_option(config);
   parts.strategy = config.create<Strategy>(registry, section, key);
-  parts.strategy_name =
-      registry.find(PluginKind::strategy, config.section(section).get_string(key)).name;
+  const auto& strategy_info =
+      registry.find(PluginKind::strategy, config.section(section).get_string(key));
+  parts.strategy_name = strategy_info.name;
+  parts.strategy_replicated_state = strategy_info.capabilities.replicated_state;
   for (const auto* info : registry.plugins(PluginKind::strategy)) {
     parts.known_strategies.push_back(info->name);
   }

@@ -18,6 +18,11 @@ constexpr tessera_option_desc kOptions[] = {
 
 }  // namespace
 
+// TESSERA_REPLICATED_STATE: every rank holds parameters and optimizer state whole; train_step
+// waits for every all-reduce (the loss's too) before the update, which does not communicate;
+// save() writes from every rank, locally, when the writer asks for it.
 TESSERA_PLUGIN(strategy, "ddp", "1.0.0",
                "data parallel: replicated state, bucketed all-reduce overlapped with backward",
-               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, tessera::ddp::DdpStrategy)
+               TESSERA_NO_ALIASES, kOptions,
+               (tessera_plugin_capabilities{TESSERA_REPLICATED_STATE, 0U}),
+               tessera::ddp::DdpStrategy)

@@ -19,7 +19,8 @@
  * them and every option entry has its range fields; the C++ interfaces changed (docs/plugins.md,
  * "Porting a plugin from ABI 1"). ABI 2.1 adds what a plugin may call or derive from in
  * libtessera: CheckpointWriter::every_rank_writes_replicated_state and DeviceMemorySource
- * (device_memory_source.hpp). A 2.0 host refuses a 2.1 plugin; a 2.1 host runs both.
+ * (device_memory_source.hpp). A 2.0 host refuses a 2.1 plugin; a 2.1 host runs both. ABI 2.2
+ * adds the strategy flag TESSERA_REPLICATED_STATE; a 2.1 host refuses a 2.2 plugin.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -31,7 +32,7 @@ extern "C" {
 #endif
 
 #define TESSERA_PLUGIN_ABI_MAJOR 2
-#define TESSERA_PLUGIN_ABI_MINOR 1
+#define TESSERA_PLUGIN_ABI_MINOR 2
 
 #define TESSERA_PLUGIN_ABI_STR2(x) #x
 #define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)
@@ -59,9 +60,15 @@ typedef struct tessera_option_desc {
 } tessera_option_desc;
 
 /* Capability flags (tessera_plugin_capabilities.flags). A transport's flags describe its ranks, a
- * store's its clients; every other kind declares none. */
+ * store's its clients, a strategy's its state; every other kind declares none. */
 #define TESSERA_SPANS_PROCESSES 0x1u /* ranks (clients) may be separate processes */
 #define TESSERA_SPANS_HOSTS 0x2u     /* ... on different hosts; implies SPANS_PROCESSES */
+/* A strategy's promise (ABI 2.2), which lets the elastic runtime keep no copies of its state:
+ * between steps every rank holds the whole state (parameters and optimizer state); train_step
+ * changes it only after all of the step's communication completed, so a step that throws leaves
+ * it as the last completed step did; and save() into a writer whose
+ * every_rank_writes_replicated_state() is true writes all of it without communicating. */
+#define TESSERA_REPLICATED_STATE 0x4u
 
 /* Device flags (tessera_plugin_capabilities.devices): where a transport's buffers may live.
  * A transport declares at least one; every other kind none. */

@@ -17,10 +17,13 @@ namespace tessera {
 
 // What a plugin can do, read from its descriptor (tessera_plugin_capabilities, plugin_abi.h)
 // without creating its object. For a transport: its ranks and its buffers; for a store: its
-// clients; other kinds have none.
+// clients; for a strategy: its state; other kinds have none.
 struct PluginCapabilities {
-  bool spans_processes = false;     // ranks (clients) may be separate processes
-  bool spans_hosts = false;         // ... on different hosts
+  bool spans_processes = false;  // ranks (clients) may be separate processes
+  bool spans_hosts = false;      // ... on different hosts
+  // A strategy's state is whole on every rank and a failed step leaves it untouched
+  // (TESSERA_REPLICATED_STATE): the elastic runtime then copies none of it.
+  bool replicated_state = false;
   std::vector<DeviceType> devices;  // transports: where buffers may live
 };
 

@@ -103,6 +103,11 @@ struct TrainerComponents {
   // Where the strategy keeps its state and the model computes (StrategySetup::allocator):
   // null for the host; for [runtime] device = cuda, the allocator of the GPU `world` moves.
   std::shared_ptr<DeviceAllocator> memory = nullptr;
+  // The strategy declares TESSERA_REPLICATED_STATE (PluginCapabilities::replicated_state): an
+  // elastic run then keeps no copies of its state, since every survivor's is whole and the
+  // last completed step's. false (the safe default for a host that builds its own parts):
+  // copies are kept.
+  bool strategy_replicated_state = false;
 };
 
 // Creates the [train] section's model, optimizer, dataset and strategy through `registry`.
@@ -238,7 +243,8 @@ class Trainer {
   // Where a checkpoint says the run is; throws CheckpointError for one that does not fit.
   Position checkpoint_position(const FileCheckpointReader& reader) const;
   // Elastic: refreshes the copies of the state when `at` is on the replica_every grid (or
-  // always, with force).
+  // always, with force); for a strategy with replicated state, notes the step its live state is
+  // of, every time (nothing is copied).
   void refresh_replicas(const Position& at, bool force);
   // Elastic: the world failed while the run was at `failed_at`; returns where it goes on.
   Position recover_from_failure(const std::string& reason, const Position& failed_at,

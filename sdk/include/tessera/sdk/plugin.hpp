@@ -103,6 +103,8 @@ constexpr bool capabilities_fit(PluginKind kind,
     case PluginKind::store:
       return (capabilities.flags & ~kSpans) == 0 && !hosts_without_processes &&
              capabilities.devices == 0;
+    case PluginKind::strategy:
+      return (capabilities.flags & ~TESSERA_REPLICATED_STATE) == 0 && capabilities.devices == 0;
     default: return capabilities.flags == 0 && capabilities.devices == 0;
   }
 }
@@ -134,8 +136,9 @@ void* create(const tessera_factory_args* args) noexcept {
 #define TESSERA_PLUGIN(kind, name, version, description, aliases, options, capabilities, Concrete) \
   static_assert(::tessera::sdk::capabilities_fit(::tessera::PluginKind::kind, capabilities),       \
                 "TESSERA_PLUGIN: a transport declares its devices (TESSERA_DEVICE_*) and may "     \
-                "span processes and hosts, a store may span processes and hosts, other kinds "     \
-                "declare TESSERA_NO_CAPABILITIES; spanning hosts implies spanning processes");     \
+                "span processes and hosts, a store may span processes and hosts, a strategy may "  \
+                "declare TESSERA_REPLICATED_STATE, other kinds declare TESSERA_NO_CAPABILITIES; "  \
+                "spanning hosts implies spanning processes");                                      \
   extern "C" __attribute__((visibility("default")))                                                \
   const tessera_plugin_descriptor TESSERA_PLUGIN_DESCRIPTOR_NAME = {                               \
       sizeof(tessera_plugin_descriptor),                                                           \
