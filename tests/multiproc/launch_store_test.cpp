@@ -296,7 +296,8 @@ TEST_F(LaunchStore, TwoNodesFormOneWorldThroughAFolder) {
 
 // A node of an elastic job dies whole (its launcher and its worker, as with a host that goes
 // down): the other node's worker goes on alone, and its launcher, node 0, ends the job soon after
-// the run ends instead of waiting finish_wait (60 s) for the dead node's report.
+// the run ends instead of waiting finish_wait (60 s) for the dead node's report. 60000 samples:
+// 1875 steps of a second or two, so that the kill at step 20 lands inside the run.
 TEST_F(LaunchStore, AnElasticJobEndsPromptlyWithoutANodeThatDiedWhole) {
   const auto shared = dir_ / "rendezvous";
   const auto metrics = dir_ / "metrics.jsonl";
@@ -305,7 +306,7 @@ TEST_F(LaunchStore, AnElasticJobEndsPromptlyWithoutANodeThatDiedWhole) {
                     " train --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
                     " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
                     " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
-                    " --dataset.synthetic.samples=6000 --dataset.synthetic.test_samples=200"
+                    " --dataset.synthetic.samples=60000 --dataset.synthetic.test_samples=200"
                     " --dataset.synthetic.features=32 --dataset.synthetic.classes=4"
                     " --model.mlp.layers=32,64,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
                     " --train.batch_size=16 --train.lr=0.02 --train.progress=off --train.seed=5"

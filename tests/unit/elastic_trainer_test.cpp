@@ -153,6 +153,44 @@ class RecordingStrategy final : public Strategy {
   std::vector<StepRecord> steps_;
 };
 
+// Forwards to `inner` and counts the bytes of point-to-point sends.
+class CountingCommunicator final : public Communicator {
+ public:
+  explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const noexcept override { return inner_->rank(); }
+  int size() const noexcept override { return inner_->size(); }
+  Duration timeout() const noexcept override { return inner_->timeout(); }
+  void abort(const std::string& reason) noexcept override { inner_->abort(reason); }
+  [[nodiscard]] std::size_t point_to_point_bytes() const { return sent_.load(); }
+
+ protected:
+  std::shared_ptr<Work> do_all_reduce(BufferView data, ReduceOp op) override {
+    return inner_->all_reduce(data, op);
+  }
+  std::shared_ptr<Work> do_reduce_scatter(BufferView in, BufferView out, ReduceOp op) override {
+    return inner_->reduce_scatter(in, out, op);
+  }
+  std::shared_ptr<Work> do_all_gather(BufferView in, BufferView out) override {
+    return inner_->all_gather(in, out);
+  }
+  std::shared_ptr<Work> do_broadcast(BufferView data, int root) override {
+    return inner_->broadcast(data, root);
+  }
+  std::shared_ptr<Work> do_send(BufferView data, int peer, std::uint32_t tag) override {
+    sent_ += data.bytes();
+    return inner_->send(data, peer, tag);
+  }
+  std::shared_ptr<Work> do_recv(BufferView data, int peer, std::uint32_t tag) override {
+    return inner_->recv(data, peer, tag);
+  }
+  std::shared_ptr<Work> do_barrier() override { return inner_->barrier(); }
+  std::unique_ptr<Communicator> do_split(int, int) override { return nullptr; }  // not used
+
+ private:
+  std::shared_ptr<Communicator> inner_;
+  std::atomic<std::size_t> sent_{0};
+};
+
 std::shared_ptr<const Optimizer> momentum_sgd() {
   return std::make_shared<sgd::SgdOptimizer>(sgd::SgdConfig{0.9F, 0.0F, 0.0F});
 }
@@ -168,8 +206,10 @@ TrainerOptions options() {
 }
 
 ElasticOptions elastic_options(int workers, int replicas, int min_workers = 1,
-                               Duration join_timeout = Duration(2000)) {
+                               Duration join_timeout = Duration(2000),
+                               bool share_copies_on_host = true) {
   ElasticOptions o;
+  o.share_copies_on_host = share_copies_on_host;
   o.min_workers = min_workers;
   o.max_workers = workers;
   o.replicas = replicas;
@@ -203,6 +243,7 @@ struct LateStarts {
   std::vector<std::string> ids;  // the workers' ids; "w<w>" when empty
   // TrainerComponents::strategy_replicated_state: ddp as its plugin declares it (no copies).
   bool replicated_state = false;
+  bool share_copies_on_host = true;  // ElasticOptions'; false sends every copy
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -230,7 +271,8 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         // failure_timeout for more (the settle time).
         auto elastic = make_elastic_world(
             transport, store,
-            elastic_options(workers, replicas, late.min_workers, late.join_timeout),
+            elastic_options(workers, replicas, late.min_workers, late.join_timeout,
+                            late.share_copies_on_host),
             late.ids.empty() ? "w" + std::to_string(w) : late.ids[static_cast<std::size_t>(w)],
             testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
@@ -680,10 +722,13 @@ TEST(ReplicaRingOrder, AWorkersFailureDomainIsTheNodeOfItsLaunchersId) {
 // Two nodes of two workers; a sharded state with one copy of each rank's part. Node n1 dies
 // whole in one step: every part of its ranks has its copy on n0 (a ring in rank order would
 // have kept rank 2's copy on rank 3, dead with it), so the survivors go on from memory.
-TEST(ElasticTrainer, AWholeNodeThatDiesTakesNoStateItsCopiesDoNotOutlive) {
+class ElasticCopies : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ElasticCopies, AWholeNodeThatDiesTakesNoStateItsCopiesDoNotOutlive) {
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   LateStarts late;
   late.copies_hold_everything = false;
+  late.share_copies_on_host = GetParam();
   late.ids = {"n0.w0", "n0.w1", "n1.w0", "n1.w1"};
   const auto outcomes = run_elastic(4, {0, 0, 3, 3}, 1, options(), data, late);
   rethrow_errors(outcomes);
@@ -710,6 +755,71 @@ TEST(ElasticTrainer, AWholeNodeThatDiesTakesNoStateItsCopiesDoNotOutlive) {
   EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
             std::vector<int>(120, 2));
 }
+
+// A rank's part of a sharded state, copied to the next rank of the ring: kept in shared memory
+// on this host (nothing sent), or sent; either way a rank whose process is gone comes back from
+// its copy, at the newest refresh.
+TEST_P(ElasticCopies, ACopyOutlivesTheRankThatWroteIt) {
+  const bool shared = GetParam();
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  std::vector<std::shared_ptr<RecordingStrategy>> strategies(2);
+  std::vector<std::unique_ptr<elastic::ReplicaRing>> rings(2);
+  std::vector<std::size_t> sent(2, 0);
+  testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
+    const auto r = static_cast<std::size_t>(world->rank());
+    t_worker = world->rank();
+    auto counted = std::make_shared<CountingCommunicator>(world);
+    // Rank 0 alone writes the replicated state: each rank's save holds a part of its own.
+    strategies[r] = std::make_shared<RecordingStrategy>(data, world->rank(), 0, nullptr, false);
+    // Another seed than the fresh strategy's below: the state that comes back is told apart.
+    strategies[r]->setup({world, testing::small_mlp(), momentum_sgd(), 99});
+    rings[r] = std::make_unique<elastic::ReplicaRing>(1, "", false, shared);
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      rings[r]->refresh(*strategies[r], counted, {step, 0, 8 * step});
+    }
+    sent[r] = counted->point_to_point_bytes();
+  });
+  if (shared) {
+    EXPECT_EQ(sent[0] + sent[1], 0U) << "the copies stay in shared memory";
+  } else {
+    EXPECT_GT(sent[0], 0U) << "the copies are sent";
+  }
+  // Rank 0's process ends: its ring and strategy go. Rank 1, alone, gets rank 0's part back.
+  const auto expected = strategies[0]->parameters();
+  rings[0].reset();
+  strategies[0].reset();
+  elastic::RecoveredState got;
+  testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+    got = rings[1]->recover(*world, {1}, *strategies[1]);
+  });
+  ASSERT_TRUE(got.state) << "missing " << got.missing.size();
+  if (shared) {
+    EXPECT_EQ(got.position.step, 3) << "a copy in shared memory is there once written";
+  } else {
+    EXPECT_GE(got.position.step, 2) << "a sent copy lands during the next step, or is dropped";
+  }
+  EXPECT_EQ(got.previous_world_size, 2);
+  testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+    t_worker = 0;
+    RecordingStrategy fresh(data, 0, 0);
+    fresh.setup({world, testing::small_mlp(), momentum_sgd(), 11});
+    ASSERT_NE(fresh.parameters(), expected);
+    fresh.load(*got.state);
+    EXPECT_EQ(fresh.parameters(), expected);
+  });
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm") &&
+               std::ranges::any_of(std::filesystem::directory_iterator("/dev/shm"),
+                                   [](const auto& entry) {
+                                     return entry.path().filename().string().starts_with(
+                                         "tessera-replica-" + std::to_string(::getpid()) + "-");
+                                   }))
+      << "every area's name is removed once the ranks that keep its copies opened it";
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedOrSent, ElasticCopies, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "kept_in_shared_memory" : "sent";
+                         });
 
 }  // namespace
 }  // namespace tessera

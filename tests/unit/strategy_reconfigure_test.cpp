@@ -381,6 +381,40 @@ TEST(MemoryState, APackedWriterWritesAgainIntoItsBufferInPlaceAndTrimsAShorterPa
   EXPECT_TRUE(back.slices().empty());
 }
 
+// Into memory the caller keeps (the elastic runtime's shared memory): the pack is written there
+// while it fits, and moves whole to the overflow buffer when it does not.
+TEST(MemoryState, APackedWriterIntoAPlaceSpillsWholeIntoItsOverflowWhenThePackOutgrowsIt) {
+  MemoryCheckpoint expected(1);
+  write_sample(expected, 7);
+  const auto reference = pack_memory_checkpoint(expected);
+
+  std::vector<std::uint8_t> place(reference.size() + 100, 0xee);
+  std::vector<std::uint8_t> overflow;
+  PackedCheckpointWriter roomy(place, overflow);
+  write_sample(roomy, 7);
+  roomy.finish();
+  EXPECT_FALSE(roomy.overflowed());
+  EXPECT_EQ(roomy.size(), reference.size());
+  EXPECT_EQ(std::vector<std::uint8_t>(place.begin(), place.begin() + roomy.size()), reference);
+  EXPECT_EQ(place.back(), 0xee) << "nothing written past the pack";
+  EXPECT_TRUE(overflow.empty());
+
+  std::vector<std::uint8_t> small(reference.size() / 3, 0xee);
+  PackedCheckpointWriter cramped(small, overflow);
+  write_sample(cramped, 7);
+  cramped.finish();
+  EXPECT_TRUE(cramped.overflowed());
+  EXPECT_EQ(cramped.size(), reference.size());
+  EXPECT_EQ(overflow, reference);
+
+  // A name written twice is still caught after the move.
+  std::vector<std::uint8_t> tiny(8);
+  PackedCheckpointWriter twice(tiny, overflow);
+  twice.put("b", text_bytes("1"));
+  twice.put("b", text_bytes("2"));
+  EXPECT_THROW(twice.finish(), CheckpointError);
+}
+
 TEST(MemoryState, APackedWriterRefusesABlobOrASliceWrittenTwiceAtFinish) {
   std::vector<std::uint8_t> packed;
   PackedCheckpointWriter blobs(packed);

@@ -250,6 +250,12 @@ const std::map<std::string, std::vector<OptionSpec>>& Config::core_schema() {
             {},
             "1",
             std::nullopt},
+           {"share_copies_on_host",
+            OptionType::boolean,
+            "true",
+            "a copy for a rank on the same host is kept in shared memory that rank opens (it "
+            "outlives the process that wrote it) instead of being sent; false sends every copy",
+            {}},
            {"heartbeat",
             OptionType::duration,
             "500ms",

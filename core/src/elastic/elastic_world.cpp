@@ -45,6 +45,7 @@ ElasticOptions ElasticOptions::from(const Options& section) {
   o.max_workers = static_cast<int>(section.get_int("max_workers"));
   o.replicas = static_cast<int>(section.get_int("replicas"));
   o.replica_every = section.get_int("replica_every");
+  o.share_copies_on_host = section.get_bool("share_copies_on_host");
   o.heartbeat = section.get_duration("heartbeat");
   o.failure_timeout = section.get_duration("failure_timeout");
   o.join_timeout = section.get_duration("join_timeout");

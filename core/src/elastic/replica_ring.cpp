@@ -22,6 +22,13 @@ namespace {
 // r+1 and r+2 never match each other's receives.
 constexpr std::uint32_t kBytesTag = 0x454d0000;  // "EM"
 
+// Own copies kept (the newest refreshes'), and the slots of the area that holds them.
+constexpr std::size_t kOwnCopies = 3;
+// Room in a slot beyond the first pack's length (and an eighth of it).
+constexpr std::size_t kSlotSlack = 64 * 1024;
+// Edges whose area is opened are told apart by the bits of one 64-bit word.
+constexpr std::size_t kMaxMappedEdges = 63;
+
 std::vector<std::int64_t> gather_i64(Communicator& world, std::vector<std::int64_t> mine) {
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(view_of(std::span<std::int64_t>(mine)), view_of(std::span<std::int64_t>(all)))
@@ -90,8 +97,120 @@ ReplicaRing::~ReplicaRing() {
 void ReplicaRing::keep(Newest& held, Snapshot snapshot, std::size_t count) {
   held.insert(held.begin(), std::move(snapshot));
   while (held.size() > count) {
-    spare_.push_back(std::move(held.back().bytes));
+    if (held.back().bytes.capacity() > 0) spare_.push_back(std::move(held.back().bytes));
     held.pop_back();
+  }
+}
+
+std::span<const std::uint8_t> ReplicaRing::bytes_of(const Snapshot& snapshot) const {
+  if (snapshot.slot) return area_->bytes(*snapshot.slot);
+  return snapshot.bytes;
+}
+
+void ReplicaRing::arrange(Communicator& channel, std::span<const std::uint8_t> first_pack) {
+  const int n = channel.size();
+  // This rank's copies go into shared memory where /dev/shm takes them, with room for packs
+  // somewhat longer than the first (a longer one moves to a larger region of the area).
+  next_slot_ = 0;
+  area_.reset();
+  if (share_on_host_) {
+    try {
+      area_ = std::make_unique<SnapshotArea>(
+          kOwnCopies, first_pack.size() + first_pack.size() / 8 + kSlotSlack);
+    } catch (const Error&) {  // NOLINT(bugprone-empty-catch): its copies are sent instead
+    }
+  }
+  // A strategy writes the same way at every step: equal layouts on every rank mean each wrote the
+  // whole state (names are unique across ranks otherwise). With them, the ranks' failure
+  // domains, which place the copies, and where each rank's area is.
+  const auto layout = packed_layout_digest(first_pack) & 0x7fffffffffffffffULL;
+  constexpr std::size_t kFields = 4;
+  const auto gathered =
+      gather_i64(channel, {static_cast<std::int64_t>(layout), domain_number(failure_domain_, rank_),
+                           area_ ? area_->pid() : -1, area_ ? area_->nonce() : 0});
+  const auto field = [&](int r, std::size_t f) {
+    return gathered[kFields * static_cast<std::size_t>(r) + f];
+  };
+  std::vector<std::int64_t> domains;
+  bool same_layout = true;
+  for (int r = 0; r < n; ++r) {
+    same_layout = same_layout && field(r, 0) == field(0, 0);
+    domains.push_back(field(r, 1));
+  }
+  whole_ = same_layout;
+  const auto order = replica_ring_order(domains);
+  const auto at = static_cast<int>(std::ranges::find(order, rank_) - order.begin());
+  peers_ = {};
+  peers_.send_first = at % 2 == 0;
+  for (int d = 1; d <= std::min(replicas_, n - 1); ++d) {
+    peers_.to.push_back(order[static_cast<std::size_t>((at + d) % n)]);
+    peers_.from.push_back(order[static_cast<std::size_t>((at - d + n) % n)]);
+  }
+  const auto edges = peers_.to.size();
+  peers_.to_mapped.assign(edges, false);
+  peers_.from_mapped.assign(edges, false);
+
+  // The areas of the ranks whose copies this rank keeps, where they are on this host: opened
+  // once, read only at a recovery. Then everyone learns which edges still send.
+  mapped_.clear();
+  std::int64_t opened = 0;  // bit k: from[k]'s area
+  for (std::size_t k = 0; k < edges && k < kMaxMappedEdges && !*whole_; ++k) {
+    const int from = peers_.from[k];
+    if (field(from, 2) < 0) continue;
+    if (auto handle = SnapshotHandle::open(field(from, 2), field(from, 3))) {
+      mapped_.emplace(from, std::move(*handle));
+      peers_.from_mapped[k] = true;
+      opened |= std::int64_t{1} << k;
+    }
+  }
+  const auto masks = gather_i64(channel, {opened});
+  any_sent_ = false;
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t k = 0; k < edges; ++k) {
+      if (((masks[static_cast<std::size_t>(r)] >> k) & 1) == 0) any_sent_ = true;
+    }
+  }
+  for (std::size_t k = 0; k < edges; ++k) {
+    peers_.to_mapped[k] = ((masks[static_cast<std::size_t>(peers_.to[k])] >> k) & 1) != 0;
+  }
+  // Everyone who keeps this rank's copies holds its area open: the name can go, so that nothing
+  // is left in /dev/shm whenever the processes end.
+  if (area_) area_->unlink();
+}
+
+ReplicaRing::Snapshot ReplicaRing::save_into_area(Strategy& strategy,
+                                                  const TrainingPosition& position,
+                                                  int world_size) {
+  const std::size_t slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % area_->slots();
+  std::erase_if(own_, [&](const Snapshot& held) { return held.slot == slot; });
+  PackedCheckpointWriter saved(area_->begin_write(slot), overflow_,
+                               /*replicated_on_every_rank=*/true);
+  strategy.save(saved);
+  saved.finish();
+  if (saved.overflowed()) {
+    const auto place = area_->grow(slot, saved.size());
+    std::memcpy(place.data(), overflow_.data(), saved.size());
+  }
+  area_->publish(slot, position.step, position.epoch, position.samples, world_size, saved.size());
+  return {position, world_size, false, false, {}, slot};
+}
+
+void ReplicaRing::read_mapped_copies() {
+  for (auto& [old, handle] : mapped_) {
+    auto& held = copies_[old];
+    for (auto& record : handle.read()) {
+      if (at_step(held, record.step) != nullptr) continue;
+      held.push_back({{record.step, record.epoch, record.samples},
+                      static_cast<int>(record.world_size),
+                      false,
+                      false,
+                      std::move(record.bytes),
+                      std::nullopt});
+    }
+    std::ranges::sort(held, [](const Snapshot& a, const Snapshot& b) {
+      return a.position.step > b.position.step;
+    });
   }
 }
 
@@ -130,6 +249,7 @@ void ReplicaRing::land_exchange(bool rethrow) {
   }
   for (std::size_t i = 0; i < exchange.incoming.size(); ++i) {
     auto& copy = exchange.incoming[i];
+    if (peers_.from_mapped[i]) continue;
     if (failed) {
       spare_.push_back(std::move(copy.bytes));
     } else {
@@ -161,17 +281,26 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
   if (live_) {
     // Nothing to copy: the strategy's own state is the copy, of the step just completed.
     own_.clear();
-    own_.push_back({position, n, true, true, {}});
+    own_.push_back({position, n, true, true, {}, std::nullopt});
     return;
   }
-  // Saved straight into a buffer of a dropped copy: one copy of the state, into warm pages.
-  Snapshot mine{position, n, false, false,
-                spare_buffer(own_.empty() ? 0 : own_.front().bytes.size())};
+  Snapshot mine;
   {
     const trace::Span span("replica_save", "run");
-    PackedCheckpointWriter saved(mine.bytes, /*replicated_on_every_rank=*/true);
-    strategy.save(saved);
-    saved.finish();
+    if (area_) {
+      mine = save_into_area(strategy, position, n);
+    } else {
+      // Saved straight into a buffer of a dropped copy: one copy of the state, into warm pages.
+      mine = {position,
+              n,
+              false,
+              false,
+              spare_buffer(own_.empty() ? 0 : bytes_of(own_.front()).size()),
+              std::nullopt};
+      PackedCheckpointWriter saved(mine.bytes, /*replicated_on_every_rank=*/true);
+      strategy.save(saved);
+      saved.finish();
+    }
   }
 
   // The copies of the previous refresh have had a step to land; a peer that failed on the way
@@ -181,32 +310,25 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
     land_exchange(true);
   }
   if (!whole_) {
-    // Once per world: a strategy writes the same way at every step. Equal layouts on every rank
-    // mean each wrote the whole state (names are unique across ranks otherwise). With them, the
-    // ranks' failure domains, which place the copies.
-    const auto layout = packed_layout_digest(mine.bytes) & 0x7fffffffffffffffULL;
-    const auto gathered = gather_i64(
-        *channel, {static_cast<std::int64_t>(layout), domain_number(failure_domain_, rank_)});
-    std::vector<std::int64_t> domains;
-    bool same_layout = true;
-    for (int r = 0; r < n; ++r) {
-      same_layout = same_layout && gathered[2 * static_cast<std::size_t>(r)] == gathered[0];
-      domains.push_back(gathered[2 * static_cast<std::size_t>(r) + 1]);
-    }
-    whole_ = same_layout;
-    const auto order = replica_ring_order(domains);
-    const auto at = static_cast<int>(std::ranges::find(order, rank_) - order.begin());
-    peers_ = {};
-    peers_.send_first = at % 2 == 0;
-    for (int d = 1; d <= std::min(replicas_, n - 1); ++d) {
-      peers_.to.push_back(order[static_cast<std::size_t>((at + d) % n)]);
-      peers_.from.push_back(order[static_cast<std::size_t>((at - d + n) % n)]);
+    arrange(*channel, mine.bytes);
+    if (area_) {
+      // The first pack moves into the area; the next ones are saved there directly.
+      const std::size_t slot = next_slot_;
+      next_slot_ = (next_slot_ + 1) % area_->slots();
+      auto place = area_->begin_write(slot);
+      if (place.size() < mine.bytes.size()) place = area_->grow(slot, mine.bytes.size());
+      std::memcpy(place.data(), mine.bytes.data(), mine.bytes.size());
+      area_->publish(slot, position.step, position.epoch, position.samples, n, mine.bytes.size());
+      mine.bytes = {};
+      mine.slot = slot;
     }
   }
   mine.whole = *whole_;
   const int peers = *whole_ ? 0 : std::min(replicas_, n - 1);
-  keep(own_, std::move(mine), peers == 0 ? 2 : 3);
-  if (peers == 0) return;
+  keep(own_, std::move(mine), area_ ? area_->slots() : peers == 0 ? 2 : 3);
+  // Copies kept in shared memory on this host need nothing sent; whether any edge of the world
+  // sends is agreed at its first refresh, so every rank takes part in the lengths' gather or none.
+  if (peers == 0 || !any_sent_) return;
 
   // Lengths first (the receives must know them), then the copies, left to land in the background.
   // The main thread only starts the gather of the lengths: waiting for it here would hold every
@@ -215,13 +337,16 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
   const trace::Span span("replica_send", "run");
   in_flight_.emplace();
   Exchange& exchange = *in_flight_;
-  exchange.my_length = static_cast<std::int64_t>(own_.front().bytes.size());
+  const auto out = bytes_of(own_.front());
+  exchange.my_length = static_cast<std::int64_t>(out.size());
   exchange.lengths.resize(static_cast<std::size_t>(n));
   exchange.incoming.resize(static_cast<std::size_t>(peers));
-  for (auto& copy : exchange.incoming) {
+  for (std::size_t k = 0; k < exchange.incoming.size(); ++k) {
+    if (peers_.from_mapped[k]) continue;  // held in its owner's area
+    auto& copy = exchange.incoming[k];
     copy.position = position;
     copy.world_size = n;
-    copy.bytes = spare_buffer(own_.front().bytes.size());  // about every rank's length
+    copy.bytes = spare_buffer(out.size());  // about every rank's length
   }
   try {
     exchange.lengths_work =
@@ -231,8 +356,7 @@ void ReplicaRing::refresh(Strategy& strategy, const std::shared_ptr<Communicator
     in_flight_.reset();
     throw;
   }
-  exchange.poster = std::thread(post_copies, std::ref(exchange), channel, std::cref(peers_),
-                                std::span<const std::uint8_t>(own_.front().bytes));
+  exchange.poster = std::thread(post_copies, std::ref(exchange), channel, std::cref(peers_), out);
 }
 
 void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel,
@@ -249,14 +373,22 @@ void ReplicaRing::post_copies(Exchange& exchange, std::shared_ptr<Communicator> 
       const int to = peers.to[k];
       const int from = peers.from[k];
       auto& copy = exchange.incoming[k];
-      copy.bytes.resize(static_cast<std::size_t>(exchange.lengths[static_cast<std::size_t>(from)]));
+      const bool send = !peers.to_mapped[k];
+      const bool receive = !peers.from_mapped[k];
+      if (receive) {
+        copy.bytes.resize(
+            static_cast<std::size_t>(exchange.lengths[static_cast<std::size_t>(from)]));
+      }
       const auto tag = kBytesTag + static_cast<std::uint32_t>(k + 1);
       // A transport may run a communicator's operations in turn and a send may wait for its
       // receive, so around the ring every other rank sends first and the others receive first:
-      // no cycle of ranks all waiting in a send.
-      if (peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
-      exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
-      if (!peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+      // no cycle of ranks all waiting in a send. An edge kept in shared memory is skipped by
+      // both of its ends.
+      if (send && peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
+      if (receive) {
+        exchange.works.push_back(channel->recv(view_of(std::span(copy.bytes)), from, tag));
+      }
+      if (send && !peers.send_first) exchange.works.push_back(channel->send(view_of(out), to, tag));
     }
   } catch (...) {
     exchange.posting_failed = std::current_exception();
@@ -270,6 +402,7 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
   // Copies that arrived whole before the failure count; the rest are dropped. The old world's
   // channel was aborted with it (or, for an admission, its peers are all alive).
   land_exchange(false);
+  read_mapped_copies();
   const bool survivor = previous_rank[static_cast<std::size_t>(world.rank())] >= 0;
   const bool holds = survivor && !own_.empty();
 
@@ -410,7 +543,8 @@ RecoveredState ReplicaRing::recover(Communicator& world, const std::vector<int>&
         strategy.save(saved);
         saved.finish();
       }
-      const auto& bytes = snapshot->live ? saved_now : snapshot->bytes;
+      const auto bytes =
+          snapshot->live ? std::span<const std::uint8_t>(saved_now) : bytes_of(*snapshot);
       append_i64(given, static_cast<std::int64_t>(old));
       append_i64(given, static_cast<std::int64_t>(bytes.size()));
       given.insert(given.end(), bytes.begin(), bytes.end());
@@ -450,6 +584,10 @@ void ReplicaRing::clear() noexcept {
   own_.clear();
   copies_.clear();
   spare_.clear();
+  mapped_.clear();
+  area_.reset();
+  next_slot_ = 0;
+  any_sent_ = false;
   channel_.reset();
   whole_.reset();
   rank_ = -1;

@@ -10,7 +10,10 @@
 // only once every rank took part in it, so none can be two steps ahead of another.
 //
 // Otherwise refresh() saves the strategy into memory (Strategy::save, as a checkpoint would) and
-// keeps it as this rank's own copy. Two cases:
+// keeps it as this rank's own copy, in a SnapshotArea: shared memory that the ranks of this host
+// holding its copies open once per world, so that a copy for a rank on the same host costs no
+// byte sent and outlives this rank's process (where /dev/shm refuses, or share_on_host is off,
+// the copy is sent like one for another host). Two cases:
 // - Every rank's copy holds the whole state (a strategy whose ranks hold the same state, like
 //   ddp, writes it from every rank: CheckpointWriter::every_rank_writes_replicated_state).
 //   Then any survivor restores the state alone, and nothing is sent.
@@ -37,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "elastic/snapshot_area.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/plugin/work.hpp"
@@ -68,9 +72,15 @@ struct RecoveredState {
 class ReplicaRing {
  public:
   // `failure_domain`: what dies with this rank (ElasticWorld::failure_domain), empty for none.
-  // live_state: the strategy declares TESSERA_REPLICATED_STATE (see above).
-  explicit ReplicaRing(int replicas, std::string failure_domain = {}, bool live_state = false)
-      : replicas_(replicas), failure_domain_(std::move(failure_domain)), live_(live_state) {}
+  // live_state: the strategy declares TESSERA_REPLICATED_STATE (see above). share_on_host:
+  // copies for ranks on this host stay in this rank's SnapshotArea, which they open, instead of
+  // being sent (ElasticOptions::share_copies_on_host).
+  explicit ReplicaRing(int replicas, std::string failure_domain = {}, bool live_state = false,
+                       bool share_on_host = true)
+      : replicas_(replicas),
+        failure_domain_(std::move(failure_domain)),
+        live_(live_state),
+        share_on_host_(share_on_host) {}
   // Lets the copies still on their way land (or fail) before their buffers go.
   ~ReplicaRing();
   ReplicaRing(const ReplicaRing&) = delete;
@@ -106,6 +116,7 @@ class ReplicaRing {
     bool whole = false;               // holds every rank's state, not this rank's alone
     bool live = false;                // the strategy's live state: bytes are saved on demand
     std::vector<std::uint8_t> bytes;  // the rank's save(), packed (PackedCheckpointWriter)
+    std::optional<std::size_t> slot;  // an own copy in area_'s slot, instead of bytes
   };
   using Newest = std::vector<Snapshot>;  // newest first
   // The copies of one refresh on their way: incoming[d - 1] from the rank d places back. While
@@ -128,8 +139,21 @@ class ReplicaRing {
   struct Peers {
     std::vector<int> to;
     std::vector<int> from;
+    // Edges that need no bytes sent: to[k] opened this rank's area, this rank from[k]'s.
+    std::vector<bool> to_mapped;
+    std::vector<bool> from_mapped;
     bool send_first = true;  // alternates around the ring: no cycle of ranks all in a send
   };
+  // An own copy's bytes, wherever they are kept.
+  [[nodiscard]] std::span<const std::uint8_t> bytes_of(const Snapshot& snapshot) const;
+  // The first refresh of a world: whether every rank holds the whole state, where the copies
+  // go, and which of them are kept in shared memory (SnapshotArea) rather than sent.
+  void arrange(Communicator& channel, std::span<const std::uint8_t> first_pack);
+  // Saves `strategy` into the next slot of area_ and returns the snapshot.
+  [[nodiscard]] Snapshot save_into_area(Strategy& strategy, const TrainingPosition& position,
+                                        int world_size);
+  // The copies held through opened areas, into copies_ (at a recovery).
+  void read_mapped_copies();
   // The poster thread: waits for the lengths, then issues the sends and receives of `exchange`.
   static void post_copies(Exchange& exchange, std::shared_ptr<Communicator> channel,
                           const Peers& peers, std::span<const std::uint8_t> out) noexcept;
@@ -143,6 +167,7 @@ class ReplicaRing {
   int replicas_;
   std::string failure_domain_;
   bool live_;
+  bool share_on_host_;
   int rank_ = -1;  // this rank in the world of the refreshes
   Peers peers_;    // decided with whole_
   std::shared_ptr<Communicator> channel_;
@@ -151,6 +176,14 @@ class ReplicaRing {
   std::map<int, Newest> copies_;  // by the rank they are of
   std::optional<Exchange> in_flight_;
   std::vector<std::vector<std::uint8_t>> spare_;  // buffers of dropped copies, for reuse
+  // This rank's own copies in shared memory (null where /dev/shm refused: then in own_'s
+  // bytes), the areas of the ranks whose copies it keeps on this host, by their rank, and
+  // whether any edge of the world still sends its copies.
+  std::unique_ptr<SnapshotArea> area_;
+  std::size_t next_slot_ = 0;
+  std::vector<std::uint8_t> overflow_;  // a pack that outgrew its slot, on its way to a larger one
+  std::map<int, SnapshotHandle> mapped_;
+  bool any_sent_ = false;
 };
 
 }  // namespace tessera::elastic

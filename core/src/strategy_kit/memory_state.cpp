@@ -176,12 +176,37 @@ void copy_values(std::uint8_t* to, const void* from, std::size_t n) {
 
 PackedCheckpointWriter::PackedCheckpointWriter(std::vector<std::uint8_t>& out,
                                                bool replicated_on_every_rank)
-    : out_(out), replicated_on_every_rank_(replicated_on_every_rank) {}
+    : base_(out.data()),
+      capacity_(out.size()),
+      grow_(&out),
+      spill_(nullptr),
+      replicated_on_every_rank_(replicated_on_every_rank) {}
+
+PackedCheckpointWriter::PackedCheckpointWriter(std::span<std::uint8_t> place,
+                                               std::vector<std::uint8_t>& overflow,
+                                               bool replicated_on_every_rank)
+    : base_(place.data()),
+      capacity_(place.size()),
+      grow_(nullptr),
+      spill_(&overflow),
+      replicated_on_every_rank_(replicated_on_every_rank) {}
 
 std::uint8_t* PackedCheckpointWriter::claim(std::size_t n) {
-  // Only growth zeroes (and vector grows geometrically); a reused buffer is written in place.
-  if (n > out_.size() - used_) out_.resize(used_ + n);
-  auto* at = out_.data() + used_;
+  if (n > capacity_ - used_) {
+    if (grow_ == nullptr) {
+      // The place is full: what was written moves to the overflow buffer, which grows from here.
+      spill_->resize(std::max(used_ + n, 2 * capacity_));
+      if (used_ > 0) std::memcpy(spill_->data(), base_, used_);
+      grow_ = spill_;
+      overflowed_ = true;
+    } else {
+      // Only growth zeroes (and vector grows geometrically); a reused buffer is written in place.
+      grow_->resize(used_ + n);
+    }
+    base_ = grow_->data();
+    capacity_ = grow_->size();
+  }
+  auto* at = base_ + used_;
   used_ += n;
   return at;
 }
@@ -220,9 +245,12 @@ void PackedCheckpointWriter::put_slice(const StateSlice& slice, std::span<const 
 }
 
 void PackedCheckpointWriter::finish() {
-  out_.resize(used_);
+  if (grow_ != nullptr) {
+    grow_->resize(used_);
+    base_ = grow_->data();
+  }
   const auto text = [&](const Key& key) {
-    return std::string_view(reinterpret_cast<const char*>(out_.data()) + key.at, key.length);
+    return std::string_view(reinterpret_cast<const char*>(base_) + key.at, key.length);
   };
   std::ranges::sort(keys_, [&](const Key& a, const Key& b) {
     return a.slice != b.slice ? a.slice < b.slice : text(a) < text(b);
@@ -231,7 +259,7 @@ void PackedCheckpointWriter::finish() {
       keys_, [&](const Key& a, const Key& b) { return a.slice == b.slice && text(a) == text(b); });
   if (twice == keys_.end()) return;
   if (!twice->slice) blob_written_twice(text(*twice));
-  const auto* key = out_.data() + twice->at;
+  const auto* key = base_ + twice->at;
   slice_written_twice(PackReader({key, twice->length}).description());
 }
 

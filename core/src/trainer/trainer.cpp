@@ -343,10 +343,11 @@ Trainer::WorldStep Trainer::consult_world_provider(std::int64_t steps_done) {
 
 void Trainer::set_elastic(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered) {
   elastic_ = std::move(elastic);
-  replicas_ = elastic_ ? std::make_unique<elastic::ReplicaRing>(elastic_->options().replicas,
-                                                                elastic_->failure_domain(),
-                                                                parts_.strategy_replicated_state)
-                       : nullptr;
+  replicas_ = elastic_
+                  ? std::make_unique<elastic::ReplicaRing>(
+                        elastic_->options().replicas, elastic_->failure_domain(),
+                        parts_.strategy_replicated_state, elastic_->options().share_copies_on_host)
+                  : nullptr;
   joining_.reset();
   if (elastic_ && entered.joins_running_job()) joining_ = entered;
 }

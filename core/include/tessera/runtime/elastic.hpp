@@ -31,6 +31,9 @@ struct ElasticOptions {
   int replicas = 1;
   // Steps between refreshes of those copies: a failure redoes at most this many steps.
   std::int64_t replica_every = 1;
+  // A copy for a rank on the same host stays in shared memory that the rank opens (it outlives
+  // its writer's process), instead of being sent: no bytes move. false sends every copy.
+  bool share_copies_on_host = true;
   Duration heartbeat{500};         // how often each worker renews its lease
   Duration failure_timeout{5000};  // a worker silent this long is counted gone
   Duration join_timeout{60000};    // below min_workers, how long to wait for newcomers

@@ -78,6 +78,11 @@ class PackedCheckpointWriter final : public CheckpointWriter {
   // whoever unpacks it knows the world it came from.
   explicit PackedCheckpointWriter(std::vector<std::uint8_t>& out,
                                   bool replicated_on_every_rank = false);
+  // Writes into `place` (memory the caller keeps, shared memory say) as long as the pack fits;
+  // a pack that outgrows it moves to `overflow` (overwritten) and goes on there: overflowed()
+  // says which holds it once finish() returned, size() how long it is.
+  PackedCheckpointWriter(std::span<std::uint8_t> place, std::vector<std::uint8_t>& overflow,
+                         bool replicated_on_every_rank = false);
 
   // Copies `bytes`. A name written twice is reported by finish().
   void put(const std::string& name, std::span<const std::byte> bytes) override;
@@ -91,6 +96,8 @@ class PackedCheckpointWriter final : public CheckpointWriter {
   // Trims `out` to the records written. Throws CheckpointError, with MemoryCheckpoint's
   // messages, for a blob name or a slice written twice; `out` is then no pack to use.
   void finish();
+  [[nodiscard]] bool overflowed() const noexcept { return overflowed_; }
+  [[nodiscard]] std::size_t size() const noexcept { return used_; }
 
  private:
   // Where a blob's name or a slice's packed description lies in out_: the duplicate check
@@ -104,8 +111,12 @@ class PackedCheckpointWriter final : public CheckpointWriter {
   void write_u64(std::uint64_t value);
   void write_bytes(const void* data, std::size_t n);
 
-  std::vector<std::uint8_t>& out_;
-  std::size_t used_ = 0;  // out_ beyond it is left from an earlier pack
+  std::uint8_t* base_;                // where the pack is written: place, or *grow_'s data
+  std::size_t capacity_;              // bytes at base_
+  std::vector<std::uint8_t>* grow_;   // grown on demand; null while writing into place
+  std::vector<std::uint8_t>* spill_;  // the overflow buffer of a placed pack
+  bool overflowed_ = false;
+  std::size_t used_ = 0;  // the bytes beyond it are left from an earlier pack
   std::vector<Key> keys_;
   bool replicated_on_every_rank_;
 };
