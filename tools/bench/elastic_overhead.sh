@@ -7,9 +7,13 @@
 # elastic/inner, then each rank's peak RSS (median over rounds) and its difference: what the
 # copies of the state (replicas) and the membership cost in memory.
 #
-#   tools/bench/elastic_overhead.sh [--rounds 5] [--steps 300] [--inner ddp,zero2]
+#   tools/bench/elastic_overhead.sh [--rounds 5] [--steps 300] [--epochs 1] [--inner ddp,zero2]
 #                                   [--replicas 1] [--replica-every 1] [--workers 3]
-#                                   [--build build/release]
+#                                   [--send-copies] [--build build/release]
+#
+# --epochs: the run's length (one epoch is 312 steps at 3 workers; --steps caps it). Longer runs
+# average out the scheduling noise of a small machine. --send-copies: the copies travel over the
+# side channel even between ranks of one host (share_copies_on_host = false).
 #
 # --workers: shm workers (3, the sample's); more workers than cores makes every rank's extra
 # work (the copies) cost throughput one for one.
@@ -18,11 +22,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-rounds=5 steps=300 inners=ddp,zero2 replicas=1 every=1 workers=3 build=build/release
+rounds=5 steps=300 epochs=1 share=true inners=ddp,zero2 replicas=1 every=1 workers=3
+build=build/release
 while (($#)); do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --send-copies) share=false; shift ;;
     --inner) inners=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
     --replica-every) every=$2; shift 2 ;;
@@ -41,26 +48,34 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--config samples/configs/elastic.ini --runtime.world_size="$workers"
-  --train.max_steps="$steps" --train.epochs=1
+  --train.max_steps="$steps" --train.epochs="$epochs"
   --train.checkpoint_dir= --train.checkpoint_every=0 --train.progress=off --train.eval_every=0)
 IFS=, read -r -a inner_list <<<"$inners"
 for ((round = 0; round < rounds; ++round)); do
   for inner in "${inner_list[@]}"; do
-    "$tessera" train "${common[@]}" --train.strategy="$inner" \
-      --summary "$work/$inner-plain-$round.json" >/dev/null 2>"$work/err.txt" ||
-      { cat "$work/err.txt" >&2; exit 1; }
-    "$tessera" train "${common[@]}" --train.strategy=elastic --strategy.elastic.inner="$inner" \
-      --strategy.elastic.replicas="$replicas" --strategy.elastic.replica_every="$every" \
-      --summary "$work/$inner-elastic-$round.json" >/dev/null 2>"$work/err.txt" ||
-      { cat "$work/err.txt" >&2; exit 1; }
+    plain() {
+      "$tessera" train "${common[@]}" --train.strategy="$inner" \
+        --summary "$work/$inner-plain-$round.json" >/dev/null 2>"$work/err.txt" ||
+        { cat "$work/err.txt" >&2; exit 1; }
+    }
+    elastic() {
+      "$tessera" train "${common[@]}" --train.strategy=elastic --strategy.elastic.inner="$inner" \
+        --strategy.elastic.replicas="$replicas" --strategy.elastic.replica_every="$every" \
+        --strategy.elastic.share_copies_on_host="$share" \
+        --summary "$work/$inner-elastic-$round.json" >/dev/null 2>"$work/err.txt" ||
+        { cat "$work/err.txt" >&2; exit 1; }
+    }
+    # Each goes first in every other round: neither always runs on the machine the other left.
+    if ((round % 2 == 0)); then plain; elastic; else elastic; plain; fi
   done
 done
 
-python3 - "$work" "$rounds" "$inners" "$steps" "$replicas" "$every" "$workers" <<'PY'
+python3 - "$work" "$rounds" "$inners" "$steps" "$replicas" "$every" "$workers" "$epochs" "$share" <<'PY'
 import json, statistics, sys
-work, rounds, inners, steps, replicas, every, workers = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
+work, rounds, inners, steps, replicas, every, workers, epochs, share = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
 load = lambda inner, kind, r: json.load(open(f"{work}/{inner}-{kind}-{r}.json"))
-print(f"{rounds} rounds of {steps} steps, {workers} shm workers, replicas = {replicas}, replica_every = {every}")
+print(f"{rounds} rounds of {epochs} epoch(s) (at most {steps} steps), {workers} shm workers, "
+      f"replicas = {replicas}, replica_every = {every}, share_copies_on_host = {share}")
 print("%-15s %-52s %9s %9s" % ("run", "samples/s per round", "median", "ratio"))
 for inner in inners:
     plain = [load(inner, "plain", r) for r in range(rounds)]
