@@ -30,7 +30,8 @@ void write(SnapshotArea& area, std::size_t slot, std::int64_t step,
 }
 
 bool named_in_dev_shm(const SnapshotArea& area) {
-  return std::filesystem::exists("/dev/shm" + SnapshotArea::name_of(area.pid(), area.nonce()));
+  return std::filesystem::exists(
+      "/dev/shm" + SnapshotArea::name_of(area.pid_namespace(), area.pid(), area.nonce()));
 }
 
 TEST(SnapshotArea, AHolderReadsThePublishedSlotsNewestFirstAfterTheWriterIsGone) {
@@ -39,7 +40,7 @@ TEST(SnapshotArea, AHolderReadsThePublishedSlotsNewestFirstAfterTheWriterIsGone)
   const auto two = bytes_of(3000, 2);
   write(*area, 0, 1, one);
   write(*area, 1, 2, two);
-  auto handle = SnapshotHandle::open(area->pid(), area->nonce());
+  auto handle = SnapshotHandle::open(area->pid_namespace(), area->pid(), area->nonce());
   ASSERT_TRUE(handle);
   area->unlink();
   EXPECT_FALSE(named_in_dev_shm(*area)) << "the name goes once the holders have it open";
@@ -59,7 +60,7 @@ TEST(SnapshotArea, ASlotBeingWrittenIsNotReadAndAPublishedOneReplacesItsPredeces
   SnapshotArea area(3, 4096);
   write(area, 0, 1, bytes_of(100, 1));
   write(area, 1, 2, bytes_of(100, 2));
-  auto handle = SnapshotHandle::open(area.pid(), area.nonce());
+  auto handle = SnapshotHandle::open(area.pid_namespace(), area.pid(), area.nonce());
   ASSERT_TRUE(handle);
   // A writer killed half way through slot 0: its old content must not be taken for step 1 any
   // more, nor the half-written one for anything.
@@ -77,7 +78,7 @@ TEST(SnapshotArea, ASlotBeingWrittenIsNotReadAndAPublishedOneReplacesItsPredeces
 
 TEST(SnapshotArea, APackThatOutgrowsItsSlotMovesAndIsReadWhole) {
   SnapshotArea area(3, 4096);
-  auto handle = SnapshotHandle::open(area.pid(), area.nonce());
+  auto handle = SnapshotHandle::open(area.pid_namespace(), area.pid(), area.nonce());
   ASSERT_TRUE(handle);
   write(area, 0, 1, bytes_of(4000, 1));
   const auto big = bytes_of(50000, 9);
@@ -89,18 +90,27 @@ TEST(SnapshotArea, APackThatOutgrowsItsSlotMovesAndIsReadWhole) {
   EXPECT_EQ(std::vector<std::uint8_t>(area.bytes(1).begin(), area.bytes(1).end()), big);
 }
 
-TEST(SnapshotArea, NoAreaOfThatNameIsNoHolderAndAnOrphanedNameIsRemoved) {
-  EXPECT_FALSE(SnapshotHandle::open(::getpid(), 12345)) << "an owner on another host";
-  // A name left by a process that is gone (killed before the holders opened its area).
-  const std::string orphan = "/dev/shm/tessera-replica-999999999-1";
-  {
-    std::FILE* f = std::fopen(orphan.c_str(), "w");
-    ASSERT_NE(f, nullptr);
+TEST(SnapshotArea, NoAreaOfThatNameIsNoHolderAndOnlyOrphansOfThisPidNamespaceAreRemoved) {
+  SnapshotArea probe(3, 64);
+  const auto ns = probe.pid_namespace();
+  ASSERT_GT(ns, 0) << "/proc/self/ns/pid names this process's pid namespace";
+  EXPECT_FALSE(SnapshotHandle::open(ns, ::getpid(), 12345)) << "an owner on another host";
+  // A name left by a process of this namespace that is gone (killed before the holders opened
+  // its area), and one of a pid that no process here has but another namespace may.
+  const auto touch = [](const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
     std::fclose(f);
-  }
+  };
+  const std::string orphan = "/dev/shm" + SnapshotArea::name_of(ns, 999999999, 1);
+  const std::string foreign = "/dev/shm" + SnapshotArea::name_of(ns + 1, 999999999, 1);
+  touch(orphan);
+  touch(foreign);
   SnapshotArea area(3, 64);
   EXPECT_FALSE(std::filesystem::exists(orphan));
+  EXPECT_TRUE(std::filesystem::exists(foreign)) << "its pid cannot be judged from here";
   EXPECT_TRUE(named_in_dev_shm(area));
+  std::filesystem::remove(foreign);
 }
 
 }  // namespace

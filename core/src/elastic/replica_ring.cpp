@@ -124,10 +124,11 @@ void ReplicaRing::arrange(Communicator& channel, std::span<const std::uint8_t> f
   // whole state (names are unique across ranks otherwise). With them, the ranks' failure
   // domains, which place the copies, and where each rank's area is.
   const auto layout = packed_layout_digest(first_pack) & 0x7fffffffffffffffULL;
-  constexpr std::size_t kFields = 4;
+  constexpr std::size_t kFields = 5;
   const auto gathered =
       gather_i64(channel, {static_cast<std::int64_t>(layout), domain_number(failure_domain_, rank_),
-                           area_ ? area_->pid() : -1, area_ ? area_->nonce() : 0});
+                           area_ ? area_->pid() : -1, area_ ? area_->nonce() : 0,
+                           area_ ? area_->pid_namespace() : 0});
   const auto field = [&](int r, std::size_t f) {
     return gathered[kFields * static_cast<std::size_t>(r) + f];
   };
@@ -157,7 +158,7 @@ void ReplicaRing::arrange(Communicator& channel, std::span<const std::uint8_t> f
   for (std::size_t k = 0; k < edges && k < kMaxMappedEdges && !*whole_; ++k) {
     const int from = peers_.from[k];
     if (field(from, 2) < 0) continue;
-    if (auto handle = SnapshotHandle::open(field(from, 2), field(from, 3))) {
+    if (auto handle = SnapshotHandle::open(field(from, 4), field(from, 2), field(from, 3))) {
       mapped_.emplace(from, std::move(*handle));
       peers_.from_mapped[k] = true;
       opened |= std::int64_t{1} << k;

@@ -67,14 +67,30 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// This process's pid namespace (the inode of /proc/self/ns/pid), 0 where it cannot be read:
+// names carry it, so that a sweep judges only pids it can see (/dev/shm may be shared by
+// processes of several pid namespaces, as containers on one host are).
+std::uint64_t this_pid_namespace() {
+  char link[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", link, sizeof link - 1);
+  const std::string_view text(link, n > 0 ? static_cast<std::size_t>(n) : 0);  // "pid:[4026531836]"
+  const auto open = text.find('[');
+  std::uint64_t inode = 0;
+  if (open != std::string_view::npos) {
+    std::from_chars(text.data() + open + 1, text.data() + text.size(), inode);
+  }
+  return inode & 0x7fffffffffffffffULL;  // as names carry it, a non-negative int64
+}
+
 // Removes the areas whose creating process is gone: one killed between creating its area and
-// the others' opening it left its name behind.
+// the others' opening it left its name behind. Only names of this pid namespace are judged.
 void remove_orphans() {
+  const std::string mine = std::string(kPrefix) + std::to_string(this_pid_namespace()) + "-";
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
     const auto name = entry.path().filename().string();
-    if (!name.starts_with(kPrefix)) continue;
-    const std::string_view rest = std::string_view(name).substr(kPrefix.size());
+    if (!name.starts_with(mine)) continue;
+    const std::string_view rest = std::string_view(name).substr(mine.size());
     long pid = 0;
     const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
     if (ec != std::errc() || end == rest.data() || pid <= 0) continue;
@@ -85,17 +101,19 @@ void remove_orphans() {
 
 }  // namespace
 
-std::string SnapshotArea::name_of(std::int64_t pid, std::int64_t nonce) {
-  return "/" + std::string(kPrefix) + std::to_string(pid) + "-" + std::to_string(nonce);
+std::string SnapshotArea::name_of(std::int64_t pid_ns, std::int64_t pid, std::int64_t nonce) {
+  return "/" + std::string(kPrefix) + std::to_string(pid_ns) + "-" + std::to_string(pid) + "-" +
+         std::to_string(nonce);
 }
 
 SnapshotArea::SnapshotArea(std::size_t slots, std::size_t slot_bytes) : slots_(slots) {
   remove_orphans();
+  pid_ns_ = static_cast<std::int64_t>(this_pid_namespace());
   pid_ = static_cast<std::int64_t>(::getpid());
   std::random_device entropy;
   nonce_ = static_cast<std::int64_t>(((static_cast<std::uint64_t>(entropy()) << 32U) | entropy()) &
                                      0x7fffffffffffffffULL);
-  name_ = name_of(pid_, nonce_);
+  name_ = name_of(pid_ns_, pid_, nonce_);
   fd_ = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd_ < 0) throw Error("elastic: cannot create " + name_ + " in /dev/shm: " + errno_text());
   named_ = true;
@@ -187,8 +205,9 @@ std::span<const std::uint8_t> SnapshotArea::bytes(std::size_t slot) const {
   return {base_ + e.offset, static_cast<std::size_t>(e.length)};
 }
 
-std::optional<SnapshotHandle> SnapshotHandle::open(std::int64_t pid, std::int64_t nonce) {
-  const int fd = ::shm_open(SnapshotArea::name_of(pid, nonce).c_str(), O_RDONLY, 0);
+std::optional<SnapshotHandle> SnapshotHandle::open(std::int64_t pid_ns, std::int64_t pid,
+                                                   std::int64_t nonce) {
+  const int fd = ::shm_open(SnapshotArea::name_of(pid_ns, pid, nonce).c_str(), O_RDONLY, 0);
   if (fd < 0) return std::nullopt;
   return SnapshotHandle(fd);
 }

@@ -31,19 +31,22 @@ struct SlotRecord {
 // The owner's side. Not thread-safe.
 class SnapshotArea {
  public:
-  // Creates "/tessera-replica-<pid>-<nonce>" with `slots` slots of `slot_bytes` each, its pages
-  // reserved up front (so a full /dev/shm refuses here, not with SIGBUS later), after removing
-  // segments of that prefix whose process is gone. Throws Error naming the cause when /dev/shm
-  // refuses; the caller then sends its copies instead.
+  // Creates "/tessera-replica-<pid namespace>-<pid>-<nonce>" with `slots` slots of `slot_bytes`
+  // each, its pages reserved up front (so a full /dev/shm refuses here, not with SIGBUS later),
+  // after removing the areas of this pid namespace whose process is gone. Throws Error naming the
+  // cause when /dev/shm refuses; the caller then sends its copies instead.
   SnapshotArea(std::size_t slots, std::size_t slot_bytes);
   ~SnapshotArea();
   SnapshotArea(const SnapshotArea&) = delete;
   SnapshotArea& operator=(const SnapshotArea&) = delete;
 
+  // What names the area: the writer's pid namespace (the inode of /proc/self/ns/pid), pid and a
+  // random nonce.
+  [[nodiscard]] std::int64_t pid_namespace() const noexcept { return pid_ns_; }
   [[nodiscard]] std::int64_t pid() const noexcept { return pid_; }
   [[nodiscard]] std::int64_t nonce() const noexcept { return nonce_; }
-  // The name of the area of process `pid` with `nonce` ("/tessera-replica-...").
-  [[nodiscard]] static std::string name_of(std::int64_t pid, std::int64_t nonce);
+  [[nodiscard]] static std::string name_of(std::int64_t pid_ns, std::int64_t pid,
+                                           std::int64_t nonce);
   // Removes the name: those that opened the area keep it.
   void unlink() noexcept;
 
@@ -63,6 +66,7 @@ class SnapshotArea {
   void map(std::size_t bytes);
 
   int fd_ = -1;
+  std::int64_t pid_ns_ = 0;
   std::int64_t pid_ = 0;
   std::int64_t nonce_ = 0;
   std::string name_;
@@ -76,9 +80,10 @@ class SnapshotArea {
 // Another rank's area, opened on this host. Move-only; closes on destruction.
 class SnapshotHandle {
  public:
-  // Opens the area of process `pid` with `nonce` read-only; nullopt when there is none here
+  // Opens the area named by SnapshotArea::name_of read-only; nullopt when there is none here
   // (the owner is on another host).
-  [[nodiscard]] static std::optional<SnapshotHandle> open(std::int64_t pid, std::int64_t nonce);
+  [[nodiscard]] static std::optional<SnapshotHandle> open(std::int64_t pid_ns, std::int64_t pid,
+                                                          std::int64_t nonce);
   SnapshotHandle(SnapshotHandle&& other) noexcept;
   SnapshotHandle& operator=(SnapshotHandle&& other) noexcept;
   SnapshotHandle(const SnapshotHandle&) = delete;
