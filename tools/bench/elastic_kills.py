@@ -104,6 +104,19 @@ def metrics(path):
     return steps
 
 
+def first_step_after(metrics_file, resumed, killed_at):
+    """The metrics record of the first step the new world completed after it went on from step
+    `resumed`, once it is known and later than the kill; else None. A step the old world
+    completed after the signal (the victim had sent its part) and the new world redid is in the
+    file twice: the new world's record is the last one, known once the step after it is there."""
+    done = metrics(metrics_file)
+    redone = [i for i, s in enumerate(done) if s["step"] == resumed + 1]
+    if not redone or not any(s["step"] == resumed + 2 for s in done[redone[-1]:]):
+        return None
+    first = done[redone[-1]]
+    return first if first["wall_time"] > killed_at else None
+
+
 def events(path):
     with open(path, errors="replace") as f:
         return [m for m in (EVENT.search(line) for line in f) if m]
@@ -179,14 +192,8 @@ def run_once(args, run, rng, records):
             failure = next((m for m in seen if m.group(5) is not None), None)
             if failure:
                 resumed = int(failure.group(6))
-                # A step the old world completed after the signal (the victim had sent its part)
-                # and then redid is in the file twice: the new world's record is the last one,
-                # known once the step after it is there.
-                done = metrics(metrics_file)
-                redone = [i for i, s in enumerate(done) if s["step"] == resumed + 1]
-                after = [done[redone[-1]]] if redone and any(
-                    s["step"] == resumed + 2 for s in done[redone[-1]:]) else []
-                if after and after[0]["wall_time"] > killed_at:
+                first = first_step_after(metrics_file, resumed, killed_at)
+                if first:
                     record.update({
                         "generation": int(failure.group(1)),
                         "failed_at_step": int(failure.group(5)),
@@ -194,7 +201,7 @@ def run_once(args, run, rng, records):
                         "steps_lost": int(failure.group(5)) - resumed,
                         "state_from": failure.group(8),
                         "regroup_s": float(failure.group(9)),
-                        "kill_to_step_s": after[0]["wall_time"] - killed_at,
+                        "kill_to_step_s": first["wall_time"] - killed_at,
                     })
                     break
             time.sleep(0.01)

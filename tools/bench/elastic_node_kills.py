@@ -54,7 +54,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_kills import ROOT, events, job_workers, metrics, report  # noqa: E402
+from elastic_kills import (ROOT, events, first_step_after, job_workers,  # noqa: E402
+                           metrics, report)
 
 ADDRESSES = ("169.254.78.1", "169.254.78.2")
 STORE_PORT = 29578  # inside a fresh namespace nothing else listens there
@@ -280,11 +281,8 @@ def run_once(args, run, rng, records):
             final = next((m for m in failures if int(m.group(2)) == per_node), None)
             if final:
                 resumed = int(final.group(6))
-                done = metrics(metrics_file)
-                redone = [i for i, s in enumerate(done) if s["step"] == resumed + 1]
-                first = [done[redone[-1]]] if redone and any(
-                    s["step"] == resumed + 2 for s in done[redone[-1]:]) else []
-                if first and first[0]["wall_time"] > killed_at:
+                first = first_step_after(metrics_file, resumed, killed_at)
+                if first:
                     upto = [m for m in failures if int(m.group(1)) <= int(final.group(1))]
                     record.update({
                         "generation": int(final.group(1)),
@@ -296,7 +294,7 @@ def run_once(args, run, rng, records):
                         "steps_lost": sum(int(m.group(5)) - int(m.group(6)) for m in upto),
                         "state_from": final.group(8),
                         "regroup_s": float(final.group(9)),
-                        "kill_to_step_s": first[0]["wall_time"] - killed_at,
+                        "kill_to_step_s": first["wall_time"] - killed_at,
                     })
                     break
             time.sleep(0.01)

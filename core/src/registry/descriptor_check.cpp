@@ -124,8 +124,7 @@ class DescriptorCheck {
     PluginCapabilities out;
     out.spans_processes = (c.flags & TESSERA_SPANS_PROCESSES) != 0;
     out.spans_hosts = (c.flags & TESSERA_SPANS_HOSTS) != 0;
-    out.replicated_state =
-        kind == PluginKind::strategy && (c.flags & TESSERA_REPLICATED_STATE) != 0;
+    out.replicated_state = (c.flags & TESSERA_REPLICATED_STATE) != 0;  // a strategy's alone
     if ((c.devices & TESSERA_DEVICE_CPU) != 0) out.devices.push_back(DeviceType::cpu);
     if ((c.devices & TESSERA_DEVICE_CUDA) != 0) out.devices.push_back(DeviceType::cuda);
     return out;

@@ -198,7 +198,6 @@ std::uint8_t* PackedCheckpointWriter::claim(std::size_t n) {
       spill_->resize(std::max(used_ + n, 2 * capacity_));
       if (used_ > 0) std::memcpy(spill_->data(), base_, used_);
       grow_ = spill_;
-      overflowed_ = true;
     } else {
       // Only growth zeroes (and vector grows geometrically); a reused buffer is written in place.
       grow_->resize(used_ + n);

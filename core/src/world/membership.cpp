@@ -137,7 +137,7 @@ Duration regroup_silence(const MembershipOptions& options) {
 }
 
 Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
-    : options_(std::move(options)), silence_(regroup_silence(options_)) {
+    : options_(std::move(options)) {
   TESSERA_CHECK(store != nullptr, "membership: no store");
   store_ = std::make_shared<PrefixStore>("membership", std::move(store));
   const auto& o = options_;
@@ -359,8 +359,9 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
   const auto max_workers = static_cast<std::size_t>(options_.max_workers);
   std::optional<std::string> seen_changes;
   // Each member's beat counter as this worker last saw it change, and when: one whose counter
-  // stood still for silence_ while the others regroup is not waited for (its lease may still
-  // have most of failure_timeout to run: nobody is left to remove a dead node's keys).
+  // stood still for regroup_silence while the others regroup is not waited for (its lease may
+  // still have most of failure_timeout to run: nobody is left to remove a dead node's keys).
+  const auto silence = regroup_silence(options_);
   std::map<std::string, std::pair<std::string, Clock::time_point>> heard;
 
   for (;;) {
@@ -375,7 +376,7 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
       const std::string beat = it == beats.end() ? std::string() : it->second;
       auto [entry, first] = heard.try_emplace(worker, beat, looked);
       if (!first && entry->second.first != beat) entry->second = {beat, looked};
-      return looked - entry->second.second >= silence_;
+      return looked - entry->second.second >= silence;
     };
     // Alive, not known failed, not ready. The members of a running world wait only for each
     // other: a newcomer still starting up is admitted at a later step boundary rather than

@@ -454,9 +454,6 @@ void Engine::on_aborted() {
 void Engine::await_abort_handshake() {
   const auto start = std::chrono::steady_clock::now();
   const Deadline deadline = start + kAbortHandshakeTimeout;
-  // A peer whose loss this engine already saw (often the one whose death began the abort; its
-  // failure was taken before the handshake) sends no notice: not waited for.
-  std::vector<bool>& gone = lost_;
   auto next_liveness_check = start;
   Backoff backoff;
   for (;;) {
@@ -464,7 +461,7 @@ void Engine::await_abort_handshake() {
     for (auto& n : notices_) sent = worker_.poll(n) && sent;
     handle_control();
     for (const auto& failed : worker_.take_failed_peers())
-      gone[static_cast<std::size_t>(failed.first)] = true;
+      lost_[static_cast<std::size_t>(failed.first)] = true;
     const auto now = std::chrono::steady_clock::now();
     // Unless same-host pid checks are turned off (a liveness_interval no shorter than the
     // handshake itself), as for a run whose peers are all on other hosts.
@@ -473,13 +470,15 @@ void Engine::await_abort_handshake() {
       for (int peer = 0; peer < size_; ++peer) {
         if (peer != rank_ && !process_alive(peers_[static_cast<std::size_t>(peer)],
                                             peers_[static_cast<std::size_t>(rank_)]))
-          gone[static_cast<std::size_t>(peer)] = true;
+          lost_[static_cast<std::size_t>(peer)] = true;
       }
     }
     bool heard_all = true;
     for (int peer = 0; peer < size_ && heard_all; ++peer) {
       const auto p = static_cast<std::size_t>(peer);
-      heard_all = peer == rank_ || aborted_peers_[p] || departed_[p] || gone[p];
+      // A peer already seen lost (often the one whose death began the abort, its failure taken
+      // before the handshake) sends no notice: not waited for.
+      heard_all = peer == rank_ || aborted_peers_[p] || departed_[p] || lost_[p];
     }
     if ((sent && heard_all) || now >= deadline) return;
     if (worker_.progress()) {

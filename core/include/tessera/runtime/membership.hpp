@@ -167,7 +167,6 @@ class Membership {
 
   std::shared_ptr<Store> store_;
   MembershipOptions options_;
-  Duration silence_;  // regroup_silence(options_)
   LeaseId lease_{};
   std::string lease_error_;  // the LeaseExpired message, once lease_lost_; heartbeat_mutex_
 

@@ -96,7 +96,7 @@ class PackedCheckpointWriter final : public CheckpointWriter {
   // Trims `out` to the records written. Throws CheckpointError, with MemoryCheckpoint's
   // messages, for a blob name or a slice written twice; `out` is then no pack to use.
   void finish();
-  [[nodiscard]] bool overflowed() const noexcept { return overflowed_; }
+  [[nodiscard]] bool overflowed() const noexcept { return spill_ != nullptr && grow_ == spill_; }
   [[nodiscard]] std::size_t size() const noexcept { return used_; }
 
  private:
@@ -115,8 +115,7 @@ class PackedCheckpointWriter final : public CheckpointWriter {
   std::size_t capacity_;              // bytes at base_
   std::vector<std::uint8_t>* grow_;   // grown on demand; null while writing into place
   std::vector<std::uint8_t>* spill_;  // the overflow buffer of a placed pack
-  bool overflowed_ = false;
-  std::size_t used_ = 0;  // the bytes beyond it are left from an earlier pack
+  std::size_t used_ = 0;              // the bytes beyond it are left from an earlier pack
   std::vector<Key> keys_;
   bool replicated_on_every_rank_;
 };
