@@ -14,7 +14,8 @@ install(TARGETS tessera_core tessera_sdk
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}"
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(DIRECTORY core/include/ sdk/include/ DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+install(DIRECTORY core/base/include/ core/transport_kit/include/ core/strategy_kit/include/
+  core/runtime/include/ core/elastic/include/ core/launch/include/ sdk/include/ DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
 install(FILES "${PROJECT_BINARY_DIR}/generated/include/tessera/base/version.hpp"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/tessera/base")

@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "tessera/base/error.hpp"
+#include "tessera/config/config.hpp"
 #include "tessera/plugin/dataset.hpp"
-#include "tessera/runtime/config.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/runtime/data_order.hpp"
-#include "tessera/runtime/launch_env.hpp"
-#include "tessera/runtime/registry.hpp"
 #include "tessera/runtime/world.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 #include "tiny_mlp.hpp"
 
 namespace {

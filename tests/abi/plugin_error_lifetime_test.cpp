@@ -22,7 +22,7 @@
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
 #include "tessera/plugin/work.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

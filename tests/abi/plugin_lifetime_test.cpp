@@ -6,7 +6,7 @@
 
 #include "abi_test_support.hpp"
 #include "tessera/plugin/optimizer.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

@@ -4,7 +4,7 @@
 #include "abi_test_support.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/optimizer.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

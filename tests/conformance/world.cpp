@@ -8,7 +8,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/device_memory_source.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera::conformance {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera::fault_test {
 

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "checkpoint/manifest.hpp"
 #include "fuzz_support.hpp"
+#include "manifest.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/json_fields.hpp"
 #include "fuzz_support.hpp"
+#include "json_fields.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"

@@ -8,8 +8,8 @@
 
 #include "fuzz_support.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/config.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/config/config.hpp"
+#include "tessera/registry/registry.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const tessera::fuzz::ScratchFolder scratch("config");

@@ -17,7 +17,7 @@
 #include "../multihost/shell_job.hpp"
 #include "../unit/etcd_server.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace {
 
@@ -185,9 +185,9 @@ TEST_F(LaunchStore, AnElasticJobOverEtcdGoesOnWithoutAKilledWorker) {
       "job",
       "-n 3 --elastic --timeout 240s --store etcd://" + etcd.endpoint() + " -- " +
           TESSERA_CLI_PATH +
-          " train --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
-          " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
-          " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+          " train --runtime.transport=shm --runtime.timeout=60s --elastic.enabled=true"
+          " --train.strategy=ddp --elastic.heartbeat=100ms"
+          " --elastic.failure_timeout=2s --train.dataset=synthetic"
           " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
           " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
           " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
@@ -303,9 +303,9 @@ TEST_F(LaunchStore, AnElasticJobEndsPromptlyWithoutANodeThatDiedWhole) {
   const auto metrics = dir_ / "metrics.jsonl";
   const std::string tag = "LAUNCH_STORE_NODE_KILL=" + std::to_string(::getpid());
   const auto args = std::string("-n 1 --elastic --min-workers 1 -- ") + TESSERA_CLI_PATH +
-                    " train --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
-                    " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
-                    " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+                    " train --runtime.transport=shm --runtime.timeout=60s --elastic.enabled=true"
+                    " --train.strategy=ddp --elastic.heartbeat=100ms"
+                    " --elastic.failure_timeout=2s --train.dataset=synthetic"
                     " --dataset.synthetic.samples=60000 --dataset.synthetic.test_samples=200"
                     " --dataset.synthetic.features=32 --dataset.synthetic.classes=4"
                     " --model.mlp.layers=32,64,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"

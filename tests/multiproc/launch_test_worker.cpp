@@ -22,9 +22,9 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/launch_env.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/runtime/store_url.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 
 namespace {
 

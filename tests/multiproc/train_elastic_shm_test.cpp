@@ -1,5 +1,5 @@
-// `tessera train` with strategy = elastic over shm: three launched workers, one SIGKILLed while
-// it trains. The launcher reports it and goes on, the survivors regroup from the copies they
+// `tessera train` with [elastic] enabled = true over shm: three launched workers, one SIGKILLed
+// while it trains. The launcher reports it and goes on, the survivors regroup from the copies they
 // hold and finish; nothing is left in /dev/shm. Below min_workers the survivor stops with a
 // checkpoint of its state, from which one worker resumes the run.
 #include <gtest/gtest.h>
@@ -52,9 +52,9 @@ std::size_t lines_of(const fs::path& file) {
 }
 
 std::string job_flags(const fs::path& dir) {
-  return " --runtime.transport=shm --runtime.timeout=60s --train.strategy=elastic"
-         " --strategy.elastic.inner=ddp --strategy.elastic.heartbeat=100ms"
-         " --strategy.elastic.failure_timeout=2s --train.dataset=synthetic"
+  return " --runtime.transport=shm --runtime.timeout=60s --elastic.enabled=true"
+         " --train.strategy=ddp --elastic.heartbeat=100ms"
+         " --elastic.failure_timeout=2s --train.dataset=synthetic"
          " --dataset.synthetic.samples=30000 --dataset.synthetic.test_samples=500"
          " --dataset.synthetic.features=64 --dataset.synthetic.classes=4"
          " --model.mlp.layers=64,256,256,4 --train.optimizer=sgd --optimizer.sgd.momentum=0.9"
@@ -143,7 +143,7 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
 // another rank holds, sent over the side channel while the steps ran, and at most the one step
 // whose copies were still on their way is redone.
 TEST(ElasticOverShm, AKilledWorkersShardComesBackFromItsCopyOnAnotherRank) {
-  const auto out = run_and_kill_one("--train.epochs=1 --strategy.elastic.inner=zero2");
+  const auto out = run_and_kill_one("--train.epochs=1 --train.strategy=zero2");
   fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
   const std::string lead = " generation 2: 2 worker(s); left n0.w1; joined -; failed at step ";
   const auto at = out.find(lead);
@@ -161,7 +161,7 @@ TEST(ElasticOverShm, AKilledWorkersShardComesBackFromItsCopyOnAnotherRank) {
 }
 
 TEST(ElasticOverShm, AKilledWorkerIsReplacedAndTheReplacementJoinsTheRun) {
-  const auto out = run_and_kill_one("--train.epochs=3 --strategy.elastic.max_restarts=1");
+  const auto out = run_and_kill_one("--train.epochs=3 --elastic.max_restarts=1");
   fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
   EXPECT_NE(out.find("elastic: worker n0.w1 left: rank 1 was killed by signal 9 (SIGKILL); the "
                      "others go on; starting n0.w1.r1 to join them (0 restart(s) left)"),
@@ -188,9 +188,8 @@ TEST(ElasticOverShm, BelowMinWorkersTheSurvivorStopsWithACheckpointAndTheRunResu
   const auto checkpoints = dir / "checkpoints";
   const std::string limits =
       " --train.epochs=1 --train.max_steps=600 --train.checkpoint_dir=" + checkpoints.string();
-  const auto out = run_and_kill_one(
-      limits + " --strategy.elastic.min_workers=2 --strategy.elastic.join_timeout=1s", 2, true,
-      dir);
+  const auto out =
+      run_and_kill_one(limits + " --elastic.min_workers=2 --elastic.join_timeout=1s", 2, true, dir);
   for (const auto& part : std::vector<std::string>{
            "tessera: error: elastic: the run stopped after step ", "1 worker(s) left (gone: n0.w1)",
            "min_workers = 2", "join_timeout = 1 s", "the survivors' state after step ",

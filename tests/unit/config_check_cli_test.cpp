@@ -350,8 +350,9 @@ TEST_F(ConfigCheckCli, ADeviceTheTransportCannotMoveIsRefusedBeforeRanksStart) {
                     "flag --runtime.device: ", "cuda");
 }
 
-// Over a GPU transport, a strategy that keeps its state on the host is refused as early, naming
-// the strategies that run there. (Needs the nccl plugin built; no GPU: nothing connects.)
+// Over a GPU transport, a strategy that keeps its state on the host (its plugin declares no
+// TESSERA_DEVICE_CUDA) is refused as early, naming it. (Needs the nccl plugin built; no GPU:
+// nothing connects.)
 TEST_F(ConfigCheckCli, AStrategyThatCannotRunOnTheGpuIsRefusedBeforeRanksStart) {
   if (run_cli("plugins").out.find("transport.nccl") == std::string::npos) {
     GTEST_SKIP() << "the nccl transport is not built (no CUDA toolkit with NCCL found)";
@@ -360,7 +361,15 @@ TEST_F(ConfigCheckCli, AStrategyThatCannotRunOnTheGpuIsRefusedBeforeRanksStart) 
   expect_user_error(
       run_cli("config check " + file.string() +
               " --runtime.device=cuda --runtime.transport=nccl --train.strategy=hybrid"),
-      "flag --runtime.device: ", "train with ddp, zero1, zero2 or zero3");
+      "flag --runtime.device: ",
+      "the strategy [train] strategy = hybrid (flag --train.strategy) keeps its state in host "
+      "memory (its plugin "
+      "declares no TESSERA_DEVICE_CUDA)");
+  // So is an elastic run, whose copies of the state live in host memory.
+  expect_user_error(run_cli("config check " + file.string() +
+                            " --runtime.device=cuda --runtime.transport=nccl "
+                            "--train.strategy=zero2 --elastic.enabled=true"),
+                    "flag --runtime.device: ", "train elastic runs with device = cpu");
   const auto zero2 =
       run_cli("config check " + file.string() +
               " --runtime.device=cuda --runtime.transport=nccl --train.strategy=zero2");

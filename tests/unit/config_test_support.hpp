@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/config.hpp"
+#include "tessera/config/config.hpp"
 
 namespace tessera::config_test {
 

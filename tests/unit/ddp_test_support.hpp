@@ -14,7 +14,7 @@
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera::testing {
 

@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "copy_ring.hpp"
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
-#include "elastic/replica_ring.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/elastic/elastic_run.hpp"
 #include "tessera/runtime/checkpoint.hpp"
-#include "tessera/runtime/elastic.hpp"
 #include "tessera/runtime/trainer.hpp"
 #include "trainer_test_support.hpp"
 
@@ -205,14 +205,14 @@ TrainerOptions options() {
   return o;
 }
 
-ElasticOptions elastic_options(int workers, int replicas, int min_workers = 1,
+ElasticOptions elastic_options(int workers, int copies, int min_workers = 1,
                                Duration join_timeout = Duration(2000),
                                bool share_copies_on_host = true) {
   ElasticOptions o;
   o.share_copies_on_host = share_copies_on_host;
   o.min_workers = min_workers;
   o.max_workers = workers;
-  o.replicas = replicas;
+  o.copies = copies;
   o.heartbeat = Duration(50);
   o.failure_timeout = Duration(1000);
   o.join_timeout = join_timeout;
@@ -241,14 +241,14 @@ struct LateStarts {
   int min_workers = 1;
   Duration join_timeout{2000};
   std::vector<std::string> ids;  // the workers' ids; "w<w>" when empty
-  // TrainerComponents::strategy_replicated_state: ddp as its plugin declares it (no copies).
+  // The strategy declares TESSERA_REPLICATED_STATE, as ddp's plugin does (no copies).
   bool replicated_state = false;
   bool share_copies_on_host = true;  // ElasticOptions'; false sends every copy
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
 std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64_t>& die_at,
-                                       int replicas, const TrainerOptions& o,
+                                       int copies, const TrainerOptions& o,
                                        const std::shared_ptr<RecordingDataset>& data,
                                        const LateStarts& late = {}) {
   const auto transport = local_transport();
@@ -271,7 +271,7 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         // failure_timeout for more (the settle time).
         auto elastic = make_elastic_world(
             transport, store,
-            elastic_options(workers, replicas, late.min_workers, late.join_timeout,
+            elastic_options(workers, copies, late.min_workers, late.join_timeout,
                             late.share_copies_on_host),
             late.ids.empty() ? "w" + std::to_string(w) : late.ids[static_cast<std::size_t>(w)],
             testing::kTestTimeout);
@@ -281,9 +281,8 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
             data, w, die_at[static_cast<std::size_t>(w)], &progress, late.copies_hold_everything);
         TrainerComponents parts{first.world, testing::small_mlp(), momentum_sgd(),
                                 data,        outcome.strategy,     "ddp"};
-        parts.strategy_replicated_state = late.replicated_state;
         Trainer trainer(o, parts);
-        trainer.set_elastic(elastic, first);
+        trainer.set_world_source(make_elastic_run(elastic, first, late.replicated_state));
         outcome.result = trainer.run(false);
       } catch (const Died&) {
         outcome.died = true;  // the trainer and the ElasticWorld are gone with the scope
@@ -497,7 +496,7 @@ TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAnd
   auto o = options();
   o.checkpoint_dir = folder;
   o.checkpoint_every = 2;
-  // Each rank's copy holds only its own part, and none is kept on another rank (replicas 0).
+  // Each rank's copy holds only its own part, and none is kept on another rank (copies 0).
   LateStarts strict;
   strict.copies_hold_everything = false;
   strict.min_workers = 3;
@@ -509,7 +508,7 @@ TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAnd
     for (const auto& part : std::vector<std::string>{
              "2 worker(s) left", "min_workers = 3",
              "no consistent checkpoint could be made from memory", "rank(s) 2 of the 3-rank world",
-             "replicas = 0", "the newest checkpoint on disk, " + kept.string() + " (step 2)",
+             "copies = 0", "the newest checkpoint on disk, " + kept.string() + " (step 2)",
              "--resume"}) {
       EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
     }
@@ -581,7 +580,7 @@ TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWh
   auto o = options();
   o.checkpoint_dir = folder;
   o.checkpoint_every = 2;
-  // Each rank's copy holds only its own part, and none is kept on another rank (replicas 0).
+  // Each rank's copy holds only its own part, and none is kept on another rank (copies 0).
   LateStarts parts;
   parts.copies_hold_everything = false;
   const auto outcomes = run_elastic(3, {7, 0, 0}, 0, o, data, parts);
@@ -600,7 +599,7 @@ TEST(ElasticTrainer, WithoutCopiesAFailureGoesOnFromTheNewestCheckpointAndSaysWh
   try {
     std::rethrow_exception(lost[0].error);
   } catch (const TrainingError& e) {
-    EXPECT_NE(std::string(e.what()).find("replicas"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("copies"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("checkpoint_dir"), std::string::npos) << e.what();
   }
   fs::remove_all(folder);
@@ -676,7 +675,7 @@ TEST(ElasticTrainer, SurvivorsALiveStepApartGoOnFromTheOneAhead) {
   testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
     const int rank = world->rank();
     RecordingStrategy& strategy = rank == 0 ? *behind : *ahead;
-    elastic::ReplicaRing ring(1, {}, /*live_state=*/true);
+    elastic::CopyRing ring(1, {}, /*replicated_state=*/true);
     ring.refresh(strategy, world, {rank == 0 ? 2 : 3, 0, rank == 0 ? 16 : 24});
     got[static_cast<std::size_t>(rank)] = ring.recover(*world, {0, 1}, strategy);
   });
@@ -699,9 +698,9 @@ TEST(ElasticTrainer, SurvivorsALiveStepApartGoOnFromTheOneAhead) {
 
 // The copy ring visits the failure domains in turn, so each rank's copy lives on another node
 // wherever there is one.
-TEST(ReplicaRingOrder, VisitsTheFailureDomainsInTurn) {
+TEST(CopyRingOrder, VisitsTheFailureDomainsInTurn) {
   using V = std::vector<std::int64_t>;
-  const auto order = [](const V& domains) { return elastic::replica_ring_order(domains); };
+  const auto order = [](const V& domains) { return elastic::copy_ring_order(domains); };
   EXPECT_EQ(order({7, 7, 9, 9}), (std::vector<int>{0, 2, 1, 3}));
   EXPECT_EQ(order({7, 7, 7, 9}), (std::vector<int>{0, 3, 1, 2}));
   EXPECT_EQ(order({7, 9, 7, 9}), (std::vector<int>{0, 1, 2, 3}));
@@ -711,7 +710,7 @@ TEST(ReplicaRingOrder, VisitsTheFailureDomainsInTurn) {
   EXPECT_EQ(order({3, 3, 1, 1, 2, 2}), (std::vector<int>{0, 2, 4, 1, 3, 5}));
 }
 
-TEST(ReplicaRingOrder, AWorkersFailureDomainIsTheNodeOfItsLaunchersId) {
+TEST(CopyRingOrder, AWorkersFailureDomainIsTheNodeOfItsLaunchersId) {
   EXPECT_EQ(failure_domain_of("n0.w1"), "n0");
   EXPECT_EQ(failure_domain_of("n12.w0.r3"), "n12");
   EXPECT_EQ(failure_domain_of("gpu-7.west-4242.w2"), "gpu-7.west-4242");
@@ -763,7 +762,7 @@ TEST_P(ElasticCopies, ACopyOutlivesTheRankThatWroteIt) {
   const bool shared = GetParam();
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   std::vector<std::shared_ptr<RecordingStrategy>> strategies(2);
-  std::vector<std::unique_ptr<elastic::ReplicaRing>> rings(2);
+  std::vector<std::unique_ptr<elastic::CopyRing>> rings(2);
   std::vector<std::size_t> sent(2, 0);
   testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
     const auto r = static_cast<std::size_t>(world->rank());
@@ -773,7 +772,7 @@ TEST_P(ElasticCopies, ACopyOutlivesTheRankThatWroteIt) {
     strategies[r] = std::make_shared<RecordingStrategy>(data, world->rank(), 0, nullptr, false);
     // Another seed than the fresh strategy's below: the state that comes back is told apart.
     strategies[r]->setup({world, testing::small_mlp(), momentum_sgd(), 99});
-    rings[r] = std::make_unique<elastic::ReplicaRing>(1, "", false, shared);
+    rings[r] = std::make_unique<elastic::CopyRing>(1, "", false, shared);
     for (std::int64_t step = 1; step <= 3; ++step) {
       rings[r]->refresh(*strategies[r], counted, {step, 0, 8 * step});
     }

@@ -21,9 +21,9 @@
 #include "mlp/mlp_model.hpp"
 #include "synthetic/synthetic.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/base/trace.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
-#include "tessera/strategy_kit/trace.hpp"
 
 namespace tessera::hybrid {
 namespace {

@@ -1,5 +1,5 @@
 // launch_info_from_environment over injected environments.
-#include "tessera/runtime/launch_env.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 
 #include <gtest/gtest.h>
 

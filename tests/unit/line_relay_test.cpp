@@ -1,7 +1,7 @@
 // The launcher's line relay: whatever the worker's writes look like (tiny fragments, lines
 // across reads, no final newline, lines longer than the relay's buffer, a slow non-blocking
 // target), every line comes out whole, prefixed once, with nothing dropped or inserted.
-#include "launch/line_relay.hpp"
+#include "line_relay.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

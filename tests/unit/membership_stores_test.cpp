@@ -13,7 +13,7 @@
 #include "membership_test_support.hpp"
 #include "store_contract.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/membership.hpp"
+#include "tessera/elastic/membership.hpp"
 
 namespace tessera {
 namespace {

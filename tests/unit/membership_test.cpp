@@ -4,7 +4,7 @@
 //
 // Timing: a loaded machine makes threads late, never early. Lower bounds are asserted exactly,
 // upper bounds with kLate of room.
-#include "tessera/runtime/membership.hpp"
+#include "tessera/elastic/membership.hpp"
 
 #include <gtest/gtest.h>
 

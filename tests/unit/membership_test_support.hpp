@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/elastic/membership.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/membership.hpp"
 
 namespace tessera::membership_test {
 

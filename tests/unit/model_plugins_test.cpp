@@ -8,7 +8,7 @@
 #include "tessera/plugin/dataset.hpp"
 #include "tessera/plugin/model.hpp"
 #include "tessera/plugin/optimizer.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

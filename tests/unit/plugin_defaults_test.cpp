@@ -14,7 +14,7 @@
 #include "rmsprop/rmsprop.hpp"
 #include "sgd/sgd.hpp"
 #include "synthetic/synthetic.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
 #include "zero3_strategy.hpp"
 #include "zero_strategy.hpp"

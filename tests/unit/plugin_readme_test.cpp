@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

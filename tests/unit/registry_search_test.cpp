@@ -7,7 +7,7 @@
 
 #include "config_test_support.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

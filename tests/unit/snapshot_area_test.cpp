@@ -1,7 +1,7 @@
 // SnapshotArea: a rank's newest saves in shared memory, read by the ranks of its host that keep
 // its copies; what they read must be a published slot, whole, even after the writer is gone or
 // while it writes.
-#include "elastic/snapshot_area.hpp"
+#include "snapshot_area.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

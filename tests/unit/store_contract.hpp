@@ -16,7 +16,7 @@
 
 #include "etcd_server.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera::store_test {
 

@@ -22,7 +22,7 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera {
 namespace {

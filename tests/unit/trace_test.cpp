@@ -2,7 +2,7 @@
 // the spans and collectives of every recorded step, only those of the step window, nothing at
 // all when tracing is off; a bad path is refused before training, and a failed run still
 // leaves its trace, marked.
-#include "tessera/strategy_kit/trace.hpp"
+#include "tessera/base/trace.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -95,7 +95,7 @@ class Tracing : public ::testing::Test {
   }
 
   // Trains over 2 local ranks; `provider` (if any) is every rank's world provider.
-  void train(const TrainerOptions& o, const WorldProvider& provider = {}) {
+  void train(const TrainerOptions& o, const ChangePlan& provider = {}) {
     testing::run_ranks(2, [&](std::shared_ptr<Communicator> world) {
       TrainerComponents parts{
           world,
@@ -105,7 +105,7 @@ class Tracing : public ::testing::Test {
           std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{}),
           "ddp"};
       Trainer trainer(o, parts);
-      if (provider) trainer.set_world_provider(provider);
+      if (provider) trainer.set_world_plan(provider);
       (void)trainer.run(false);
     });
   }
@@ -246,7 +246,7 @@ TEST_F(Tracing, TracingOffRecordsNothingAndWritesNothing) {
   ASSERT_TRUE(o.trace.file.empty());  // the default
   std::atomic<int> calls{0};
   std::atomic<int> with_recorder{0};
-  train(o, [&](std::int64_t) -> std::optional<WorldChange> {
+  train(o, [&](std::int64_t) -> std::optional<PlannedChange> {
     // Runs inside Trainer::run, on each rank's thread.
     ++calls;
     if (trace::current() != nullptr) ++with_recorder;
@@ -276,7 +276,7 @@ TEST_F(Tracing, AFailedRunLeavesItsTraceMarkedFailed) {
   auto o = options(5);
   o.trace.file = dir_ / "run.json";
   EXPECT_THROW(train(o,
-                     [](std::int64_t steps_done) -> std::optional<WorldChange> {
+                     [](std::int64_t steps_done) -> std::optional<PlannedChange> {
                        if (steps_done == 2) throw std::runtime_error("provider gave up at 2");
                        return std::nullopt;
                      }),

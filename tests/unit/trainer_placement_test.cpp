@@ -163,12 +163,12 @@ TEST(TrainerWorldChange, ThreeRanksBecomingTwoMidEpochSeeEverySampleOncePerEpoch
                             std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{}),
                             "ddp"};
     Trainer trainer(o, parts);
-    trainer.set_world_provider([&, rank](std::int64_t steps_done) -> std::optional<WorldChange> {
+    trainer.set_world_plan([&, rank](std::int64_t steps_done) -> std::optional<PlannedChange> {
       ++providers_called[static_cast<std::size_t>(rank)];
       if (steps_done != kChangeAfter) return std::nullopt;
-      if (rank == 2) return WorldChange{nullptr};
+      if (rank == 2) return PlannedChange{nullptr};
       // The thread keeps its rank: world ranks 0 and 1 (new ranks 1 and 0 would do as well).
-      return WorldChange{transport->connect(new_store, rank, 2, testing::kTestTimeout)};
+      return PlannedChange{transport->connect(new_store, rank, 2, testing::kTestTimeout)};
     });
     results[static_cast<std::size_t>(rank)] = trainer.run(false);
   });

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kill campaign for elastic training (issue 15): Fashion-MNIST with `strategy = elastic` over
+"""Kill campaign for elastic training (issue 15): Fashion-MNIST with `[elastic] enabled = true` over
 launched workers (samples/configs/elastic.ini), while this script kills workers at random steps.
 
   elastic_kills.py --runs 10 --kills 5                  # SIGKILL one worker, 50 kills in all
@@ -8,7 +8,7 @@ launched workers (samples/configs/elastic.ini), while this script kills workers 
   elastic_kills.py --transport ucx ...                  # ucx over TCP (UCX_TLS=tcp,self)
   elastic_kills.py --workers 2 ...                      # a world of 2 (torchrun's comparison)
 
-Every run starts --workers workers (3 by default) with [strategy.elastic] max_restarts high
+Every run starts --workers workers (3 by default) with [elastic] max_restarts high
 enough that each killed worker is replaced (the launcher starts a newcomer, admitted at a step
 boundary), so every kill strikes a full world. Kills are spread over the run; the next waits
 until the world is whole again.
@@ -137,8 +137,8 @@ def run_once(args, run, rng, records):
         "--train.checkpoint_every=0",
         f"--train.metrics_file={metrics_file}",
         "--train.progress=off",
-        f"--strategy.elastic.max_restarts={args.kills * kills_per_event}",
-        f"--strategy.elastic.replicas={2 if args.mode == 'two' else 1}",
+        f"--elastic.max_restarts={args.kills * kills_per_event}",
+        f"--elastic.copies={2 if args.mode == 'two' else 1}",
     ] + [f"--{s}" for s in args.set]
     env = dict(os.environ)
     env["ELASTIC_KILLS_JOB"] = tag.split("=", 1)[1]

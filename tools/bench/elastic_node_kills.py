@@ -203,7 +203,7 @@ def run_once(args, run, rng, records):
              f"--train.epochs={args.epochs}", "--train.schedule=cosine",
              "--train.checkpoint_dir=", "--train.checkpoint_every=0",
              f"--train.metrics_file={metrics_file}", "--train.progress=off",
-             "--strategy.elastic.replicas=1"] + [f"--{s}" for s in args.set]
+             "--elastic.copies=1"] + [f"--{s}" for s in args.set]
     elastic = ["--elastic", "--min-workers", str(per_node), "--max-workers", str(workers),
                "--timeout", f"{int(args.run_timeout)}s"]
     launchers = []  # [node, Popen, out file, killed]

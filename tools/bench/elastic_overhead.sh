@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What elastic training costs when nothing fails: `strategy = elastic` around ddp and zero2
+# What elastic training costs when nothing fails: `[elastic] enabled = true` around ddp and zero2
 # against ddp and zero2 alone, paired, on the elastic sample's job (Fashion-MNIST, MLP
 # 784-256-256-10, Adam, batch 64 per worker, 3 shm workers; samples/configs/elastic.ini). Each
 # round runs inner, elastic(inner) for each inner back to back, so a round's two runs see the
@@ -59,9 +59,9 @@ for ((round = 0; round < rounds; ++round)); do
         { cat "$work/err.txt" >&2; exit 1; }
     }
     elastic() {
-      "$tessera" train "${common[@]}" --train.strategy=elastic --strategy.elastic.inner="$inner" \
-        --strategy.elastic.replicas="$replicas" --strategy.elastic.replica_every="$every" \
-        --strategy.elastic.share_copies_on_host="$share" \
+      "$tessera" train "${common[@]}" --elastic.enabled=true --train.strategy="$inner" \
+        --elastic.copies="$replicas" --elastic.copy_every="$every" \
+        --elastic.share_copies_on_host="$share" \
         --summary "$work/$inner-elastic-$round.json" >/dev/null 2>"$work/err.txt" ||
         { cat "$work/err.txt" >&2; exit 1; }
     }
@@ -75,7 +75,7 @@ import json, statistics, sys
 work, rounds, inners, steps, replicas, every, workers, epochs, share = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
 load = lambda inner, kind, r: json.load(open(f"{work}/{inner}-{kind}-{r}.json"))
 print(f"{rounds} rounds of {epochs} epoch(s) (at most {steps} steps), {workers} shm workers, "
-      f"replicas = {replicas}, replica_every = {every}, share_copies_on_host = {share}")
+      f"replicas = {replicas}, copy_every = {every}, share_copies_on_host = {share}")
 print("%-15s %-52s %9s %9s" % ("run", "samples/s per round", "median", "ratio"))
 for inner in inners:
     plain = [load(inner, "plain", r) for r in range(rounds)]

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tessera/strategy_kit/trace.hpp"
+#include "tessera/base/trace.hpp"
 
 namespace {
 

@@ -14,12 +14,12 @@
 #include "config_flags.hpp"
 #include "self_launch.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/config/config.hpp"
+#include "tessera/launch/launcher.hpp"
 #include "tessera/plugin/device_memory_source.hpp"
 #include "tessera/plugin/transport.hpp"
-#include "tessera/runtime/config.hpp"
-#include "tessera/runtime/launch_env.hpp"
-#include "tessera/runtime/launcher.hpp"
 #include "tessera/runtime/world.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 
 namespace tessera::cli {
 

@@ -7,8 +7,8 @@
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/runtime/checkpoint.hpp"
-#include "tessera/runtime/registry.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "usage_error.hpp"
 

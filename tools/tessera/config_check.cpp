@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "tessera/runtime/config.hpp"
+#include "tessera/config/config.hpp"
+#include "tessera/elastic/elastic_options.hpp"
 #include "tessera/runtime/run_check.hpp"
 #include "usage_error.hpp"
 
@@ -52,16 +53,18 @@ int check(const std::vector<std::string>& args) {
 
   PluginRegistry registry;
   registry.scan(Config::plugin_search_path(sources));
-  const Config config = Config::load(sources, registry);
+  const Config config = Config::load(sources, registry, elastic_sections());
   for (const auto& failure : registry.failures()) {
     std::cerr << (failure.shadowed ? "tessera: note: " : "tessera: warning: ") << failure.reason
               << "\n";
   }
   const RunFigures figures = check_run(config, registry);
+  check_elastic_run(config, figures);
 
   const auto& core = Config::core_schema();
   for (const auto& section : config.section_names()) {
-    if (!all && !core.contains(section) && !is_set_anywhere(config, section)) continue;
+    const bool shown = core.contains(section) || (section == "elastic" && is_elastic(config));
+    if (!all && !shown && !is_set_anywhere(config, section)) continue;
     std::cout << "[" << section << "]\n";
     const Options& options = config.section(section);
     std::size_t width = 0;

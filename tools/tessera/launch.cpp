@@ -4,9 +4,9 @@
 #include <iostream>
 
 #include "tessera/base/error.hpp"
+#include "tessera/launch/launcher.hpp"
 #include "tessera/plugin/options.hpp"
-#include "tessera/runtime/launcher.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/runtime/run_check.hpp"
 #include "tessera/runtime/store_url.hpp"
 #include "usage_error.hpp"
@@ -52,11 +52,11 @@ options:
                          to every user of the host in ps
   --store-host HOST      tcp: address the store server binds (default 127.0.0.1)
   --store-port PORT      tcp: port the store server binds (default 0: a free one)
-  --elastic              an elastic job (the workers train with strategy = elastic): a
+  --elastic              an elastic job (every worker gets TESSERA_ELASTIC_ENABLED=true): a
                          failed worker no longer stops the others; the job succeeds when a
                          worker finishes the run, fails when every worker failed
-  --min-workers A        elastic: [strategy.elastic] min_workers for every worker
-  --max-workers B        elastic: [strategy.elastic] max_workers for every worker
+  --min-workers A        elastic: [elastic] min_workers for every worker
+  --max-workers B        elastic: [elastic] max_workers for every worker
   --max-restarts R       elastic: replace up to R failed workers of this host, in all; each
                          replacement (id n0.w1 -> n0.w1.r1) joins at the next step boundary
   --join                 elastic: start this host's workers into a job already running,
@@ -136,7 +136,7 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
         throw UsageError("launch: " + a + " must be at least " +
                          (a == "--min-workers" ? "1" : "0") + ", not " + std::to_string(count));
       const auto key = a == "--min-workers" ? "MIN_WORKERS" : "MAX_WORKERS";
-      options.environment[std::string("TESSERA_STRATEGY_ELASTIC_") + key] = std::to_string(count);
+      options.environment[std::string("TESSERA_ELASTIC_") + key] = std::to_string(count);
     } else if (a == "--store-token") {
       options.store_token = value_of(a);
     } else if (a == "--store-host") {
@@ -156,6 +156,8 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   if (!have_n) throw UsageError("launch: -n N is required (see tessera launch --help)");
   if (!options.environment.empty() && !options.elastic)
     throw UsageError("launch: --min-workers and --max-workers are for elastic jobs: add --elastic");
+  // The workers of an elastic job train elastically whatever their config says.
+  if (options.elastic) options.environment["TESSERA_ELASTIC_ENABLED"] = "true";
   if (!options.store_url.empty()) {
     StoreUrl url;
     try {

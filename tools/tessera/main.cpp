@@ -20,7 +20,7 @@
 #include "tessera/base/version.hpp"
 #include "tessera/plugin/build_id.hpp"
 #include "tessera/plugin/plugin_abi.h"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "trace.hpp"
 #include "train.hpp"
 #include "usage_error.hpp"

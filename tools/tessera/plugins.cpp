@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
@@ -39,18 +39,21 @@ const char* device_name(DeviceType device) {
 // "spans processes, spans hosts, devices cpu", "one process only".
 std::vector<std::string> capability_words(const PluginInfo& p) {
   std::vector<std::string> words;
-  if (p.kind == PluginKind::strategy && p.capabilities.replicated_state) {
-    words.emplace_back("replicated state");
+  const auto device_words = [&] {
+    std::vector<std::string> devices;
+    for (DeviceType d : p.capabilities.devices) devices.emplace_back(device_name(d));
+    return "devices " + (devices.empty() ? std::string("cpu") : join(devices, " "));
+  };
+  if (p.kind == PluginKind::strategy) {
+    if (p.capabilities.replicated_state) words.emplace_back("replicated state");
+    words.push_back(device_words());
+    return words;
   }
   if (p.kind != PluginKind::transport && p.kind != PluginKind::store) return words;
   if (p.capabilities.spans_processes) words.emplace_back("spans processes");
   if (p.capabilities.spans_hosts) words.emplace_back("spans hosts");
   if (words.empty()) words.emplace_back("one process only");
-  if (p.kind == PluginKind::transport) {
-    std::vector<std::string> devices;
-    for (DeviceType d : p.capabilities.devices) devices.emplace_back(device_name(d));
-    words.push_back("devices " + join(devices, " "));
-  }
+  if (p.kind == PluginKind::transport) words.push_back(device_words());
   return words;
 }
 

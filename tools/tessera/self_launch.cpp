@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "tessera/runtime/launcher.hpp"
+#include "tessera/launch/launcher.hpp"
 
 namespace tessera::cli {
 

@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 
 namespace tessera::cli {
 
-// How the workers of an elastic run are launched: `tessera train` with strategy = elastic.
+// How the workers of an elastic run are launched: `tessera train` with [elastic] enabled = true.
 struct ElasticLaunch {
-  int max_restarts = 0;  // [strategy.elastic] max_restarts
+  int max_restarts = 0;  // [elastic] max_restarts
 };
 
 // Runs `tessera <command...> <args...> --runtime.store=tcp` in `processes` workers, relaying

@@ -15,7 +15,7 @@
 
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/transport_kit/reduce.hpp"
 #include "usage_error.hpp"
 

@@ -13,15 +13,16 @@
 
 #include "config_flags.hpp"
 #include "self_launch.hpp"
-#include "tessera/runtime/config.hpp"
-#include "tessera/runtime/elastic.hpp"
-#include "tessera/runtime/launch_env.hpp"
-#include "tessera/runtime/launcher.hpp"
-#include "tessera/runtime/registry.hpp"
+#include "tessera/config/config.hpp"
+#include "tessera/elastic/elastic_options.hpp"
+#include "tessera/elastic/elastic_run.hpp"
+#include "tessera/launch/launcher.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/runtime/run_check.hpp"
 #include "tessera/runtime/trace_files.hpp"
 #include "tessera/runtime/trainer.hpp"
 #include "tessera/runtime/world.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
@@ -96,11 +97,11 @@ int run_train(const std::vector<std::string>& args) {
   if (vm.count("trace-steps") != 0U) sources.flags.push_back("--train.trace_steps=" + trace_steps);
   PluginRegistry registry;
   registry.scan(Config::plugin_search_path(sources));
-  const Config config = Config::load(sources, registry);
+  const Config config = Config::load(sources, registry, elastic_sections());
   // Every mistake a config can hold is found here, before a worker or a rank thread starts;
   // launched workers skip it, their launcher's process did it.
   if (launch.source == "none") {
-    (void)check_run(config, registry);
+    check_elastic_run(config, check_run(config, registry));
     const TrainerOptions checked = TrainerOptions::from(config.section("train"));
     if (!checked.trace.file.empty()) check_trace_destination(checked.trace.file, 0);
   }
@@ -110,8 +111,7 @@ int run_train(const std::vector<std::string>& args) {
   if (plan.needs_workers) {
     std::optional<ElasticLaunch> how;
     if (elastic) {
-      how = ElasticLaunch{
-          static_cast<int>(config.section("strategy.elastic").get_int("max_restarts"))};
+      how = ElasticLaunch{static_cast<int>(config.section("elastic").get_int("max_restarts"))};
     }
     return relaunch_as_workers({"train"}, plan.size, args, registry, false, how);
   }
@@ -150,8 +150,10 @@ int run_train(const std::vector<std::string>& args) {
             return;
           }
           parts.world = entered.world;
+          const bool replicated_state = parts.strategy_capabilities.replicated_state;
           Trainer trainer(options, std::move(parts));
-          trainer.set_elastic(std::move(elastic_world), entered);
+          trainer.set_world_source(
+              make_elastic_run(std::move(elastic_world), entered, replicated_state));
           report(trainer.run(resume));
         });
     return 0;

@@ -24,5 +24,6 @@ constexpr tessera_option_desc kOptions[] = {
 TESSERA_PLUGIN(strategy, "ddp", "1.0.0",
                "data parallel: replicated state, bucketed all-reduce overlapped with backward",
                TESSERA_NO_ALIASES, kOptions,
-               (tessera_plugin_capabilities{TESSERA_REPLICATED_STATE, 0U}),
+               (tessera_plugin_capabilities{TESSERA_REPLICATED_STATE,
+                                            TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA}),
                tessera::ddp::DdpStrategy)

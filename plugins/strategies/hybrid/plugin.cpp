@@ -37,5 +37,5 @@ constexpr tessera_option_desc kOptions[] = {
 
 TESSERA_PLUGIN(strategy, "hybrid", "1.0.0",
                "3-D parallelism: tensor (column/row Linear pairs) x pipeline (GPipe, 1F1B) x data",
-               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES,
+               TESSERA_NO_ALIASES, kOptions, (tessera_plugin_capabilities{0U, TESSERA_DEVICE_CPU}),
                tessera::hybrid::HybridStrategy)

@@ -15,5 +15,5 @@ class ZeroOneStrategy final : public tessera::zero::ZeroStrategy {
 
 TESSERA_PLUGIN(strategy, "zero1", "1.0.0",
                "ZeRO stage 1: optimizer state sharded over ranks, gradients all-reduced",
-               TESSERA_NO_ALIASES, tessera::zero::kZeroOneOptions, TESSERA_NO_CAPABILITIES,
+               TESSERA_NO_ALIASES, tessera::zero::kZeroOneOptions, tessera::zero::kZeroCapabilities,
                ZeroOneStrategy)

@@ -15,5 +15,5 @@ class ZeroTwoStrategy final : public tessera::zero::ZeroStrategy {
 
 TESSERA_PLUGIN(strategy, "zero2", "1.0.0",
                "ZeRO stage 2: optimizer state and gradients sharded, gradients reduce-scattered",
-               TESSERA_NO_ALIASES, tessera::zero::kZeroTwoOptions, TESSERA_NO_CAPABILITIES,
+               TESSERA_NO_ALIASES, tessera::zero::kZeroTwoOptions, tessera::zero::kZeroCapabilities,
                ZeroTwoStrategy)

@@ -1,6 +1,6 @@
 #pragma once
-// The option tables of zero1 and zero2: the bucket geometry both use, and what zero2 alone has
-// (zero1 keeps a full gradient buffer, so it has no staging windows to size).
+// The option tables and capabilities of zero1 and zero2: the bucket geometry both use, and what
+// zero2 alone has (zero1 keeps a full gradient buffer, so it has no staging windows to size).
 
 #include "tessera/sdk/plugin.hpp"
 
@@ -21,6 +21,10 @@ inline constexpr tessera_option_desc kFirstBucket = {
     nullptr};
 
 inline constexpr tessera_option_desc kZeroOneOptions[] = {kBucketCap, kFirstBucket};
+
+// Both keep their state where [runtime] device says: host memory or the GPU.
+inline constexpr tessera_plugin_capabilities kZeroCapabilities = {
+    0U, TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA};
 
 inline constexpr tessera_option_desc kZeroTwoOptions[] = {
     kBucketCap,

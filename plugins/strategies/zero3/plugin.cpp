@@ -25,4 +25,6 @@ constexpr tessera_option_desc kOptions[] = {
 TESSERA_PLUGIN(strategy, "zero3", "1.0.0",
                "ZeRO-3 / FSDP: parameters, gradients and optimizer state sharded; units gathered "
                "just in time",
-               kAliases, kOptions, TESSERA_NO_CAPABILITIES, tessera::zero3::Zero3Strategy)
+               kAliases, kOptions,
+               (tessera_plugin_capabilities{0U, TESSERA_DEVICE_CPU | TESSERA_DEVICE_CUDA}),
+               tessera::zero3::Zero3Strategy)

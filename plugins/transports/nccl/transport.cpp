@@ -8,7 +8,7 @@
 #include "cuda/cuda_device.hpp"
 #include "nccl_comm.hpp"
 #include "tessera/base/error.hpp"
-#include "tessera/runtime/launch_env.hpp"
+#include "tessera/transport_kit/launch_env.hpp"
 
 namespace tessera::nccl {
 

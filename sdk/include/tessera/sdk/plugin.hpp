@@ -104,7 +104,8 @@ constexpr bool capabilities_fit(PluginKind kind,
       return (capabilities.flags & ~kSpans) == 0 && !hosts_without_processes &&
              capabilities.devices == 0;
     case PluginKind::strategy:
-      return (capabilities.flags & ~TESSERA_REPLICATED_STATE) == 0 && capabilities.devices == 0;
+      return (capabilities.flags & ~TESSERA_REPLICATED_STATE) == 0 &&
+             (capabilities.devices & ~kDevices) == 0;
     default: return capabilities.flags == 0 && capabilities.devices == 0;
   }
 }

@@ -1,0 +1,84 @@
+#pragma once
+// How a data-parallel strategy splits one step's local batch into micro-batches, and weights
+// their gradients so that the strategies agree to the bit: ddp, zero1/2 and zero3 all run
+// their forward and backward passes through run_micro_batches.
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include "tessera/base/trace.hpp"
+#include "tessera/plugin/communicator.hpp"
+#include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/optimizer.hpp"
+
+namespace tessera {
+
+// Rows of a batch tensor ([n, ...]); 0 for an empty one.
+[[nodiscard]] std::size_t batch_rows(const Tensor& tensor);
+// Rows [begin, end) of a batch tensor, copied (a Tensor owns its whole storage).
+[[nodiscard]] Tensor slice_rows(const Tensor& tensor, std::size_t begin, std::size_t end);
+
+// The global batch of a step: info.global_batch_size when the trainer says it, else every one
+// of `world` ranks is taken to have `local_rows`. Throws InvalidArgument naming `strategy` when
+// the step has no sample at all.
+[[nodiscard]] std::size_t global_batch_rows(std::size_t local_rows, std::size_t world,
+                                            const StepInfo& info, const char* strategy);
+
+// What one micro-batch's pass returns: loss summed over its rows (mean loss x rows) and the
+// number of correct predictions.
+struct PassTotals {
+  double loss_sum = 0.0;
+  std::size_t correct = 0;
+};
+
+// Runs `pass(inputs, targets, gradient_weight, last)` for `count` micro-batches of `batch`:
+// near-equal row ranges, the first ones one row larger, in order; `last` is true for the
+// final one. The weight world * rows / global scales each micro-batch's mean gradient so that
+// the average over ranks of the summed gradients is the mean over the global batch (exactly
+// 1 with equal shares and one micro-batch, when nothing needs scaling). With one micro-batch
+// the batch's own tensors are passed, without a copy; a micro-batch with no rows gets empty
+// tensors. Each pass is a "micro_batch" trace span (strategy_kit/trace.hpp) with its index and
+// rows. Returns the sums of what the passes returned.
+template <class Pass>
+PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t world,
+                             std::size_t global, Pass&& pass) {
+  const std::size_t n = batch_rows(batch.inputs);
+  PassTotals totals;
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t rows = n / count + (k < n % count ? 1 : 0);
+    const bool last = k + 1 == count;
+    const auto weight =
+        static_cast<float>(static_cast<double>(world * rows) / static_cast<double>(global));
+    const trace::Span span(
+        "micro_batch", "compute",
+        {{"micro_batch", static_cast<std::int64_t>(k)}, {"rows", static_cast<std::int64_t>(rows)}});
+    PassTotals part;
+    if (count == 1) {
+      part = pass(batch.inputs, batch.targets, weight, last);
+    } else if (rows == 0) {
+      part = pass(Tensor(), Tensor(), weight, last);
+    } else {
+      part = pass(slice_rows(batch.inputs, begin, begin + rows),
+                  slice_rows(batch.targets, begin, begin + rows), weight, last);
+    }
+    totals.loss_sum += part.loss_sum;
+    totals.correct += part.correct;
+    begin += rows;
+  }
+  return totals;
+}
+
+// Starts summing a step's `loss_sum` over the ranks of `world`, in place; nullptr with one
+// rank. Issue it at the same point of the step on every rank (after the gradient
+// reductions), since it takes a place in the collective order.
+[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum);
+
+// The same for a strategy whose buffers come from `memory`: a world that moves host memory sums
+// in place as above; one that moves device memory only (nccl) sums through a buffer of `memory`
+// at once, and nullptr comes back.
+[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world,
+                                                        DeviceAllocator* memory, double& loss_sum);
+
+}  // namespace tessera
