@@ -3,9 +3,10 @@
 tessera's transformer kernels with (tests/unit/data/gpt_reference.bin, committed).
 
 Only for regenerating that file, never run by CI: needs PyTorch (Debian: apt-get install
-python3-torch, then run it with /usr/bin/python3 from the repository root). The model is GPT-2's architecture (learned positions, pre-norm blocks, causal
-attention, GELU-tanh MLP of 4x width, final layer norm, output head tied to the token
-embedding, no head bias), written out functionally so that the parameter order is explicit.
+python3-torch, then run this with /usr/bin/python3 from the repository root). The model is
+GPT-2's architecture (learned positions, pre-norm blocks, causal attention, GELU-tanh MLP of 4x
+width, final layer norm, output head tied to the token embedding, no head bias), written out
+functionally so that the parameter order is explicit.
 The weights come from a seeded generator, are rounded to float32 and written into the file,
 so the C++ side reads them rather than reproducing a generator. Everything is then computed in
 float64 from those float32 values: the file holds the exact answer, rounded once to float32,
