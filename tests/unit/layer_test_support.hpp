@@ -28,20 +28,27 @@ inline Tensor copy_of(const Tensor& t) {
   return out;
 }
 
-// Central differences of the scalar function f with respect to every element of `values`
-// (perturbed in place and restored), compared with `analytic`.
+// (f(v + step) - f(v - step)) / (2 step) for v = values[i], perturbed in place and restored.
+template <class Real>
+double central_difference(std::span<Real> values, std::size_t i, const std::function<double()>& f,
+                          Real step) {
+  const Real saved = values[i];
+  values[i] = saved + step;
+  const double up = f();
+  values[i] = saved - step;
+  const double down = f();
+  values[i] = saved;
+  return (up - down) / (2.0 * static_cast<double>(step));
+}
+
+// Central differences of the scalar function f with respect to every element of `values`,
+// compared with `analytic`.
 inline void expect_gradient_matches(std::span<float> values, std::span<const float> analytic,
                                     const std::function<double()>& f, float step = 1e-2F,
                                     double tolerance = 2e-2) {
   ASSERT_EQ(values.size(), analytic.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const float saved = values[i];
-    values[i] = saved + step;
-    const double up = f();
-    values[i] = saved - step;
-    const double down = f();
-    values[i] = saved;
-    const double numeric = (up - down) / (2.0 * static_cast<double>(step));
+    const double numeric = central_difference(values, i, f, step);
     EXPECT_NEAR(analytic[i], numeric, tolerance * std::max(1.0, std::abs(numeric)))
         << "element " << i;
   }

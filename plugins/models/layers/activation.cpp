@@ -1,27 +1,13 @@
 #include "layers/activation.hpp"
 
-#include <cmath>
 #include <string>
 
+#include "layers/gelu.hpp"
 #include "layers/layer_checks.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::layers {
 namespace {
-
-constexpr float kSqrt2OverPi = 0.7978845608028654F;
-constexpr float kGeluCubic = 0.044715F;
-
-float gelu(float x) {
-  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  return 0.5F * x * (1.0F + t);
-}
-
-float gelu_derivative(float x) {
-  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  const float inner = kSqrt2OverPi * (1.0F + 3.0F * kGeluCubic * x * x);
-  return 0.5F * (1.0F + t) + 0.5F * x * (1.0F - t * t) * inner;
-}
 
 // dy is loaded unconditionally: `s > 0 ? dy[i] : 0` would be a conditional load, which the
 // compiler may not speculate, leaving a branch per element that mispredicts on half of them.

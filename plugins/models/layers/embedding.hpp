@@ -1,0 +1,44 @@
+#pragma once
+// GPT-2's input embedding: a token embedding plus a learned position embedding, forward and
+// backward side by side over spans (llm.c's encoder_forward / encoder_backward).
+//
+// Layouts (row-major):
+//   tokens                        : [batch, time]            i64 ids in [0, vocab)
+//   token_table, grad_token_table : [vocab, channels]        (wte; GPT-2 ties it to the output
+//   head) position_table, grad_position : [context, channels]      (wpe), time <= context output,
+//   grad_output           : [batch, time, channels] output[b, t, :] = token_table[tokens[b, t], :]
+//   + position_table[t, :]
+//
+// Backward ADDS (+=) into both tables (a tied table also collects the output head's gradient).
+// Real is float or double. The same bits at any thread count: each thread owns a block of
+// channels and visits the positions in order, so a row used by several tokens sums them in
+// (b, t) order whatever the split.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "layers/compute_context.hpp"
+
+namespace tessera::layers {
+
+struct EmbeddingShape {
+  std::size_t batch = 0;
+  std::size_t time = 0;
+  std::size_t channels = 0;
+  std::size_t vocab = 0;
+  std::size_t context = 0;  // rows of the position table; time <= context
+};
+
+// Throws InvalidArgument for a token outside [0, vocab), naming its (b, t), or wrong sizes.
+template <class Real>
+void embedding_forward(std::span<Real> output, std::span<const std::int64_t> tokens,
+                       std::span<const Real> token_table, std::span<const Real> position_table,
+                       const EmbeddingShape& shape, const ComputeContext& compute);
+
+template <class Real>
+void embedding_backward(std::span<Real> grad_token_table, std::span<Real> grad_position_table,
+                        std::span<const Real> grad_output, std::span<const std::int64_t> tokens,
+                        const EmbeddingShape& shape, const ComputeContext& compute);
+
+}  // namespace tessera::layers

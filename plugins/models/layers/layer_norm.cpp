@@ -1,0 +1,113 @@
+#include "layers/layer_norm.hpp"
+
+#include <cmath>
+
+#include "layers/kernel_support.hpp"
+
+namespace tessera::layers {
+namespace {
+
+template <class Real>
+void check_shapes(std::size_t rows, std::size_t channels, std::span<const Real> input,
+                  std::span<const Real> weight, std::span<const Real> mean,
+                  std::span<const Real> rstd) {
+  TESSERA_CHECK(channels > 0, "layer_norm: channels must be positive");
+  require_size("layer_norm", "input", input, rows * channels);
+  require_size("layer_norm", "weight", weight, channels);
+  require_size("layer_norm", "mean", mean, rows);
+  require_size("layer_norm", "rstd", rstd, rows);
+}
+
+}  // namespace
+
+template <class Real>
+void layer_norm_forward(std::span<Real> output, std::span<Real> mean, std::span<Real> rstd,
+                        std::span<const Real> input, std::span<const Real> weight,
+                        std::span<const Real> bias, std::size_t rows, std::size_t channels,
+                        const ComputeContext& compute) {
+  check_shapes<Real>(rows, channels, input, weight, mean, rstd);
+  require_size("layer_norm", "output", output, rows * channels);
+  require_size("layer_norm", "bias", bias, channels);
+  const Real inv_channels = Real(1) / static_cast<Real>(channels);
+  compute.parallel_for(rows, grain_for(4 * channels), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const Real* x = input.data() + r * channels;
+      Real* y = output.data() + r * channels;
+      Real sum = 0;
+      for (std::size_t c = 0; c < channels; ++c) sum += x[c];
+      const Real m = sum * inv_channels;
+      // Two passes (mean, then squared deviations): no cancellation when |mean| >> spread.
+      Real squares = 0;
+      for (std::size_t c = 0; c < channels; ++c) squares += (x[c] - m) * (x[c] - m);
+      const Real s = Real(1) / std::sqrt(squares * inv_channels + static_cast<Real>(kLayerNormEps));
+      for (std::size_t c = 0; c < channels; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+      mean[r] = m;
+      rstd[r] = s;
+    }
+  });
+}
+
+template <class Real>
+void layer_norm_backward(std::span<Real> grad_input, std::span<Real> grad_weight,
+                         std::span<Real> grad_bias, std::span<const Real> grad_output,
+                         std::span<const Real> input, std::span<const Real> weight,
+                         std::span<const Real> mean, std::span<const Real> rstd, std::size_t rows,
+                         std::size_t channels, const ComputeContext& compute) {
+  check_shapes<Real>(rows, channels, input, weight, mean, rstd);
+  require_size("layer_norm", "grad_input", grad_input, rows * channels);
+  require_size("layer_norm", "grad_output", grad_output, rows * channels);
+  require_size("layer_norm", "grad_weight", grad_weight, channels);
+  require_size("layer_norm", "grad_bias", grad_bias, channels);
+  const Real inv_channels = Real(1) / static_cast<Real>(channels);
+  // The input gradient row by row: each row needs only its own two means.
+  compute.parallel_for(rows, grain_for(6 * channels), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const Real* x = input.data() + r * channels;
+      const Real* dy = grad_output.data() + r * channels;
+      Real* dx = grad_input.data() + r * channels;
+      const Real m = mean[r];
+      const Real s = rstd[r];
+      Real mean_g = 0;
+      Real mean_g_xhat = 0;
+      for (std::size_t c = 0; c < channels; ++c) {
+        const Real g = dy[c] * weight[c];
+        mean_g += g;
+        mean_g_xhat += g * (x[c] - m) * s;
+      }
+      mean_g *= inv_channels;
+      mean_g_xhat *= inv_channels;
+      for (std::size_t c = 0; c < channels; ++c) {
+        const Real xhat = (x[c] - m) * s;
+        dx[c] += s * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
+      }
+    }
+  });
+  // The parameter gradients channel block by channel block, rows in order: sums over rows
+  // that do not depend on the split.
+  compute.parallel_for(channels, std::max<std::size_t>(16, grain_for(2 * rows)),
+                       [&](std::size_t c0, std::size_t c1) {
+                         for (std::size_t r = 0; r < rows; ++r) {
+                           const Real* x = input.data() + r * channels;
+                           const Real* dy = grad_output.data() + r * channels;
+                           for (std::size_t c = c0; c < c1; ++c) {
+                             grad_weight[c] += dy[c] * (x[c] - mean[r]) * rstd[r];
+                             grad_bias[c] += dy[c];
+                           }
+                         }
+                       });
+}
+
+#define TESSERA_LAYER_NORM_INSTANCES(Real)                                                        \
+  template void layer_norm_forward<Real>(std::span<Real>, std::span<Real>, std::span<Real>,       \
+                                         std::span<const Real>, std::span<const Real>,            \
+                                         std::span<const Real>, std::size_t, std::size_t,         \
+                                         const ComputeContext&);                                  \
+  template void layer_norm_backward<Real>(                                                        \
+      std::span<Real>, std::span<Real>, std::span<Real>, std::span<const Real>,                   \
+      std::span<const Real>, std::span<const Real>, std::span<const Real>, std::span<const Real>, \
+      std::size_t, std::size_t, const ComputeContext&);
+TESSERA_LAYER_NORM_INSTANCES(float)
+TESSERA_LAYER_NORM_INSTANCES(double)
+#undef TESSERA_LAYER_NORM_INSTANCES
+
+}  // namespace tessera::layers
