@@ -3,9 +3,12 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tessera/plugin/store.hpp"
+#include "tessera/plugin/transport.hpp"
 #include "tessera/registry/registry.hpp"
 
 namespace tessera::fault_test {
@@ -26,6 +29,31 @@ inline Options options_for(const PluginRegistry& registry, PluginKind kind, cons
                            std::map<std::string, std::string> values = {}) {
   const auto defaults = registry.default_options(kind, name);
   return Options(defaults.section(), defaults.specs(), std::move(values));
+}
+
+// What a worker process connects with: the transport plugin it tests and a file store, both
+// loaded from the build's plugin folder (TESSERA_PLUGIN_DIR of the test). The registry is
+// kept alongside, so that the plugins stay loaded while they are used.
+struct WorkerPlugins {
+  PluginRegistry registry;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<Transport> transport;
+};
+
+// The file store lives in `folder`, shared by the workers of one test; `options` are the
+// transport's, over its defaults.
+inline std::unique_ptr<WorkerPlugins> load_worker_plugins(
+    const std::string& transport_name, std::map<std::string, std::string> options,
+    const std::filesystem::path& folder) {
+  auto plugins = std::make_unique<WorkerPlugins>();
+  plugins->registry.scan_directory(TESSERA_PLUGIN_DIR);
+  plugins->store = plugins->registry.create<Store>(
+      "file",
+      options_for(plugins->registry, PluginKind::store, "file", {{"path", folder.string()}}));
+  plugins->transport = plugins->registry.create<Transport>(
+      transport_name,
+      options_for(plugins->registry, PluginKind::transport, transport_name, std::move(options)));
+  return plugins;
 }
 
 // Names in /dev/shm that the shm transport created (prefix "tessera-shm-<pid>-") for any of

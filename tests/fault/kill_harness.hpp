@@ -51,15 +51,9 @@ inline const std::string kSurvivorReport = "ok 1 all_reduce 1 all_reduce";
     if (::write(report_fd, text.data(), text.size()) < 0) code = 3;
   };
   try {
-    PluginRegistry registry;
-    registry.scan_directory(TESSERA_PLUGIN_DIR);
-    auto store = registry.create<Store>(
-        "file",
-        fault_test::options_for(registry, PluginKind::store, "file", {{"path", folder.string()}}));
-    auto transport = registry.create<Transport>(
-        transport_name, fault_test::options_for(registry, PluginKind::transport, transport_name,
-                                                std::move(options)));
-    auto comm = transport->connect(store, rank, kRanks, 30s);
+    const auto plugins =
+        fault_test::load_worker_plugins(transport_name, std::move(options), folder);
+    auto comm = plugins->transport->connect(plugins->store, rank, kRanks, 30s);
     std::vector<float> data(kElements, 1.0f);
     for (int i = 0; i < 3; ++i) comm->all_reduce(view_of(std::span(data)), ReduceOp::sum)->wait();
     report("ready");

@@ -37,15 +37,9 @@ constexpr auto kStallTimeout = 2s;
     if (::write(report_fd, text.data(), text.size()) < 0) code = 3;
   };
   try {
-    PluginRegistry registry;
-    registry.scan_directory(TESSERA_PLUGIN_DIR);
-    auto store = registry.create<Store>(
-        "file",
-        fault_test::options_for(registry, PluginKind::store, "file", {{"path", folder.string()}}));
-    auto transport = registry.create<Transport>(
-        "shm", fault_test::options_for(registry, PluginKind::transport, "shm",
-                                       {{"stall_timeout", "2s"}, {"timeout", "300s"}}));
-    auto comm = transport->connect(store, rank, kRanks, 30s);
+    const auto plugins = fault_test::load_worker_plugins(
+        "shm", {{"stall_timeout", "2s"}, {"timeout", "300s"}}, folder);
+    auto comm = plugins->transport->connect(plugins->store, rank, kRanks, 30s);
     std::vector<float> data(1024, 1.0f);
     for (int i = 0; i < 3; ++i) comm->all_reduce(view_of(std::span(data)), ReduceOp::sum)->wait();
     report("ready");

@@ -55,17 +55,11 @@ void PrintTo(const Case& c, std::ostream* os) {
     } else {
       ::unsetenv("UCX_TLS");
     }
-    PluginRegistry registry;
-    registry.scan_directory(TESSERA_PLUGIN_DIR);
-    auto store = registry.create<Store>(
-        "file",
-        fault_test::options_for(registry, PluginKind::store, "file", {{"path", folder.string()}}));
-    auto transport = registry.create<Transport>(
+    const auto plugins = fault_test::load_worker_plugins(
         "ucx",
-        fault_test::options_for(registry, PluginKind::transport, "ucx",
-                                {{"stall_timeout", std::to_string(kStallTimeout.count()) + "ms"},
-                                 {"timeout", "300s"}}));
-    auto comm = transport->connect(store, rank, kRanks, 30s);
+        {{"stall_timeout", std::to_string(kStallTimeout.count()) + "ms"}, {"timeout", "300s"}},
+        folder);
+    auto comm = plugins->transport->connect(plugins->store, rank, kRanks, 30s);
     std::vector<float> data(c.elements, 1.0f);
     for (int i = 0; i < 3; ++i) comm->all_reduce(view_of(std::span(data)), ReduceOp::sum)->wait();
     report("ready");

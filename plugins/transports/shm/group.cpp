@@ -205,19 +205,12 @@ void Group::fail(FailureKind kind, std::optional<int> peer, const std::string& r
     failure_reason_ = reason;
     failed_.store(true, std::memory_order_release);
   }
-  Header& header = segment_.header();
   if (publish) {
-    std::uint32_t expected = static_cast<std::uint32_t>(FailureKind::none);
-    if (header.failure.compare_exchange_strong(expected,
-                                               static_cast<std::uint32_t>(FailureKind::claimed))) {
-      header.failed_rank = peer.value_or(rank_);
-      const auto n = std::min(reason.size(), sizeof(header.failure_reason) - 1);
-      std::memcpy(header.failure_reason, reason.data(), n);
-      header.failure_reason[n] = '\0';
-      header.failure.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
-    }
+    segment_.record_failure(kind, peer.value_or(rank_), reason);
+    return;
   }
   // Wake everyone, here and in other processes, so they notice at once.
+  Header& header = segment_.header();
   header.epoch.fetch_add(1);
   futex_wake_all(header.epoch);
 }

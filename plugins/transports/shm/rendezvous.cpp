@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "communicator.hpp"
@@ -11,12 +12,41 @@ namespace tessera::shm {
 
 namespace {
 
-// Blocks until every rank has written its pid into the segment.
-void await_attached(const Segment& segment, int size, Deadline deadline) {
+// What rank 0 publishes under the segment key instead of a name (names start with '/') once
+// the world cannot come together: "refused <the rank it is about> <why>". Every rank still
+// to read the key then fails at once, naming that rank, instead of waiting out its timeout.
+constexpr std::string_view kRefusedPrefix = "refused ";
+
+// Never throws: where the store is gone too the others time out, and the caller's own error
+// matters more.
+void publish_refusal(Store& store, const std::string& key, int about,
+                     const std::string& why) noexcept {
+  try {
+    store.set(key, std::string(kRefusedPrefix) + std::to_string(about) + " " + why);
+  } catch (...) {
+  }
+}
+
+[[noreturn]] void throw_refused(int rank, int size, int about, const std::string& why) {
+  throw TransportError(
+      "shm connect (rank " + std::to_string(rank) + " of " + std::to_string(size) + "): " + why,
+      about, "connect");
+}
+
+// Blocks until every rank has written its pid into the segment. Fails at once, naming it,
+// when a rank records in the segment that it gave up (see Segment::open); rank 0 then also
+// tells the ranks yet to read the key.
+void await_attached(const Segment& segment, Store& store, const std::string& key, int rank,
+                    int size, Deadline deadline) {
   Header& header = segment.header();
   for (;;) {
     const std::uint32_t seen = header.epoch.load();
     if (header.attached.load() == static_cast<std::uint32_t>(size)) return;
+    const auto failure = static_cast<FailureKind>(header.failure.load(std::memory_order_acquire));
+    if (failure == FailureKind::died || failure == FailureKind::aborted) {
+      if (rank == 0) publish_refusal(store, key, header.failed_rank, header.failure_reason);
+      throw_refused(rank, size, header.failed_rank, header.failure_reason);
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       std::string missing;
@@ -32,30 +62,65 @@ void await_attached(const Segment& segment, int size, Deadline deadline) {
   }
 }
 
+// Rank 0: creates the segment and publishes its name, or why it could not.
+Segment create_and_publish(Store& store, const std::string& key, int size,
+                           std::size_t staging_bytes, const Settings& settings) {
+  Segment segment;
+  try {
+    segment = Segment::create(size, staging_bytes, settings.p2p_chunk_size);
+  } catch (const std::exception& e) {
+    publish_refusal(store, key, 0,
+                    "rank 0 (pid " + std::to_string(::getpid()) +
+                        ") could not create the world's shared memory: " + e.what());
+    throw;
+  }
+  store.set(key, segment.name());
+  return segment;
+}
+
+// The other ranks: maps the segment rank 0 published, or fails as its refusal says.
+Segment open_published(Store& store, const std::string& key, int rank, int size, Duration timeout) {
+  // Throws when `value` is a refusal, unless it is about this rank (then this rank's own
+  // error, being thrown, says it better).
+  const auto throw_if_refused = [&](const std::string& value) {
+    if (value.rfind(kRefusedPrefix, 0) != 0) return;
+    const auto rest = value.substr(kRefusedPrefix.size());
+    const auto space = rest.find(' ');
+    const int about = std::stoi(rest.substr(0, space));
+    if (about != rank) throw_refused(rank, size, about, rest.substr(space + 1));
+  };
+  const std::string name = store.get(key, timeout);
+  throw_if_refused(name);
+  try {
+    return Segment::open(name, rank, size);
+  } catch (const TransportError&) {
+    // Rank 0 may have given up, and removed the segment, between the read and the open: then
+    // its refusal says why.
+    if (store.check(key)) throw_if_refused(store.get(key, timeout));
+    throw;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<ShmCommunicator> connect_group(std::shared_ptr<Store> store, int rank, int size,
                                                const Settings& settings, Duration timeout) {
   const Deadline deadline = deadline_after(timeout);
   const std::size_t staging_bytes = static_cast<std::size_t>(size) * settings.chunk_size;
-  Segment::require_room(size, staging_bytes, settings.p2p_chunk_size);
   // Each rank counts its own connects through this store, so a store reused for a second
   // world never hands out the first world's (already unlinked) segment name.
   const auto generation = store->add("shm/connects/rank" + std::to_string(rank), 1);
   const std::string key = "shm/segment/" + std::to_string(generation);
-  Segment segment;
-  if (rank == 0) {
-    segment = Segment::create(size, staging_bytes, settings.p2p_chunk_size);
-    store->set(key, segment.name());
-  } else {
-    segment = Segment::open(store->get(key, timeout), size);
-  }
+  // Only rank 0 needs room in /dev/shm: it allocates the whole segment; the others map pages
+  // already there.
+  Segment segment = rank == 0 ? create_and_publish(*store, key, size, staging_bytes, settings)
+                              : open_published(*store, key, rank, size, timeout);
   segment.rank_slot(rank).progress.store(released(kFirstStep - 1));
   segment.rank_slot(rank).pid.store(::getpid());
   segment.header().attached.fetch_add(1);
   segment.header().epoch.fetch_add(1);
   futex_wake_all(segment.header().epoch);
-  await_attached(segment, size, deadline);
+  await_attached(segment, *store, key, rank, size, deadline);
   segment.unlink();
   if (rank == 0) store->remove(key);
 

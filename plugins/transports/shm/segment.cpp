@@ -7,15 +7,19 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <optional>
 #include <random>
 #include <system_error>
 #include <utility>
 
+#include "futex.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::shm {
@@ -88,38 +92,81 @@ std::string format_bytes(long double bytes) {
   return text;
 }
 
-}  // namespace
-
-void Segment::require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes) {
+// The room /dev/shm has left, or nullopt where it cannot be told: statvfs fails, or the tmpfs
+// has no size limit (it then reports 0 blocks in all).
+std::optional<long double> free_in_dev_shm() {
   struct statvfs fs {};
-  if (::statvfs("/dev/shm", &fs) != 0) return;
-  const long double free_bytes =
-      static_cast<long double>(fs.f_bavail) * static_cast<long double>(fs.f_frsize);
-  // In long double: for absurd worlds the exact size would not fit in 64 bits.
+  if (::statvfs("/dev/shm", &fs) != 0 || fs.f_blocks == 0) return std::nullopt;
+  return static_cast<long double>(fs.f_bavail) * static_cast<long double>(fs.f_frsize);
+}
+
+// The size compute_offsets() gives, in long double: for absurd worlds it would not fit in 64
+// bits.
+long double segment_bytes(int size, std::size_t staging_bytes, std::size_t channel_bytes) {
   const auto n = static_cast<long double>(size);
-  const long double staging = n * 2 * static_cast<long double>(round_up(staging_bytes, kPage));
-  const long double channels = n * n * 2 * static_cast<long double>(channel_stride(channel_bytes));
+  const auto page = static_cast<long double>(kPage);
   const long double control =
-      static_cast<long double>(round_up(sizeof(Header), kCacheLine) + kPage) +
-      n * static_cast<long double>(sizeof(RankSlot)) +
-      n * n * static_cast<long double>(sizeof(ChannelControl));
-  const long double needed = control + staging + channels;
-  if (needed <= free_bytes) return;
+      std::ceil((static_cast<long double>(round_up(sizeof(Header), kCacheLine)) +
+                 n * static_cast<long double>(sizeof(RankSlot)) +
+                 n * n * static_cast<long double>(sizeof(ChannelControl))) /
+                page) *
+      page;
+  return control + n * 2 * static_cast<long double>(round_up(staging_bytes, kPage)) +
+         n * n * 2 * static_cast<long double>(channel_stride(channel_bytes));
+}
+
+// What a world's segment needs, why /dev/shm cannot hold it (`refusal`) and what to do about
+// it (`remedy` first where the refusal has a cause of its own).
+[[noreturn]] void throw_no_room(int size, std::size_t staging_bytes, std::size_t channel_bytes,
+                                const std::string& refusal, const std::string& remedy = "") {
+  const long double needed = segment_bytes(size, staging_bytes, channel_bytes);
+  char exact[64];
+  std::snprintf(exact, sizeof exact, "%.0Lf", needed);
   throw TransportError(
       "shm: a world of " + std::to_string(size) + " ranks needs a shared-memory segment of " +
-          format_bytes(needed) + " (staging " + std::to_string(size) + " x 2 x " +
-          format_bytes(static_cast<long double>(round_up(staging_bytes, kPage))) +
+          format_bytes(needed) + " (" + exact + " bytes: staging " + std::to_string(size) +
+          " x 2 x " + format_bytes(static_cast<long double>(round_up(staging_bytes, kPage))) +
           " from chunk_size, point-to-point channels " + std::to_string(size) + " x " +
           std::to_string(size) + " x 2 x " +
           format_bytes(static_cast<long double>(channel_stride(channel_bytes))) +
-          " from p2p_chunk_size), but /dev/shm has only " + format_bytes(free_bytes) +
-          " free; enlarge /dev/shm (docker run --shm-size=...), lower [transport.shm] "
-          "chunk_size or p2p_chunk_size, or use fewer ranks or the ucx transport",
+          " from p2p_chunk_size), but " + refusal + "; " + remedy +
+          "free space in /dev/shm (remove what no longer runs there), mount it larger "
+          "(docker run --shm-size=..., mount -o remount,size=... /dev/shm), lower "
+          "[transport.shm] chunk_size or p2p_chunk_size, or use fewer ranks or the ucx transport",
       std::nullopt, "connect");
+}
+
+// Allocates every page of the object now. tmpfs otherwise grants a page only when it is first
+// touched, and a page it cannot grant then (/dev/shm filled meanwhile) ends the process with
+// SIGBUS in the middle of a collective. In steps, so that a signal (EINTR: tmpfs gives back
+// what the interrupted call had allocated) costs one step's work, not all of it. Returns 0 or
+// the error number.
+int reserve_pages(int fd, std::size_t bytes) noexcept {
+  constexpr std::size_t kStep = std::size_t{64} << 20;
+  for (std::size_t offset = 0; offset < bytes; offset += kStep) {
+    const std::size_t length = std::min(kStep, bytes - offset);
+    int rc = 0;
+    do {
+      rc = ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(length));
+    } while (rc == EINTR);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void Segment::require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes) {
+  const auto free_bytes = free_in_dev_shm();
+  if (!free_bytes || segment_bytes(size, staging_bytes, channel_bytes) <= *free_bytes) return;
+  throw_no_room(size, staging_bytes, channel_bytes,
+                "/dev/shm has only " + format_bytes(*free_bytes) + " free");
 }
 
 Segment Segment::create(int size, std::size_t staging_bytes, std::size_t channel_bytes) {
   remove_segments_of_dead_processes();
+  // Refuses an impossible size without first taking, for a moment, all that is left.
+  require_room(size, staging_bytes, channel_bytes);
   Segment segment;
   segment.size_ = size;
   segment.staging_bytes_ = round_up(staging_bytes, kPage);
@@ -129,10 +176,28 @@ Segment Segment::create(int size, std::size_t staging_bytes, std::size_t channel
   const int fd = ::shm_open(segment.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd == -1) throw_errno("cannot create " + segment.name_);
   segment.owns_name_ = true;
-  if (::ftruncate(fd, static_cast<off_t>(segment.bytes_)) == -1) {
+  if (const int rc = reserve_pages(fd, segment.bytes_); rc != 0) {
+    // Nothing of it may stay behind: the name goes now, the pages with the descriptor.
     ::close(fd);
-    throw_errno("cannot size " + segment.name_ + " to " + std::to_string(segment.bytes_) +
-                " bytes");
+    segment.unlink();
+    const auto free_bytes = free_in_dev_shm();
+    const std::string free_text = free_bytes ? format_bytes(*free_bytes) : "an unknown amount";
+    if (rc == ENOSPC)
+      throw_no_room(size, staging_bytes, channel_bytes, "/dev/shm has only " + free_text + " free");
+    if (rc == ENOMEM)
+      throw_no_room(size, staging_bytes, channel_bytes,
+                    "/dev/shm has " + free_text +
+                        " free and this process's memory limit (its cgroup's memory.max) refused "
+                        "the pages",
+                    "raise that limit, ");
+    if (rc == EFBIG)
+      throw_no_room(size, staging_bytes, channel_bytes,
+                    "/dev/shm has " + free_text +
+                        " free and this process may not create a file that large (ulimit -f)",
+                    "raise that limit, ");
+    errno = rc;
+    throw_errno("cannot reserve " + std::to_string(segment.bytes_) + " bytes in /dev/shm for " +
+                segment.name_);
   }
   segment.map(fd, segment.bytes_);
 
@@ -150,7 +215,7 @@ Segment Segment::create(int size, std::size_t staging_bytes, std::size_t channel
   return segment;
 }
 
-Segment Segment::open(const std::string& name, int size) {
+Segment Segment::open(const std::string& name, int rank, int size) {
   Segment segment;
   segment.name_ = name;
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
@@ -162,8 +227,19 @@ Segment Segment::open(const std::string& name, int size) {
   }
   segment.map(fd, static_cast<std::size_t>(st.st_size));
   const Header& header = segment.header();
-  if (segment.bytes_ < sizeof(Header) || header.magic != kMagic || header.version != kVersion ||
-      header.size != size || header.total_bytes != segment.bytes_) {
+  const bool this_build = segment.bytes_ >= sizeof(Header) && header.magic == kMagic &&
+                          header.version == kVersion && header.total_bytes == segment.bytes_;
+  if (this_build && header.size != size) {
+    // The ranks already attached wait for this one: tell them it will not come.
+    const std::string reason = "rank " + std::to_string(rank) + " (pid " +
+                               std::to_string(::getpid()) + ") expects a world of " +
+                               std::to_string(size) + " ranks, not the " +
+                               std::to_string(header.size) +
+                               " this one was created for: start every rank with one world size";
+    segment.record_failure(FailureKind::aborted, rank, reason);
+    throw TransportError("shm: " + reason, std::nullopt, "connect");
+  }
+  if (!this_build) {
     throw TransportError("shm: segment " + name + " does not match this build or world size " +
                              std::to_string(size) + " (stale store key?)",
                          std::nullopt, "connect");
@@ -173,6 +249,21 @@ Segment Segment::open(const std::string& name, int size) {
   segment.channel_bytes_ = header.channel_bytes;
   segment.compute_offsets();
   return segment;
+}
+
+void Segment::record_failure(FailureKind kind, int rank, const std::string& reason) const noexcept {
+  Header& header = this->header();
+  std::uint32_t expected = static_cast<std::uint32_t>(FailureKind::none);
+  if (header.failure.compare_exchange_strong(expected,
+                                             static_cast<std::uint32_t>(FailureKind::claimed))) {
+    header.failed_rank = rank;
+    const auto n = std::min(reason.size(), sizeof(header.failure_reason) - 1);
+    std::memcpy(header.failure_reason, reason.data(), n);
+    header.failure_reason[n] = '\0';
+    header.failure.store(static_cast<std::uint32_t>(kind), std::memory_order_release);
+  }
+  header.epoch.fetch_add(1);
+  futex_wake_all(header.epoch);
 }
 
 void Segment::map(int fd, std::size_t bytes) {

@@ -67,16 +67,15 @@ struct alignas(kCacheLine) ChunkHeader {
 class Segment {
  public:
   // Creates a new segment with a unique name (and removes segments left behind by dead
-  // processes). Throws TransportError on failure.
+  // processes), every page of it allocated before it is mapped: a /dev/shm that fills later
+  // cannot take them back, so touching the segment never raises SIGBUS. Throws TransportError
+  // when /dev/shm cannot hold it (naming the bytes needed, of what and from which options,
+  // against those free, and what to do), leaving nothing in /dev/shm; or on any other failure.
   static Segment create(int size, std::size_t staging_bytes, std::size_t channel_bytes);
-  // Maps an existing segment by name and checks that its layout matches this build.
-  static Segment open(const std::string& name, int size);
-  // Throws TransportError, naming the bytes a segment for `size` ranks needs (and of what)
-  // against those free, when /dev/shm has less room free than that. tmpfs grants a segment's
-  // pages only as they are first touched, so a segment larger than the room would otherwise
-  // end the job with SIGBUS in the middle of a collective. Every rank calls it before the
-  // rendezvous, so that all refuse at once. Does nothing where /dev/shm cannot be queried.
-  static void require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes);
+  // Maps an existing segment by name as `rank` and checks that its layout matches this build
+  // and `size`. A rank whose world size differs records that in the segment's failure record
+  // (so the ranks waiting for it fail at once, naming it) and throws TransportError.
+  static Segment open(const std::string& name, int rank, int size);
 
   Segment() = default;
   Segment(Segment&& other) noexcept;
@@ -84,6 +83,10 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
   ~Segment();
+
+  // Records the group's failure in the header for every rank to see, unless one is recorded
+  // already (the first wins), and wakes the sleepers.
+  void record_failure(FailureKind kind, int rank, const std::string& reason) const noexcept;
 
   // Removes the name from /dev/shm; the memory lives on until the last mapping goes. Every
   // rank calls it once all have attached, so a crash later cannot leak the segment.
@@ -99,6 +102,11 @@ class Segment {
   [[nodiscard]] std::size_t channel_bytes() const noexcept { return channel_bytes_; }
 
  private:
+  // Throws TransportError, naming the bytes a segment for `size` ranks needs (and of what)
+  // against those free, when /dev/shm has less room free than that. create() asks before it
+  // allocates: allocating a segment that cannot fit would take, for a moment, all the room
+  // other processes' mappings still need. Does nothing where /dev/shm cannot be queried.
+  static void require_room(int size, std::size_t staging_bytes, std::size_t channel_bytes);
   void map(int fd, std::size_t bytes);
   void release() noexcept;
   void compute_offsets();
