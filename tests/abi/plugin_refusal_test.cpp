@@ -124,6 +124,16 @@ TEST(PluginRefusal, InTreeTransportsAndStoresDeclareWhatTheyCanDo) {
     EXPECT_FALSE(capabilities(PluginKind::strategy, sharded).replicated_state) << sharded;
   }
   EXPECT_FALSE(capabilities(PluginKind::transport, "shm").replicated_state);
+  // Where a strategy's state may live (ABI 2.3): ddp and the zero stages on a GPU too, hybrid on
+  // the host only.
+  const std::vector<DeviceType> anywhere = {DeviceType::cpu, DeviceType::cuda};
+  for (const char* strategy : {"ddp", "zero1", "zero2", "zero3"}) {
+    EXPECT_EQ(capabilities(PluginKind::strategy, strategy).devices, anywhere) << strategy;
+  }
+  if (registry.try_find(PluginKind::strategy, "hybrid") != nullptr) {
+    EXPECT_EQ(capabilities(PluginKind::strategy, "hybrid").devices,
+              std::vector<DeviceType>{DeviceType::cpu});
+  }
 }
 
 TEST(PluginRefusal, WrongBuildIdShowsBothIds) {

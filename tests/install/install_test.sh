@@ -45,7 +45,7 @@ case "$case_name" in
 installs_a_complete_prefix)
   rm -rf "$prefix"
   run "$CMAKE_COMMAND" --install "$INSTALL_TEST_BUILD_DIR" --prefix "$prefix" >"$scratch/install.log"
-  for f in bin/tessera lib/libtessera.so include/tessera/base/version.hpp include/tessera/runtime/registry.hpp \
+  for f in bin/tessera lib/libtessera.so include/tessera/base/version.hpp include/tessera/registry/registry.hpp \
     include/tessera/strategy_kit/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
     lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
     lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
@@ -123,7 +123,7 @@ pkg_config_builds_a_host)
   cat >"$scratch/host.cpp" <<'CPP'
 #include <cstdio>
 #include <cstring>
-#include "tessera/runtime/registry.hpp"
+#include "tessera/registry/registry.hpp"
 #include "tessera/base/version.hpp"
 int main() {
   tessera::PluginRegistry registry;

@@ -12,7 +12,7 @@ Every run starts --workers workers (3 by default) with [elastic] max_restarts hi
 enough that each killed worker is replaced (the launcher starts a newcomer, admitted at a step
 boundary), so every kill strikes a full world. Kills are spread over the run; the next waits
 until the world is whole again.
-`two` kills two workers in the same instant and uses replicas = 2 (with 3 workers and one copy,
+`two` kills two workers in the same instant and uses copies = 2 (with 3 workers and one copy,
 two dead workers always take a state and its only copy with them). `stop` SIGSTOPs a worker: the
 others count it gone once its lease ends (failure_timeout) and go on; the script SIGCONTs it
 then, it finds itself counted gone and exits, and the launcher replaces it.

@@ -5,10 +5,10 @@
 # round runs inner, elastic(inner) for each inner back to back, so a round's two runs see the
 # same machine; prints every run's samples/s and the median of the per-round ratios
 # elastic/inner, then each rank's peak RSS (median over rounds) and its difference: what the
-# copies of the state (replicas) and the membership cost in memory.
+# copies of the state and the membership cost in memory.
 #
 #   tools/bench/elastic_overhead.sh [--rounds 5] [--steps 300] [--epochs 1] [--inner ddp,zero2]
-#                                   [--replicas 1] [--replica-every 1] [--workers 3]
+#                                   [--copies 1] [--copy-every 1] [--workers 3]
 #                                   [--send-copies] [--build build/release]
 #
 # --epochs: the run's length (one epoch is 312 steps at 3 workers; --steps caps it). Longer runs
@@ -31,8 +31,8 @@ while (($#)); do
     --epochs) epochs=$2; shift 2 ;;
     --send-copies) share=false; shift ;;
     --inner) inners=$2; shift 2 ;;
-    --replicas) replicas=$2; shift 2 ;;
-    --replica-every) every=$2; shift 2 ;;
+    --copies) replicas=$2; shift 2 ;;
+    --copy-every) every=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) echo "elastic_overhead.sh: unknown argument $1" >&2; exit 2 ;;
@@ -75,7 +75,7 @@ import json, statistics, sys
 work, rounds, inners, steps, replicas, every, workers, epochs, share = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8], sys.argv[9]
 load = lambda inner, kind, r: json.load(open(f"{work}/{inner}-{kind}-{r}.json"))
 print(f"{rounds} rounds of {epochs} epoch(s) (at most {steps} steps), {workers} shm workers, "
-      f"replicas = {replicas}, copy_every = {every}, share_copies_on_host = {share}")
+      f"copies = {replicas}, copy_every = {every}, share_copies_on_host = {share}")
 print("%-15s %-52s %9s %9s" % ("run", "samples/s per round", "median", "ratio"))
 for inner in inners:
     plain = [load(inner, "plain", r) for r in range(rounds)]
