@@ -298,6 +298,40 @@ TEST_F(ConfigCheckCli, FlagsAndVariablesAreNamedAsTheSource) {
                     "flag --strategy.ddp.first_bucket: ", "'0' is out of range");
 }
 
+// A refusal about several values of a plugin (the hybrid mesh: tensor_parallel x
+// pipeline_parallel against the world) once led with the file line of whichever key sorted
+// first, even when the value at fault came from a flag.
+TEST_F(ConfigCheckCli, AMeshRefusedBecauseOfAFlagLeadsWithTheFlag) {
+  const auto file = write(
+      config_text({{6, "strategy = hybrid"}, {29, "[strategy.hybrid]"}, {30, "pipeline_parallel = 1"}}));
+  const auto r =
+      run_cli("config check " + file.string() + " --strategy.hybrid.tensor_parallel=3");
+  expect_user_error(r, "flag --strategy.hybrid.tensor_parallel, " + file.string() + ":30: ",
+                    "need a world size that is a multiple of 3");
+  EXPECT_NE(r.err.find("tensor_parallel = 3 (flag --strategy.hybrid.tensor_parallel)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("pipeline_parallel = 1 (" + file.string() + ":30)"), std::string::npos)
+      << r.err;
+}
+
+// A `tessera train` command line checks unchanged: -n is [runtime] world_size in both.
+TEST_F(ConfigCheckCli, TakesDashNAsTrainDoes) {
+  const auto file = write(config_text({}));
+  for (const auto* n : {"-n 4", "-n4", "-n=4"}) {
+    const auto r = run_cli("config check " + file.string() + " " + n);
+    EXPECT_EQ(r.exit_code, 0) << n << ": " << r.err;
+    EXPECT_NE(r.out.find("# the run: 4 rank(s)"), std::string::npos) << n << ": " << r.out;
+  }
+  const auto zero = run_cli("config check " + file.string() + " -n 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
+  EXPECT_NE(zero.err.find("config check: -n 0: '0' is out of range"), std::string::npos)
+      << zero.err;
+  const auto missing = run_cli("config check " + file.string() + " -n");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("-n needs a value"), std::string::npos) << missing.err;
+}
+
 TEST_F(ConfigCheckCli, AStringOptionCanBeClearedFromTheCommandLine) {
   const auto file = write(config_text({{13, "checkpoint_dir = ckpt"}}));
   const auto r = run_cli("config check " + file.string() + " --train.checkpoint_dir=");
