@@ -76,6 +76,21 @@ void refuse_to_overwrite(const std::filesystem::path& dir) {
                         "afresh; nothing was changed");
 }
 
+// Without --resume the records of a run would follow another run's in the same file, and
+// nothing in them tells the two apart: refused as a checkpoint_dir in use is. Every rank looks,
+// as at a checkpoint_dir, so that all of them stop where the file is seen.
+void refuse_to_append(const std::filesystem::path& metrics_file) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(metrics_file, ec);
+  if (ec || bytes == 0) return;
+  throw ConfigError("[train] metrics_file " + metrics_file.string() + " already holds " +
+                    std::to_string(bytes) +
+                    " bytes of records of an earlier run: pass --resume to continue that run "
+                    "(its records are appended to), set [train] metrics_file "
+                    "(--train.metrics_file) to another file, or remove this one to start "
+                    "afresh; nothing was changed");
+}
+
 // The strategy a checkpoint names must exist and agree with its parameter index; which
 // strategy loads it is free (every data-parallel strategy reads every other's checkpoints).
 void check_strategy_name(const FileCheckpointReader& reader, const TrainerComponents& parts) {
@@ -675,6 +690,7 @@ TrainResult Trainer::train(bool resume) {
   } else {
     placement_ = checked_placement();
     if (!resume && !options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
+    if (!resume && !options_.metrics_file.empty()) refuse_to_append(options_.metrics_file);
     at = resume ? restore(result) : Position{};
   }
 
