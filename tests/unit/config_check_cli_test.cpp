@@ -206,6 +206,11 @@ const Mutation kMutations[] = {
      {{2, "transport = shm"}, {29, "[transport.shm]"}, {30, "chunk_size = 1"}},
      30,
      "chunk_size: '1' is out of range"},
+    // Longer than any store's lease: it passed here and failed in every rank.
+    {"failure_timeout_beyond_any_lease",
+     {{6, "strategy = elastic"}, {29, "[strategy.elastic]"}, {30, "failure_timeout = 300000000000ms"}},
+     30,
+     "failure_timeout: '300000000000ms' is out of range"},
     {"unknown_key", {{26, "momentun = 0.9"}}, 26, "did you mean 'momentum'?"},
     {"unknown_section_without_keys", {{28, "[optimiser.sgd]"}}, 28, "unknown section [optimiser"},
     {"unknown_section_names_its_header",
