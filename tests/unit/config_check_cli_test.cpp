@@ -320,8 +320,9 @@ TEST_F(ConfigCheckCli, AMeshRefusedBecauseOfAFlagLeadsWithTheFlag) {
       << r.err;
 }
 
-// A `tessera train` command line checks unchanged: -n is [runtime] world_size in both.
-TEST_F(ConfigCheckCli, TakesDashNAsTrainDoes) {
+// A `tessera train` command line checks unchanged: --config FILE, and -n as [runtime]
+// world_size.
+TEST_F(ConfigCheckCli, TakesConfigAndDashNAsTrainDoes) {
   const auto file = write(config_text({}));
   for (const auto* n : {"-n 4", "-n4", "-n=4"}) {
     const auto r = run_cli("config check " + file.string() + " " + n);
@@ -332,6 +333,9 @@ TEST_F(ConfigCheckCli, TakesDashNAsTrainDoes) {
   EXPECT_EQ(zero.exit_code, 2) << zero.err;
   EXPECT_NE(zero.err.find("config check: -n 0: '0' is out of range"), std::string::npos)
       << zero.err;
+  const auto as_train = run_cli("config check --config " + file.string() + " -n 3");
+  EXPECT_EQ(as_train.exit_code, 0) << as_train.err;
+  EXPECT_NE(as_train.out.find("# the run: 3 rank(s)"), std::string::npos) << as_train.out;
   const auto missing = run_cli("config check " + file.string() + " -n");
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
   EXPECT_NE(missing.err.find("-n needs a value"), std::string::npos) << missing.err;

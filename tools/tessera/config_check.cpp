@@ -12,7 +12,8 @@ namespace tessera::cli {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: tessera config check FILE [--all] [-n N] [--section.key=value ...]
+constexpr const char* kUsage =
+    R"(usage: tessera config check FILE|--config FILE [--all] [-n N] [--section.key=value ...]
 
 Reads FILE, then the TESSERA_* environment variables, then the flags (later sources win),
 validates every value against the core's and the plugins' schemas (types, choices, ranges),
@@ -21,9 +22,10 @@ each other and the host (the schedule against the run's steps, the data set agai
 model, the model and the ranks against the host), and prints each resolved value with its
 origin: FILE:LINE, environment VARIABLE, flag --section.key or default, then the run's figures.
 Core sections are always shown; a plugin section when any of its values is set (--all: every
-section). -n N is [runtime] world_size, as `tessera train` takes it. Exits 2 with the first
-error, naming where the bad value came from. A config that passes here is refused by
-`tessera train` only for what happens while it runs.
+section). --config FILE and -n N ([runtime] world_size) are taken as `tessera train` takes
+them, so a train command line checks unchanged. Exits 2 with the first error, naming where the
+bad value came from. A config that passes here is refused by `tessera train` only for what
+happens while it runs.
 )";
 
 bool is_set_anywhere(const Config& config, const std::string& section) {
@@ -33,8 +35,14 @@ bool is_set_anywhere(const Config& config, const std::string& section) {
   });
 }
 
-int check(const std::vector<std::string>& args) {
-  if (args.empty() || args[0].starts_with("--")) {
+int check(std::vector<std::string> args) {
+  // `--config FILE`, as `tessera train` names it, is FILE: a train command line checks unchanged.
+  if (!args.empty() && args[0].starts_with("--config=")) {
+    args[0] = args[0].substr(9);
+  } else if (args.size() >= 2 && args[0] == "--config") {
+    args.erase(args.begin());
+  }
+  if (args.empty() || args[0].starts_with("-")) {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
       std::cout << kUsage;
       return 0;
