@@ -43,12 +43,22 @@ configure_file(cmake/tessera-plugin.pc.in "${PROJECT_BINARY_DIR}/tessera-plugin.
 install(FILES "${PROJECT_BINARY_DIR}/tessera.pc" "${PROJECT_BINARY_DIR}/tessera-plugin.pc"
   DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 
-# The plugin skeleton, for authors who have the installed package but not the sources.
+# The plugin skeletons (an optimizer, a strategy), for authors who have the installed package
+# but not the sources.
 install(DIRECTORY sdk/template/ DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/template")
+install(DIRECTORY sdk/strategy_template/
+  DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/strategy_template")
 
 # The documentation and samples, laid out as in the sources (README.md, docs/, samples/) so
 # their relative links hold in the installed copy too.
 install(FILES README.md LICENSE DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 install(DIRECTORY docs/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/docs")
-install(DIRECTORY samples/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/samples"
-  PATTERN "build" EXCLUDE)
+# Only the samples' own files, one level inside each sample's folder: a run in the source tree
+# writes its checkpoints, metrics and traces beside the sample configs (and a build folder may
+# sit there), and none of that belongs in a package.
+file(GLOB sample_files RELATIVE "${PROJECT_SOURCE_DIR}" CONFIGURE_DEPENDS
+  samples/*/*.ini samples/*/*.cpp samples/*/*.hpp samples/*/CMakeLists.txt samples/*/README.md)
+foreach(sample_file IN LISTS sample_files)
+  get_filename_component(sample_dir "${sample_file}" DIRECTORY)
+  install(FILES "${sample_file}" DESTINATION "${CMAKE_INSTALL_DOCDIR}/${sample_dir}")
+endforeach()

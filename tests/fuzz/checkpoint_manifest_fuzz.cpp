@@ -72,13 +72,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         again.format_version != tessera::checkpoint::kFormatVersion ||
         again.metadata != manifest.metadata || !same(again.blobs, manifest.blobs))
       std::abort();  // the writer's text reads back as another manifest
-  } catch (const tessera::CheckpointError&) {
+  } catch (const tessera::CheckpointError& e) {
+    tessera::fuzz::require_own_words(e);
   }
   try {
     const auto blobs = cp::parse_blob_lines(text, "fuzz/blobs");
     if (!same(cp::parse_blob_lines(cp::format_blob_lines(blobs), "fuzz/blobs"), blobs))
       std::abort();
-  } catch (const tessera::CheckpointError&) {
+  } catch (const tessera::CheckpointError& e) {
+    tessera::fuzz::require_own_words(e);
   }
   return 0;
 }

@@ -33,7 +33,8 @@ class MemoryReader final : public tessera::CheckpointReader {
       try {
         const auto j = tessera::checkpoint::parse_json(body.substr(0, line_end), name);
         slices_.push_back(tessera::checkpoint::slice_from_json(j, name));
-      } catch (const tessera::CheckpointError&) {
+      } catch (const tessera::CheckpointError& e) {
+        tessera::fuzz::require_own_words(e);
         continue;
       }
       const auto bytes = body.substr(line_end + 1);
@@ -93,7 +94,8 @@ void load_halves(const MemoryReader& reader, const tessera::FlatLayout& layout) 
     try {
       tessera::load_flat_range(reader, layout, half, layout.total, std::span(params).subspan(half),
                                std::span(state).first((layout.total - half) * slots), slots);
-    } catch (const tessera::CheckpointError&) {
+    } catch (const tessera::CheckpointError& e) {
+      tessera::fuzz::require_own_words(e);
     }
     try {
       const tessera::FlatRangeTarget targets[] = {
@@ -101,7 +103,8 @@ void load_halves(const MemoryReader& reader, const tessera::FlatLayout& layout) 
           {half, layout.total, std::span(params).subspan(half),
            std::span(state).subspan(half * slots)}};
       tessera::load_flat_ranges(reader, layout, targets, slots);
-    } catch (const tessera::CheckpointError&) {
+    } catch (const tessera::CheckpointError& e) {
+      tessera::fuzz::require_own_words(e);
     }
   }
 }
@@ -112,7 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const MemoryReader reader(tessera::fuzz::split_blobs(tessera::fuzz::as_text(data, size)));
   try {
     (void)tessera::verify_sharded_checkpoint(reader);
-  } catch (const tessera::CheckpointError&) {
+  } catch (const tessera::CheckpointError& e) {
+    tessera::fuzz::require_own_words(e);
   }
   tessera::FlatLayout layout;
   try {
@@ -131,7 +135,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           (void)slices.read_slice(p, kind, k == 0 ? 0 : k - 1, 1, 1, p.shape[1], 1);
       }
     }
-  } catch (const tessera::CheckpointError&) {
+  } catch (const tessera::CheckpointError& e) {
+    tessera::fuzz::require_own_words(e);
   }
   if (!reader.contains("parameters")) {
     // Format 1: the layout the checkpoint records is the model loaded into.
@@ -139,7 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const auto text = reader.get("flat/layout");
       layout = tessera::FlatLayout::parse(
           std::string(reinterpret_cast<const char*>(text.data()), text.size()));
-    } catch (const tessera::CheckpointError&) {
+    } catch (const tessera::CheckpointError& e) {
+      tessera::fuzz::require_own_words(e);
       return 0;
     }
     if (layout.total > kMaxElements) return 0;

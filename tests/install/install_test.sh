@@ -44,12 +44,29 @@ local_sgd_plugins="$INSTALL_WORK/local_sgd_built/build/plugins"
 case "$case_name" in
 installs_a_complete_prefix)
   rm -rf "$prefix"
+  # What an earlier run in the source tree leaves beside a sample config (samples/configs/ddp.ini
+  # names checkpoint_dir = checkpoints): it must not travel into the package. The folder is
+  # git-ignored; it is removed again whatever happens.
+  stray="$samples/configs/checkpoints/step-000000000001"
+  made_stray=0
+  if [[ ! -e "$samples/configs/checkpoints" ]]; then
+    mkdir -p "$stray" && echo '{}' >"$stray/manifest" && made_stray=1
+    trap 'rm -rf "$samples/configs/checkpoints"' EXIT
+  fi
   run "$CMAKE_COMMAND" --install "$INSTALL_TEST_BUILD_DIR" --prefix "$prefix" >"$scratch/install.log"
+  [[ $made_stray -eq 0 ]] || [[ ! -e "$prefix/share/doc/tessera/samples/configs/checkpoints" ]] ||
+    fail "the checkpoints of a run beside the sample configs were installed"
+  # Each sample is one folder of sources: no folder below it, no file of another kind.
+  extra=$(cd "$prefix/share/doc/tessera/samples" && find . -mindepth 2 \( -type d -o ! \( \
+    -name '*.ini' -o -name '*.cpp' -o -name '*.hpp' -o -name CMakeLists.txt -o -name README.md \
+    \) \) -print)
+  [[ -z $extra ]] || fail "the installed samples hold more than their sources: $extra"
   for f in bin/tessera lib/libtessera.so include/tessera/base/version.hpp include/tessera/registry/registry.hpp \
     include/tessera/strategy_kit/gradient_sync.hpp include/tessera/sdk/plugin.hpp \
     lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
     lib/cmake/tessera/tesseraTargets.cmake lib/cmake/tessera/TesseraPlugin.cmake \
     lib/pkgconfig/tessera.pc lib/pkgconfig/tessera-plugin.pc share/tessera/template/CMakeLists.txt \
+    share/tessera/strategy_template/CMakeLists.txt include/tessera/config/config.hpp \
     lib/tessera/plugins/libtessera_strategy_ddp.so lib/tessera/plugins/libtessera_transport_shm.so \
     share/doc/tessera/README.md share/doc/tessera/docs/plugin-guide.md share/doc/tessera/docs/config.md \
     share/doc/tessera/samples/configs/ddp.ini share/doc/tessera/samples/configs/zero2.ini \
@@ -59,7 +76,7 @@ installs_a_complete_prefix)
   # Every relative link of the installed documentation, and of the template's README, reaches an
   # installed file: a reader of the prefix has no source tree to fall back on.
   for md in "$prefix"/share/doc/tessera/*.md "$prefix"/share/doc/tessera/docs/*.md \
-    "$prefix"/share/doc/tessera/samples/*/README.md "$prefix"/share/tessera/template/README.md; do
+    "$prefix"/share/doc/tessera/samples/*/README.md "$prefix"/share/tessera/*template/README.md; do
     links=$(grep -oE '\]\([^)]+\)' "$md" | sed -E 's/^\]\(//; s/\)$//; s/#.*//' || true)
     while read -r link; do
       [[ -z $link || $link == http://* || $link == https://* || $link == mailto:* ]] && continue
@@ -164,6 +181,32 @@ template_builds_out_of_tree_and_trains)
     { cat "$scratch/train.log"; fail "training with sign_sgd"; }
   accuracy=$(json_number "$scratch/summary.json" test_accuracy)
   holds "$accuracy" 0 "a > 0.6" || fail "sign_sgd reached only $accuracy"
+  ;;
+
+strategy_template_builds_out_of_tree_and_trains)
+  cp -r "$prefix/share/tessera/strategy_template" "$scratch/src"
+  build_against "$scratch/src" "$scratch/build" "$prefix"
+  plugins="$scratch/build/plugins"
+  exports_only_the_descriptor "$plugins/libgradient_average.so"
+  listed=$(run "$tessera" plugins --kind strategy --path "$plugins")
+  grep -q "^strategy.gradient_average 1.0.0" <<<"$listed" || fail "gradient_average not listed: $listed"
+  # Averaging the whole gradient once per step is what ddp does in buckets: the same model up to
+  # rounding, over 2 ranks with an uneven last batch, 2 micro-batches and clipping; and it learns.
+  common=(--plugins.path="$plugins" --runtime.transport=local --runtime.world_size=2
+    --train.dataset=synthetic --dataset.synthetic.samples=1000 --dataset.synthetic.features=32
+    --dataset.synthetic.classes=4 --model.mlp.layers=32,32,4 --train.optimizer=adam
+    --train.lr=0.01 --train.batch_size=48 --train.micro_batches=2 --train.max_grad_norm=0.5
+    --train.epochs=2 --train.progress=off)
+  for strategy in ddp gradient_average; do
+    run "$tessera" train "${common[@]}" --train.strategy=$strategy \
+      --summary "$scratch/$strategy.json" >"$scratch/$strategy.log" 2>&1 ||
+      { cat "$scratch/$strategy.log"; fail "training with $strategy"; }
+  done
+  ddp=$(json_number "$scratch/ddp.json" test_loss)
+  ours=$(json_number "$scratch/gradient_average.json" test_loss)
+  holds "$ddp" "$ours" "(a - b) ^ 2 < 1e-10" || fail "gradient_average gives test loss $ours, ddp $ddp"
+  accuracy=$(json_number "$scratch/gradient_average.json" test_accuracy)
+  holds "$accuracy" 0 "a > 0.6" || fail "gradient_average reached only $accuracy"
   ;;
 
 local_sgd_builds_out_of_tree)

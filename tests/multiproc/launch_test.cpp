@@ -249,6 +249,28 @@ TEST(Launch, ElasticFlagsOutsideAnElasticJobAreRefusedNamingWhatToAdd) {
   EXPECT_TRUE(contains(join.err, "--store HOST:PORT")) << join.err;
 }
 
+// "-n -1" was checked against the process limit before its sign ("-1 processes reach this
+// user's process limit").
+TEST(Launch, ACountBelowItsLeastValueIsAUsageErrorNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"-n", "-1"}, "launch: -n must be at least 1, not -1"},
+      {{"-n0"}, "launch: -n must be at least 1, not 0"},
+      {{"-n", "2", "--nnodes", "0"}, "launch: --nnodes must be at least 1, not 0"},
+      {{"-n", "2", "--node-rank", "-3"}, "launch: --node-rank must be at least 0, not -3"},
+      {{"-n", "2", "--elastic", "--max-restarts", "-1"},
+       "launch: --max-restarts must be at least 0, not -1"},
+      {{"-n", "2", "--store-port", "-80"}, "launch: --store-port must be at least 0, not -80"},
+  };
+  for (const auto& [flags, message] : refused) {
+    auto args = flags;
+    for (const auto* word : {"--", TESSERA_TEST_WORKER, "print"}) args.emplace_back(word);
+    const auto r = launch(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << r.err;
+    EXPECT_FALSE(contains(r.err, "process limit")) << r.err;
+  }
+}
+
 TEST(Launch, MissingProcessCountIsAUsageError) {
   const auto r = launch({"--", TESSERA_TEST_WORKER, "print"});
   EXPECT_EQ(r.exit_code, 2);

@@ -182,6 +182,70 @@ TEST_F(CheckpointFiles, BytesAfterTheManifestAreRefusedWithTheirLineAndColumn) {
   EXPECT_NE(message.find("truncated or corrupted"), std::string::npos) << message;
 }
 
+// Every way of cutting or soiling the JSON files of a checkpoint (the manifest, a rank's blob
+// list) gives a message in words with the byte offset, never the JSON library's own text.
+TEST_F(CheckpointFiles, DamagedJsonIsDescribedInWordsWithItsByteOffsetNeverInTheLibrarysTerms) {
+  const auto folder = write(1);
+  for (const auto* name : {"manifest", "rank-1.blobs"}) {
+    const auto file = folder / name;
+    const auto original = read_text(file);
+    std::vector<std::string> damaged;
+    // (A cut of the final newline alone leaves the same JSON, which is accepted.)
+    const auto last = original.find_last_not_of(" \n");
+    for (std::size_t cut = 0; cut <= last; ++cut) damaged.push_back(original.substr(0, cut));
+    for (const std::string& junk : {std::string("junk"), std::string("}"), std::string(","),
+                                    std::string("\x01"), std::string("\xff\xfe"),
+                                    std::string("\"\\u12"), std::string("-"), std::string("1e")}) {
+      damaged.push_back(original + junk);
+      damaged.push_back(junk + original);
+      damaged.push_back(original.substr(0, original.size() / 2) + junk +
+                        original.substr(original.size() / 2));
+    }
+    for (const auto& text : damaged) {
+      std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+      const auto message = refusal(folder);
+      EXPECT_EQ(message.find("json.exception"), std::string::npos) << name << ": " << message;
+      EXPECT_EQ(message.find("last read"), std::string::npos) << name << ": " << message;
+      if (message.find("not valid JSON") != std::string::npos) {
+        EXPECT_NE(message.find(" at byte "), std::string::npos) << name << ": " << message;
+      }
+    }
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << original;
+  }
+  EXPECT_NO_THROW(FileCheckpointReader{folder});
+}
+
+TEST_F(CheckpointFiles, ATruncatedManifestSaysTheTextEndsAndAtWhichByte) {
+  const auto folder = write(1);
+  const auto manifest = folder / "manifest";
+  const auto size = fs::file_size(manifest);
+  fs::resize_file(manifest, size / 2);
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("not valid JSON at byte " + std::to_string(size / 2) + " of " +
+                         std::to_string(size / 2) + ": "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("found the end of the text"), std::string::npos) << message;
+}
+
+// The JSON library stops at a NUL as at the end of its input: what follows one was accepted
+// unread, while the same bytes without the NUL were refused.
+TEST_F(CheckpointFiles, BytesAfterANulInTheManifestOrABlobListAreRefused) {
+  const auto folder = write(1);
+  for (const auto* name : {"manifest", "rank-0.blobs"}) {
+    const auto file = folder / name;
+    const auto original = read_text(file);
+    std::ofstream(file, std::ios::binary | std::ios::app) << std::string("\0junk", 5);
+    const auto message = refusal(folder);
+    EXPECT_NE(message.find(std::string(name) + ":"), std::string::npos) << message;
+    EXPECT_NE(message.find("at byte " + std::to_string(original.size()) + " of " +
+                           std::to_string(original.size() + 5) + ": a NUL byte"),
+              std::string::npos)
+        << message;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << original;
+  }
+}
+
 TEST_F(CheckpointFiles, AManifestThatRepeatsAKeyIsRefused) {
   // The JSON library would keep the last "step" silently.
   const auto folder = write(1);
@@ -203,6 +267,7 @@ TEST_F(CheckpointFiles, ANumberBeyondADoublesRangeIsRefusedNotThrownThrough) {
   std::ofstream(folder / "manifest", std::ios::binary | std::ios::trunc) << content;
   const auto message = refusal(folder);
   EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+  EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
   EXPECT_NE(message.find("the file is corrupted"), std::string::npos) << message;
 }
 

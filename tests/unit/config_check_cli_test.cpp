@@ -206,6 +206,11 @@ const Mutation kMutations[] = {
      {{2, "transport = shm"}, {29, "[transport.shm]"}, {30, "chunk_size = 1"}},
      30,
      "chunk_size: '1' is out of range"},
+    // Longer than any store's lease: it passed here and failed in every rank.
+    {"failure_timeout_beyond_any_lease",
+     {{29, "[elastic]"}, {30, "failure_timeout = 300000000000ms"}},
+     30,
+     "failure_timeout: '300000000000ms' is out of range"},
     {"unknown_key", {{26, "momentun = 0.9"}}, 26, "did you mean 'momentum'?"},
     {"unknown_section_without_keys", {{28, "[optimiser.sgd]"}}, 28, "unknown section [optimiser"},
     {"unknown_section_names_its_header",
@@ -296,6 +301,44 @@ TEST_F(ConfigCheckCli, FlagsAndVariablesAreNamedAsTheSource) {
                     "environment TESSERA_TRAIN_EPOCHS: ", "'0' is out of range");
   expect_user_error(run_cli("config check " + file.string() + " --strategy.ddp.first_bucket=0"),
                     "flag --strategy.ddp.first_bucket: ", "'0' is out of range");
+}
+
+// A refusal about several values of a plugin (the hybrid mesh: tensor_parallel x
+// pipeline_parallel against the world) once led with the file line of whichever key sorted
+// first, even when the value at fault came from a flag.
+TEST_F(ConfigCheckCli, AMeshRefusedBecauseOfAFlagLeadsWithTheFlag) {
+  const auto file = write(
+      config_text({{6, "strategy = hybrid"}, {29, "[strategy.hybrid]"}, {30, "pipeline_parallel = 1"}}));
+  const auto r =
+      run_cli("config check " + file.string() + " --strategy.hybrid.tensor_parallel=3");
+  expect_user_error(r, "flag --strategy.hybrid.tensor_parallel, " + file.string() + ":30: ",
+                    "need a world size that is a multiple of 3");
+  EXPECT_NE(r.err.find("tensor_parallel = 3 (flag --strategy.hybrid.tensor_parallel)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("pipeline_parallel = 1 (" + file.string() + ":30)"), std::string::npos)
+      << r.err;
+}
+
+// A `tessera train` command line checks unchanged: --config FILE, and -n as [runtime]
+// world_size.
+TEST_F(ConfigCheckCli, TakesConfigAndDashNAsTrainDoes) {
+  const auto file = write(config_text({}));
+  for (const auto* n : {"-n 4", "-n4", "-n=4"}) {
+    const auto r = run_cli("config check " + file.string() + " " + n);
+    EXPECT_EQ(r.exit_code, 0) << n << ": " << r.err;
+    EXPECT_NE(r.out.find("# the run: 4 rank(s)"), std::string::npos) << n << ": " << r.out;
+  }
+  const auto zero = run_cli("config check " + file.string() + " -n 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
+  EXPECT_NE(zero.err.find("config check: -n 0: '0' is out of range"), std::string::npos)
+      << zero.err;
+  const auto as_train = run_cli("config check --config " + file.string() + " -n 3");
+  EXPECT_EQ(as_train.exit_code, 0) << as_train.err;
+  EXPECT_NE(as_train.out.find("# the run: 3 rank(s)"), std::string::npos) << as_train.out;
+  const auto missing = run_cli("config check " + file.string() + " -n");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("-n needs a value"), std::string::npos) << missing.err;
 }
 
 TEST_F(ConfigCheckCli, AStringOptionCanBeClearedFromTheCommandLine) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "membership_test_support.hpp"
 #include "store_contract.hpp"
@@ -96,6 +97,36 @@ TEST_P(MembershipOverStores, AWorkerWhoseLeaseExpiredIsLeftOutAndTold) {
   const auto until = Clock::now() + 10s;
   while (!workers_["c"]->lease_lost() && Clock::now() < until) std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(workers_["c"]->lease_lost());
+}
+
+// A failure_timeout the store cannot grant as a lease (beyond 30 days anywhere, not whole
+// seconds over etcd) once surfaced as "internal error: ... (this is a bug ...)" on every rank:
+// it is the user's value, so a ConfigError naming it and carrying the store's reason.
+TEST_P(MembershipOverStores, ALeaseTheStoreRefusesIsAConfigErrorNamingFailureTimeout) {
+  std::vector<Duration> refused = {Duration(31LL * 24 * 3600 * 1000)};
+  if (GetParam() == "etcd") refused.push_back(2500ms);
+  for (const auto ttl : refused) {
+    MembershipOptions options;
+    options.worker_id = "a";
+    options.min_workers = 1;
+    options.max_workers = 1;
+    options.failure_timeout = ttl;
+    options.heartbeat = 100ms;
+    options.settle_time = 1000ms;
+    Membership membership(client(), options);
+    try {
+      (void)membership.join(deadline_after(20s));
+      ADD_FAILURE() << "a lease of " << ttl.count() << " ms was granted";
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("[elastic] failure_timeout = " + std::to_string(ttl.count()) +
+                             " ms is the ttl of each worker's lease, and this job's store "
+                             "refuses it: "),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("a lease"), std::string::npos) << message;  // the store's reason
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStore, MembershipOverStores,

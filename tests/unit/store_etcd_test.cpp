@@ -187,6 +187,60 @@ TEST_F(EtcdStoreTest, AnAnswerThatIsNotAJsonObjectIsAnErrorNamingTheEndpoint) {
   }
 }
 
+// A JSON object with a field etcd never sends in that form: an Error naming the server and the
+// field, not a value made up from it (a revision "abc" read as 0 once ended in
+// "basic_string::substr" from the listing) and no exception of the standard library.
+TEST_F(EtcdStoreTest, AMalformedFieldInAnAnswerIsAnErrorNamingTheServerAndTheField) {
+  struct Case {
+    std::string body;
+    std::function<void(Store&)> call;
+    std::string field;  // as the message quotes it, with what is wrong
+  };
+  // "am9iL2s=" is "job/k" (the store's prefix is "job/"), "b3RoZXI=" "other", "dg==" "v".
+  const std::vector<Case> cases = {
+      {R"({"header":{"revision":"abc"}})", [](Store& s) { (void)s.get("k", 1s); },
+       "field \"header.revision\" is \"abc\", not a 64-bit integer"},
+      {R"({"header":{"revision":"abc"}})", [](Store& s) { (void)s.list(""); },
+       "field \"header.revision\" is \"abc\""},
+      {R"({"header":{"revision":"12abc"}})", [](Store& s) { (void)s.get("k", 1s); },
+       "field \"header.revision\" is \"12abc\""},
+      {R"({"header":{"revision":"9223372036854775807"}})", [](Store& s) { (void)s.get("k", 1s); },
+       "field \"header.revision\" is 9223372036854775807, not a positive count"},
+      {R"({"header":{"revision":"1"},"kvs":[{"key":"am9iL2s=","value":"dg==","mod_revision":[]}]})",
+       [](Store& s) { (void)s.get("k", 1s); }, "field \"kvs[0].mod_revision\" is []"},
+      {R"({"header":{"revision":"1"},"kvs":[{"key":"am9iL2s=","value":"*not base64*"}]})",
+       [](Store& s) { (void)s.get("k", 1s); }, "field \"kvs[0].value\" is not base64"},
+      {R"({"header":{"revision":"1"},"kvs":{"key":"am9iL2s="}})",
+       [](Store& s) { (void)s.list(""); }, "field \"kvs\" is object, not an array"},
+      {R"({"header":{"revision":"1"},"kvs":[{"key":"b3RoZXI=","value":"dg=="}]})",
+       [](Store& s) { (void)s.list(""); },
+       "field \"kvs[0].key\" is outside the range asked for"},
+      {R"({"header":{"revision":"1"},"kvs":[{"key":"am9iL2s=","value":"dg=="}],"more":"yes"})",
+       [](Store& s) { (void)s.list(""); }, "field \"more\" is \"yes\", not true or false"},
+      {R"({"header":"1"})", [](Store& s) { (void)s.get("k", 1s); },
+       "field \"header\" is string, not an object"},
+      {R"({"ID":"abc","TTL":"2"})", [](Store& s) { (void)s.grant_lease(2s); },
+       "field \"ID\" is \"abc\""},
+      {R"({"ID":"7"})", [](Store& s) { (void)s.grant_lease(2s); }, "field \"TTL\" is missing"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.body);
+    FixedAnswerServer server(c.body);
+    auto store = open(server.endpoint(), "2s");
+    try {
+      c.call(*store);
+      ADD_FAILURE() << "a call answered with " << c.body << " returned";
+    } catch (const InvalidArgument& e) {
+      ADD_FAILURE() << "a malformed answer reported as a bug: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), "etcd at " + server.endpoint() + " answering ")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "sent a malformed answer: " + c.field)) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a tessera::Error: " << e.what();
+    }
+  }
+}
+
 // etcd killed while calls wait on it: each fails with the endpoint in its message within the
 // request timeout, none hangs; a restarted etcd (same data folder) is reached again.
 TEST_F(EtcdStoreTest, AKilledServerFailsEveryCallWithinItsTimeoutAndARestartedOneServesAgain) {

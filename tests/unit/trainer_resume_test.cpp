@@ -221,6 +221,41 @@ TEST_F(TrainerRuns, ARunWithoutResumeRefusesAFolderThatHoldsCheckpoints) {
   EXPECT_EQ(testing::read_text(root_ / "step-000000000003" / "manifest"), before);
 }
 
+// A fresh run's records once followed an earlier run's in the same metrics_file, the two
+// indistinguishable; --resume still appends, and an empty file is no earlier run.
+TEST_F(TrainerRuns, ARunWithoutResumeRefusesAMetricsFileThatHoldsRecordsAndAResumeAppends) {
+  auto o = options();
+  o.checkpoint_dir = root_ / "checkpoints";
+  o.metrics_file = root_ / "metrics.jsonl";
+  o.max_steps = 3;
+  run(o, false);
+  const auto first = testing::read_text(o.metrics_file);
+  ASSERT_FALSE(first.empty());
+  fs::remove_all(o.checkpoint_dir);  // so that only the metrics file stands in the way
+  try {
+    run(o, false);
+    FAIL() << "a fresh run appended to the records of an earlier one";
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("[train] metrics_file " + o.metrics_file.string() + " already holds " +
+                           std::to_string(first.size()) + " bytes"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("pass --resume"), std::string::npos) << message;
+  }
+  EXPECT_EQ(testing::read_text(o.metrics_file), first);
+
+  o.max_steps = 5;
+  run(o, true);
+  const auto appended = testing::read_text(o.metrics_file);
+  EXPECT_EQ(appended.substr(0, first.size()), first);
+  EXPECT_GT(appended.size(), first.size());
+
+  fs::remove_all(o.checkpoint_dir);
+  std::ofstream(o.metrics_file, std::ios::trunc).close();
+  EXPECT_EQ(run(o, false).steps, 5);
+}
+
 TEST_F(TrainerRuns, AResumeAtAnotherWorldSizeTrainsOnEverySampleOfTheEpochOnce) {
   // Before: the position was a batch index, so 2 -> 3 skipped samples and 2 -> 1 repeated them.
   for (const int ranks : {3, 1}) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "config_flags.hpp"
 #include "tessera/config/config.hpp"
 #include "tessera/elastic/elastic_options.hpp"
 #include "tessera/runtime/run_check.hpp"
@@ -12,7 +13,8 @@ namespace tessera::cli {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: tessera config check FILE [--all] [--section.key=value ...]
+constexpr const char* kUsage =
+    R"(usage: tessera config check FILE|--config FILE [--all] [-n N] [--section.key=value ...]
 
 Reads FILE, then the TESSERA_* environment variables, then the flags (later sources win),
 validates every value against the core's and the plugins' schemas (types, choices, ranges),
@@ -21,8 +23,10 @@ each other and the host (the schedule against the run's steps, the data set agai
 model, the model and the ranks against the host), and prints each resolved value with its
 origin: FILE:LINE, environment VARIABLE, flag --section.key or default, then the run's figures.
 Core sections are always shown; a plugin section when any of its values is set (--all: every
-section). Exits 2 with the first error, naming where the bad value came from. A config that
-passes here is refused by `tessera train` only for what happens while it runs.
+section). --config FILE and -n N ([runtime] world_size) are taken as `tessera train` takes
+them, so a train command line checks unchanged. Exits 2 with the first error, naming where the
+bad value came from. A config that passes here is refused by `tessera train` only for what
+happens while it runs.
 )";
 
 bool is_set_anywhere(const Config& config, const std::string& section) {
@@ -32,8 +36,14 @@ bool is_set_anywhere(const Config& config, const std::string& section) {
   });
 }
 
-int check(const std::vector<std::string>& args) {
-  if (args.empty() || args[0].starts_with("--")) {
+int check(std::vector<std::string> args) {
+  // `--config FILE`, as `tessera train` names it, is FILE: a train command line checks unchanged.
+  if (!args.empty() && args[0].starts_with("--config=")) {
+    args[0] = args[0].substr(9);
+  } else if (args.size() >= 2 && args[0] == "--config") {
+    args.erase(args.begin());
+  }
+  if (args.empty() || args[0].starts_with("-")) {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
       std::cout << kUsage;
       return 0;
@@ -46,6 +56,13 @@ int check(const std::vector<std::string>& args) {
   for (std::size_t i = 1; i < args.size(); ++i) {
     if (args[i] == "--all") {
       all = true;
+    } else if (args[i] == "-n") {
+      // As `tessera train` takes it, so that a train command line checks unchanged.
+      if (i + 1 >= args.size()) throw UsageError("config check: -n needs a value (ranks)");
+      sources.flags.push_back(world_size_flag("config check", args[++i]));
+    } else if (args[i].starts_with("-n") && args[i] != "-n") {
+      const auto& a = args[i];
+      sources.flags.push_back(world_size_flag("config check", a.substr(a[2] == '=' ? 3 : 2)));
     } else {
       sources.flags.push_back(args[i]);
     }

@@ -3,9 +3,13 @@
 // untouched: it knows none of them, and it would refuse an empty value ("--train.checkpoint_dir="
 // clears the option) before the config could read it.
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <string>
 #include <vector>
+
+#include "tessera/runtime/config.hpp"
+#include "usage_error.hpp"
 
 namespace tessera::cli {
 
@@ -28,6 +32,19 @@ inline std::vector<boost::program_options::option> take_config_flag(
   taken.push_back(std::move(option));
   args.erase(args.begin());
   return taken;
+}
+
+// `-n N` of `tessera train` and `tessera config check`: [runtime] world_size under a shorter
+// name, with the same strict parse and range, returned as that option's flag so that it wins over
+// the file and the environment (in launched workers too).
+inline std::string world_size_flag(const std::string& command, const std::string& text) {
+  const auto& runtime = Config::core_schema().at("runtime");
+  const auto spec = std::find_if(runtime.begin(), runtime.end(),
+                                 [](const OptionSpec& o) { return o.name == "world_size"; });
+  if (auto error = validate_option_value(*spec, text)) {
+    throw UsageError(command + ": -n " + text + ": " + *error);
+  }
+  return "--runtime.world_size=" + text;
 }
 
 }  // namespace tessera::cli

@@ -67,11 +67,16 @@ options:
   -h, --help             this text
 )";
 
-int parse_count(const std::string& flag, const std::string& text) {
+// Every count of launch has a least sensible value (a process, a node, rank 0, no restart):
+// one below it is refused here, as the flag, before anything is checked against the host.
+int parse_count(const std::string& flag, const std::string& text, int minimum) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size())
     throw UsageError("launch: " + flag + " expects an integer, not '" + text + "'");
+  if (value < minimum)
+    throw UsageError("launch: " + flag + " must be at least " + std::to_string(minimum) +
+                     ", not " + text);
   return value;
 }
 
@@ -96,10 +101,10 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       help = true;
       return options;
     } else if (a == "-n" || a == "--nproc") {
-      options.processes = parse_count(a, value_of(a));
+      options.processes = parse_count(a, value_of(a), 1);
       have_n = true;
     } else if (a.starts_with("-n") && a.size() > 2 && a[2] != '-') {
-      options.processes = parse_count("-n", a.substr(a[2] == '=' ? 3 : 2));
+      options.processes = parse_count("-n", a.substr(a[2] == '=' ? 3 : 2), 1);
       have_n = true;
     } else if (a == "--rank0-only-output") {
       options.rank0_only_output = true;
@@ -115,9 +120,9 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     } else if (a == "--no-prefix") {
       options.prefix_stdout = false;
     } else if (a == "--nnodes") {
-      options.nodes = parse_count(a, value_of(a));
+      options.nodes = parse_count(a, value_of(a), 1);
     } else if (a == "--node-rank") {
-      options.node_rank = parse_count(a, value_of(a));
+      options.node_rank = parse_count(a, value_of(a), 0);
     } else if (a == "--store") {
       options.store_url = value_of(a);
     } else if (a == "--job-id") {
@@ -129,12 +134,9 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
     } else if (a == "--join") {
       options.join = true;
     } else if (a == "--max-restarts") {
-      options.max_restarts = parse_count(a, value_of(a));
+      options.max_restarts = parse_count(a, value_of(a), 0);
     } else if (a == "--min-workers" || a == "--max-workers") {
-      const auto count = parse_count(a, value_of(a));
-      if (count < (a == "--min-workers" ? 1 : 0))
-        throw UsageError("launch: " + a + " must be at least " +
-                         (a == "--min-workers" ? "1" : "0") + ", not " + std::to_string(count));
+      const auto count = parse_count(a, value_of(a), a == "--min-workers" ? 1 : 0);
       const auto key = a == "--min-workers" ? "MIN_WORKERS" : "MAX_WORKERS";
       options.environment[std::string("TESSERA_ELASTIC_") + key] = std::to_string(count);
     } else if (a == "--store-token") {
@@ -143,7 +145,7 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
       options.store_host = value_of(a);
       have_bind_host = true;
     } else if (a == "--store-port") {
-      options.store_port = parse_count(a, value_of(a));
+      options.store_port = parse_count(a, value_of(a), 0);
       have_bind_port = true;
     } else if (a == "--timeout") {
       options.timeout = parse_duration(value_of(a));

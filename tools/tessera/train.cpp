@@ -80,18 +80,7 @@ int run_train(const std::vector<std::string>& args) {
   if (!config_file.empty()) sources.file = config_file;
   sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
   const LaunchInfo launch = launch_info_from_environment();
-  if (vm.count("n") != 0U) {
-    // -n is runtime.world_size under another name: the same strict parse and range, and it
-    // wins over the file and the environment in the launched workers too, so that the world
-    // they join is the one the launcher started.
-    const auto& runtime = Config::core_schema().at("runtime");
-    const auto spec = std::find_if(runtime.begin(), runtime.end(),
-                                   [](const OptionSpec& o) { return o.name == "world_size"; });
-    if (auto error = validate_option_value(*spec, processes_text)) {
-      throw UsageError("train: -n " + processes_text + ": " + *error);
-    }
-    sources.flags.push_back("--runtime.world_size=" + processes_text);
-  }
+  if (vm.count("n") != 0U) sources.flags.push_back(world_size_flag("train", processes_text));
   // --trace and --trace-steps are their [train] options under shorter names, winning as -n does.
   if (vm.count("trace") != 0U) sources.flags.push_back("--train.trace_file=" + trace_file);
   if (vm.count("trace-steps") != 0U) sources.flags.push_back("--train.trace_steps=" + trace_steps);

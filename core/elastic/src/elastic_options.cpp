@@ -77,7 +77,9 @@ const SectionSchemas& elastic_sections() {
             "seen at once when its launcher reports it)",
             {},
             "100ms",
-            std::nullopt},
+            // The longest lease any store grants (kMaxStoreDuration, 30 days); a store may
+            // bound it further (etcd: whole seconds), which it says when the run starts.
+            "720h"},
            {"join_timeout",
             OptionType::duration,
             "60s",

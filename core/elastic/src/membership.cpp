@@ -182,7 +182,16 @@ void Membership::register_worker() {
                           "' is already registered by a live worker of this job; give each "
                           "worker its own id");
   }
-  lease_ = store_->grant_lease(options_.failure_timeout);
+  try {
+    lease_ = store_->grant_lease(options_.failure_timeout);
+  } catch (const InvalidArgument& e) {
+    // A store's own bounds on a lease (etcd: whole seconds, at least its election minimum)
+    // are known only to the store in hand: a value it refuses is the user's to change.
+    throw ConfigError("[elastic] failure_timeout = " +
+                      std::to_string(options_.failure_timeout.count()) +
+                      " ms is the ttl of each worker's lease, and this job's store refuses it: " +
+                      e.what() + "; set failure_timeout to a ttl the store grants");
+  }
   store_->set(worker_key(options_.worker_id), "alive", lease_);
   store_->set(beat_key(options_.worker_id), "0", lease_);
   lease_lost_.store(false);

@@ -231,7 +231,7 @@ std::string dump_strict(const Json& j, int indent, const std::string& what) {
     throw CheckpointError("checkpoint " + what +
                           ": a blob name or metadata entry is not valid "
                           "UTF-8 (" +
-                          std::string(e.what()) + "); name blobs and metadata in UTF-8");
+                          json_error_words(e.what()) + "); name blobs and metadata in UTF-8");
   }
 }
 

@@ -48,6 +48,31 @@ std::string set_values(const Config& config, const std::string& section) {
   return out;
 }
 
+// The lead of a message about the values of several `sections` together: every flag and
+// variable that set one of them, then the first file line that did ("flag
+// --strategy.hybrid.tensor_parallel, run.ini:30: "), so that a value given on the command line
+// is never reported under the file line of another key; "" when all are defaults.
+std::string sources_lead(const Config& config, std::initializer_list<std::string> sections) {
+  std::vector<std::string> outside_file;
+  std::string file_line;
+  for (const auto& section : sections) {
+    for (const auto& [key, value] : config.section(section).values()) {
+      const std::string origin = value_origin(config, section, key);
+      if (origin == "default") continue;
+      if (origin.starts_with("flag ") || origin.starts_with("environment ")) {
+        if (std::find(outside_file.begin(), outside_file.end(), origin) == outside_file.end())
+          outside_file.push_back(origin);
+      } else if (file_line.empty()) {
+        file_line = origin;
+      }
+    }
+  }
+  if (!file_line.empty()) outside_file.push_back(file_line);
+  std::string out;
+  for (const auto& origin : outside_file) out += (out.empty() ? "" : ", ") + origin;
+  return out.empty() ? out : out + ": ";
+}
+
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   std::size_t unit = 0;
@@ -71,14 +96,7 @@ std::shared_ptr<Interface> create_plugin(const Config& config, const PluginRegis
   const std::string plugin_section = std::string(plugin_kind_name(info.kind)) + "." + info.name;
   auto refuse = [&](const std::exception& e) {
     const std::string set = set_values(config, plugin_section);
-    std::string where;
-    for (const auto& [k, v] : config.section(plugin_section).values()) {
-      if (const auto origin = value_origin(config, plugin_section, k); origin != "default") {
-        where = origin + ": ";
-        break;
-      }
-    }
-    return ConfigError(where + "[" + plugin_section + "] refused its options: " + e.what() +
+    return ConfigError(sources_lead(config, {plugin_section}) + "[" + plugin_section + "] refused its options: " + e.what() +
                        (set.empty() ? " (all its options are defaults; selected by " +
                                           described(config, section, key) + ")"
                                     : " (values set: " + set + ")"));
@@ -109,16 +127,8 @@ void check_model_fits_data(const Config& config, const Model& model, const Datas
   std::string set = set_values(config, data_section);
   const std::string model_set = set_values(config, model_section);
   if (!model_set.empty()) set += (set.empty() ? "" : "; ") + model_set;
-  std::string where = lead(config, "train", "dataset");
-  for (const auto& section : {data_section, model_section}) {
-    for (const auto& [k, v] : config.section(section).values()) {
-      if (const auto origin = value_origin(config, section, k); origin != "default") {
-        where = origin + ": ";
-        break;
-      }
-    }
-    if (!where.empty()) break;
-  }
+  std::string where = sources_lead(config, {data_section, model_section});
+  if (where.empty()) where = lead(config, "train", "dataset");
   throw ConfigError(where + "the data set gives samples of " + shape_text(data.sample_shape()) +
                     " elements in " + std::to_string(data.num_classes()) +
                     " classes, the model takes " + shape_text(model.input_shape()) +
@@ -129,16 +139,6 @@ void check_model_fits_data(const Config& config, const Model& model, const Datas
 
 // The whole model's fp32 parameters and gradients once, plus the optimizer's state: every
 // strategy holds at least that much on a single host, whatever it shards.
-// "file:line: " of the first value of `section` that a source set (not a default), or "".
-std::string first_set_origin(const Config& config, const std::string& section) {
-  for (const auto& [k, v] : config.section(section).values()) {
-    if (const auto origin = value_origin(config, section, k); origin != "default") {
-      return origin + ": ";
-    }
-  }
-  return {};
-}
-
 void check_model_fits_host(const Config& config, const Model& model, const Optimizer& optimizer) {
   double elements = 0;
   for (std::size_t i = 0; i < model.layer_count(); ++i) {
@@ -154,7 +154,7 @@ void check_model_fits_host(const Config& config, const Model& model, const Optim
   if (memory <= 0 || bytes <= memory) return;
   const std::string section = "model." + value_of(config, "train", "model");
   const std::string set = set_values(config, section);
-  const std::string where = first_set_origin(config, section);
+  const std::string where = sources_lead(config, {section});
   char count[64];
   std::snprintf(count, sizeof count, "%.4g", elements);
   throw ConfigError(where + "the model has " + count + " parameters: with their gradients and " +
@@ -322,9 +322,11 @@ RunFigures check_run(const Config& config, const PluginRegistry& registry) {
   } catch (const ConfigError& e) {
     // The strategy names its options and the figures; add where they were set.
     const std::string section = "strategy." + value_of(config, "train", "strategy");
-    std::string where = first_set_origin(config, section);
+    std::string where = sources_lead(config, {section});
     if (where.empty()) where = lead(config, "train", "strategy");
-    throw ConfigError(where + e.what() + " (" + described(config, "runtime", "world_size") + ")");
+    const std::string set = set_values(config, section);
+    throw ConfigError(where + e.what() + " (" + described(config, "runtime", "world_size") +
+                      (set.empty() ? std::string() : "; values set: " + set) + ")");
   }
   if (data_parallel_size < 1 || world_size % data_parallel_size != 0) {
     throw PluginError("the strategy " + value_of(config, "train", "strategy") + " planned " +

@@ -65,6 +65,21 @@ void refuse_to_overwrite(const std::filesystem::path& dir) {
                         "afresh; nothing was changed");
 }
 
+// Without --resume the records of a run would follow another run's in the same file, and
+// nothing in them tells the two apart: refused as a checkpoint_dir in use is. Every rank looks,
+// as at a checkpoint_dir, so that all of them stop where the file is seen.
+void refuse_to_append(const std::filesystem::path& metrics_file) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(metrics_file, ec);
+  if (ec || bytes == 0) return;
+  throw ConfigError("[train] metrics_file " + metrics_file.string() + " already holds " +
+                    std::to_string(bytes) +
+                    " bytes of records of an earlier run: pass --resume to continue that run "
+                    "(its records are appended to), set [train] metrics_file "
+                    "(--train.metrics_file) to another file, or remove this one to start "
+                    "afresh; nothing was changed");
+}
+
 // The strategy a checkpoint names must exist and agree with its parameter index; which
 // strategy loads it is free (every data-parallel strategy reads every other's checkpoints).
 void check_strategy_name(const FileCheckpointReader& reader, const TrainerComponents& parts) {
@@ -466,8 +481,9 @@ void Trainer::start(Run& run, bool resume) {
       parts_.strategy->load(*reader);
       run.result.resumed_from_step = run.at.step;
     }  // else nothing written yet: a fresh start
-  } else if (!options_.checkpoint_dir.empty()) {
-    refuse_to_overwrite(options_.checkpoint_dir);
+  } else {
+    if (!options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
+    if (!options_.metrics_file.empty()) refuse_to_append(options_.metrics_file);
   }
   run.total_steps = planned_total_steps(run.at);
   if (schedule_.total_steps == 0) schedule_.total_steps = run.total_steps;

@@ -20,6 +20,10 @@ using Json = nlohmann::ordered_json;
 // bytes and an object that repeats a key, naming `where` and saying it is damaged.
 [[nodiscard]] Json parse_json(std::string_view text, const std::string& where);
 
+// The message of one of nlohmann's exceptions in words, without its "[json.exception.KIND.ID]"
+// tag: the one place a JSON library's text is turned into a tessera message.
+[[nodiscard]] std::string json_error_words(std::string_view message);
+
 // "<where>: <field> " prefix helpers used by the checks below.
 [[noreturn]] void bad_field(const std::string& where, std::string_view field,
                             const std::string& what);

@@ -28,13 +28,6 @@ Duration bounded(Duration timeout) {
 // The least time a read inside get, wait or wait_for_change is given, whatever their timeout.
 constexpr Duration kShortestRead{1000};
 
-// A key or value: base64 in etcd's JSON.
-std::string bytes(const json& object, const char* name) {
-  auto decoded = base64_decode(json_text(object, name));
-  if (!decoded) throw Error("etcd store: etcd sent a key or value that is not base64");
-  return std::move(*decoded);
-}
-
 // The smallest key greater than every key that starts with `prefix`: etcd's range_end for a
 // prefix. "\0" (every key) when there is none, as for "" or all-0xff prefixes.
 std::string prefix_end(std::string prefix) {
@@ -165,13 +158,13 @@ EtcdStore::Entry EtcdStore::read(const std::string& full_key, const std::string&
     return entry;
   }
   if (reply.error_code != 0) fail(reply, what);
-  entry.revision = json_integer(json_field(reply.body, "header"), "revision");
-  const auto kvs = reply.body.find("kvs");
-  if (kvs != reply.body.end() && kvs->is_array() && !kvs->empty()) {
-    const auto& kv = kvs->front();
-    entry.value = bytes(kv, "value");
-    entry.mod_revision = json_integer(kv, "mod_revision");
-    entry.lease = json_integer(kv, "lease");
+  const auto answer = reply.fields();
+  entry.revision = answer.object("header").positive("revision");
+  if (const auto kvs = answer.objects("kvs"); !kvs.empty()) {
+    const auto& kv = kvs.front();
+    entry.value = kv.bytes("value");
+    entry.mod_revision = kv.integer("mod_revision");
+    entry.lease = kv.integer("lease");
   }
   return entry;
 }
@@ -195,7 +188,7 @@ bool EtcdStore::put_if_unchanged(const std::string& full_key, const std::string&
   // The key's lease ended between the read and the write: read again (the key is gone).
   if (lease_not_found(reply)) return false;
   if (reply.error_code != 0) fail(reply, what);
-  return json_flag(reply.body, "succeeded");
+  return reply.fields().flag("succeeded");
 }
 
 void EtcdStore::set(const std::string& key, const std::string& value) {
@@ -236,14 +229,12 @@ std::optional<std::optional<std::string>> EtcdStore::watch_until_differs(
       if (next.status == WatchStream::Status::deadline) return std::nullopt;
       // A broken stream (etcd restarted) or a watch etcd cancelled (its start revision was
       // compacted away): read the key again and watch anew.
-      if (next.status == WatchStream::Status::broken || json_flag(next.message, "canceled") ||
-          json_integer(next.message, "compact_revision") != 0)
-        break;
-      const auto events = next.message.find("events");
-      if (events == next.message.end() || !events->is_array()) continue;
-      for (const auto& event : *events) {
+      if (next.status == WatchStream::Status::broken) break;
+      const auto message = next.fields();
+      if (message.flag("canceled") || message.integer("compact_revision") != 0) break;
+      for (const auto& event : message.objects("events")) {
         std::optional<std::string> value;
-        if (json_text(event, "type") != "DELETE") value = bytes(json_field(event, "kv"), "value");
+        if (event.text("type") != "DELETE") value = event.object("kv").bytes("value");
         if (value != known) return value;
       }
     }
@@ -356,14 +347,17 @@ std::vector<std::pair<std::string, std::string>> EtcdStore::list(const std::stri
         break;
       }
       if (reply.error_code != 0) fail(reply, what);
-      if (revision == 0) revision = json_integer(json_field(reply.body, "header"), "revision");
-      const auto kvs = reply.body.find("kvs");
-      if (kvs == reply.body.end() || !kvs->is_array() || kvs->empty()) break;
-      for (const auto& kv : *kvs) {
-        auto full = bytes(kv, "key");
-        found.emplace_back(full.substr(prefix_.size()), bytes(kv, "value"));
+      const auto answer = reply.fields();
+      if (revision == 0) revision = answer.object("header").positive("revision");
+      const auto kvs = answer.objects("kvs");
+      if (kvs.empty()) break;
+      for (const auto& kv : kvs) {
+        auto full = kv.bytes("key");
+        // Asked for keys under the prefix: one outside it is not an answer to the question.
+        if (!full.starts_with(prefix_)) kv.malformed("key", "is outside the range asked for");
+        found.emplace_back(full.substr(prefix_.size()), kv.bytes("value"));
       }
-      if (!json_flag(reply.body, "more")) break;
+      if (!answer.flag("more")) break;
       from = prefix_ + found.back().first + std::string(1, '\0');
     }
     if (!compacted) return found;
@@ -374,14 +368,14 @@ bool EtcdStore::check(const std::string& key) {
   const auto reply =
       checked("/v3/kv/range", {{"key", base64_encode(prefix_ + key)}, {"count_only", true}},
               "check of key " + quoted(key), Resend::safe);
-  return json_integer(reply.body, "count") > 0;
+  return reply.fields().integer("count") > 0;
 }
 
 bool EtcdStore::remove(const std::string& key) {
   // Not resent after a broken connection: the resent one would report the key absent.
   const auto reply = checked("/v3/kv/deleterange", {{"key", base64_encode(prefix_ + key)}},
                              "remove of key " + quoted(key), Resend::unsafe);
-  return json_integer(reply.body, "deleted") > 0;
+  return reply.fields().integer("deleted") > 0;
 }
 
 LeaseId EtcdStore::grant_lease(Duration ttl) {
@@ -398,11 +392,12 @@ LeaseId EtcdStore::grant_lease(Duration ttl) {
   // by itself after ttl.
   const auto reply =
       checked("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, "grant_lease", Resend::safe);
-  if (const auto refusal = json_text(reply.body, "error"); !refusal.empty())
+  const auto answer = reply.fields();
+  if (const auto refusal = answer.text("error"); !refusal.empty())
     throw Error("etcd store: etcd at " + client_->endpoints_text() +
                 " did not grant a lease: " + refusal);
-  const LeaseId lease{json_integer(reply.body, "ID")};
-  const auto granted = json_integer(reply.body, "TTL");
+  const LeaseId lease{answer.positive("ID")};
+  const auto granted = answer.positive("TTL");
   if (granted != seconds) {
     // etcd raises a ttl below its minimum (1.5 election timeouts) without a word: a key
     // would then outlive its holder by more than the ttl asked for.
@@ -420,7 +415,7 @@ void EtcdStore::keep_alive(LeaseId lease) {
   // A stream in gRPC; over the gateway one request gets one answer and the stream ends.
   const auto reply =
       checked("/v3/lease/keepalive", {{"ID", lease_text(lease)}}, "keep_alive", Resend::safe);
-  if (json_integer(json_field(reply.body, "result"), "TTL") <= 0)
+  if (reply.fields().object("result").integer("TTL") <= 0)
     throw expired("keep_alive", lease);
 }
 

@@ -10,9 +10,11 @@
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <charconv>
+#include <limits>
 #include <thread>
 #include <utility>
 
+#include "base64.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::etcd {
@@ -122,31 +124,93 @@ class Connection {
   std::optional<http::response_parser<http::buffer_body>> stream_parser_;
 };
 
-const nlohmann::json& json_field(const nlohmann::json& object, const char* name) {
-  static const nlohmann::json empty = nlohmann::json::object();
-  if (!object.is_object()) return empty;
-  const auto it = object.find(name);
-  return it == object.end() ? empty : *it;
+AnswerFields::AnswerFields(const nlohmann::json& object, std::string source, std::string path)
+    : object_(&object), source_(std::move(source)), path_(std::move(path)) {
+  if (!object.is_object() && !object.is_null()) {
+    throw Error("etcd store: " + source_ + " sent " + (path_.empty() ? "an answer" : path_) +
+                " that is " + object.type_name() + ", not a JSON object: not etcd's answer");
+  }
 }
 
-std::int64_t json_integer(const nlohmann::json& object, const char* name) {
-  const auto& field = json_field(object, name);
-  if (field.is_number_integer()) return field.get<std::int64_t>();
-  if (!field.is_string()) return 0;
-  const auto& text = field.get_ref<const std::string&>();
-  std::int64_t value = 0;
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
+std::string AnswerFields::field_name(const char* name) const {
+  return path_.empty() ? name : path_ + "." + name;
 }
 
-bool json_flag(const nlohmann::json& object, const char* name) {
-  const auto& field = json_field(object, name);
-  return field.is_boolean() && field.get<bool>();
+void AnswerFields::malformed(const char* name, const std::string& problem) const {
+  throw Error("etcd store: " + source_ + " sent a malformed answer: field \"" + field_name(name) +
+              "\" " + problem + "; is this etcd's v3 gateway?");
 }
 
-std::string json_text(const nlohmann::json& object, const char* name) {
-  const auto& field = json_field(object, name);
-  return field.is_string() ? field.get<std::string>() : std::string();
+const nlohmann::json* AnswerFields::field(const char* name) const {
+  if (!object_->is_object()) return nullptr;
+  const auto it = object_->find(name);
+  return it == object_->end() || it->is_null() ? nullptr : &*it;
+}
+
+AnswerFields AnswerFields::object(const char* name) const {
+  static const nlohmann::json absent;
+  const auto* value = field(name);
+  if (value != nullptr && !value->is_object())
+    malformed(name, "is " + std::string(value->type_name()) + ", not an object");
+  return {value != nullptr ? *value : absent, source_, field_name(name)};
+}
+
+std::int64_t AnswerFields::integer(const char* name) const {
+  const auto* value = field(name);
+  if (value == nullptr) return 0;
+  if (value->is_number_integer()) return value->get<std::int64_t>();
+  if (value->is_string()) {
+    // etcd writes int64 as a decimal string: all of it must be one.
+    const auto& text = value->get_ref<const std::string&>();
+    std::int64_t number = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+    if (!text.empty() && ec == std::errc() && end == text.data() + text.size()) return number;
+  }
+  malformed(name, "is " + value->dump().substr(0, 64) + ", not a 64-bit integer");
+}
+
+std::int64_t AnswerFields::positive(const char* name) const {
+  const auto number = integer(name);
+  if (number < 1 || number == std::numeric_limits<std::int64_t>::max())
+    malformed(name, field(name) == nullptr ? "is missing"
+                                           : "is " + std::to_string(number) + ", not a positive count");
+  return number;
+}
+
+bool AnswerFields::flag(const char* name) const {
+  const auto* value = field(name);
+  if (value == nullptr) return false;
+  if (!value->is_boolean()) malformed(name, "is " + value->dump().substr(0, 64) + ", not true or false");
+  return value->get<bool>();
+}
+
+std::string AnswerFields::text(const char* name) const {
+  const auto* value = field(name);
+  if (value == nullptr) return {};
+  if (!value->is_string()) malformed(name, "is " + value->dump().substr(0, 64) + ", not a string");
+  return value->get<std::string>();
+}
+
+std::string AnswerFields::bytes(const char* name) const {
+  auto decoded = base64_decode(text(name));
+  if (!decoded) malformed(name, "is not base64");
+  return std::move(*decoded);
+}
+
+std::vector<AnswerFields> AnswerFields::objects(const char* name) const {
+  std::vector<AnswerFields> out;
+  const auto* value = field(name);
+  if (value == nullptr) return out;
+  if (!value->is_array())
+    malformed(name, "is " + std::string(value->type_name()) + ", not an array");
+  for (std::size_t i = 0; i < value->size(); ++i) {
+    const std::string place = field_name(name) + "[" + std::to_string(i) + "]";
+    if (!(*value)[i].is_object())
+      throw Error("etcd store: " + source_ + " sent a malformed answer: " + place + " is " +
+                  (*value)[i].type_name() + ", not an object; is this etcd's v3 gateway?");
+    out.emplace_back((*value)[i], source_, place);
+  }
+  return out;
 }
 
 namespace {
@@ -166,9 +230,10 @@ http::request<http::string_body> post(const Endpoint& to, const std::string& pat
 GatewayReply error_reply(unsigned status, const std::string& body) {
   GatewayReply reply;
   const auto parsed = nlohmann::json::parse(body, nullptr, false);
-  if (json_field(parsed, "code").is_number_integer()) {
-    reply.error_code = static_cast<int>(json_integer(parsed, "code"));
-    reply.error_message = json_text(parsed, "message");
+  if (parsed.is_object() && parsed.contains("code") && parsed["code"].is_number_integer()) {
+    reply.error_code = parsed["code"].get<int>();
+    const auto message = parsed.find("message");
+    if (message != parsed.end() && message->is_string()) reply.error_message = *message;
     if (reply.error_message.empty()) reply.error_message = "(no message)";
   } else {
     reply.error_code = 2;  // gRPC "unknown"
@@ -253,6 +318,7 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
       const auto status = response.result_int();
       const bool keep = response.keep_alive();
       GatewayReply reply;
+      reply.source = "etcd at " + endpoint.text() + " answering " + what;
       if (status == 200) {
         reply.body = nlohmann::json::parse(response.body(), nullptr, false);
         if (!reply.body.is_object())
@@ -261,6 +327,7 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
                       " pointing at an etcd v3 client URL?");
       } else {
         reply = error_reply(status, response.body());
+        reply.source = "etcd at " + endpoint.text() + " answering " + what;
       }
       if (keep) release(std::move(connection));
       if (reply.error_code == 0 || !transient(reply.error_code) || resend == Resend::unsafe)
@@ -278,7 +345,7 @@ GatewayReply GatewayClient::call(const std::string& path, const nlohmann::json& 
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      if (caller_first) return {{}, kNoAnswer, problem};
+      if (caller_first) return {{}, kNoAnswer, problem, {}};
       unreachable(what, problem);
     }
     std::this_thread::sleep_for(std::min<Duration>(
@@ -310,9 +377,10 @@ std::unique_ptr<WatchStream> GatewayClient::watch(const nlohmann::json& create_r
                   " (HTTP status " + std::to_string(status) + "); is option " + option_name_ +
                   " pointing at an etcd v3 client URL?");
     if (!ec) {
-      auto stream = std::make_unique<WatchStream>(std::move(connection));
+      auto stream = std::make_unique<WatchStream>(std::move(connection),
+                                                  "etcd at " + endpoint.text() + " watching " + what);
       const auto first = stream->next(give_up);
-      if (first.status == WatchStream::Status::message && json_flag(first.message, "created"))
+      if (first.status == WatchStream::Status::message && first.fields().flag("created"))
         return stream;
       if (first.status == WatchStream::Status::message)
         throw Error("etcd store: etcd at " + endpoint.text() + " did not create the watch for " +
@@ -337,8 +405,8 @@ std::unique_ptr<WatchStream> GatewayClient::watch(const nlohmann::json& create_r
   }
 }
 
-WatchStream::WatchStream(std::unique_ptr<Connection> connection)
-    : connection_(std::move(connection)) {}
+WatchStream::WatchStream(std::unique_ptr<Connection> connection, std::string source)
+    : connection_(std::move(connection)), source_(std::move(source)) {}
 
 WatchStream::~WatchStream() {
   connection_->close();
@@ -352,20 +420,23 @@ WatchStream::Next WatchStream::next(Deadline deadline) {
       auto parsed = nlohmann::json::parse(pending_.substr(0, end), nullptr, false);
       pending_.erase(0, end + 1);
       if (parsed.is_discarded() || !parsed.is_object())
-        return {Status::broken, {}, "a watch message that is not JSON"};
+        return {Status::broken, {}, "a watch message that is not JSON", source_};
       if (parsed.contains("error")) {
         const auto& error = parsed["error"];
-        auto message = json_text(error, "message");
-        return {Status::broken, {}, message.empty() ? error.dump() : std::move(message)};
+        const auto message = error.is_object() ? error.find("message") : error.end();
+        return {Status::broken, {},
+                message != error.end() && message->is_string() ? message->get<std::string>()
+                                                               : error.dump().substr(0, 300),
+                source_};
       }
       if (!parsed.contains("result")) continue;
       if (!parsed["result"].is_object())
-        return {Status::broken, {}, "a watch message whose result is not a JSON object"};
-      return {Status::message, std::move(parsed["result"]), {}};
+        return {Status::broken, {}, "a watch message whose result is not a JSON object", source_};
+      return {Status::message, std::move(parsed["result"]), {}, source_};
     }
     const auto ec = connection_->read_stream_some(pending_, deadline);
-    if (ec == beast::error::timeout) return {Status::deadline, {}, {}};
-    if (ec) return {Status::broken, {}, describe(ec)};
+    if (ec == beast::error::timeout) return {Status::deadline, {}, {}, source_};
+    if (ec) return {Status::broken, {}, describe(ec), source_};
   }
 }
 

@@ -22,13 +22,40 @@ struct Endpoint {
   [[nodiscard]] std::string text() const;  // "host:port", as the user wrote it
 };
 
-// Fields of etcd's JSON, read without throwing whatever arrived: etcd leaves out fields that are
-// zero, false or empty and writes 64-bit integers as strings, and whatever answers on its port
-// may send anything, so an absent or mistyped field reads as {}, 0, false or "".
-[[nodiscard]] const nlohmann::json& json_field(const nlohmann::json& object, const char* name);
-[[nodiscard]] std::int64_t json_integer(const nlohmann::json& object, const char* name);
-[[nodiscard]] bool json_flag(const nlohmann::json& object, const char* name);
-[[nodiscard]] std::string json_text(const nlohmann::json& object, const char* name);
+// One JSON object of an answer from etcd, read field by field. etcd leaves out fields that are
+// zero, false or empty and writes 64-bit integers as strings, so an absent field reads as {}, 0,
+// false or ""; a field present in another type or form (a revision "abc", a flag 1, an object
+// where a number belongs) is a malformed answer, whatever answered on etcd's port: a
+// tessera::Error naming `source` (the server and the call) and the field, never a value
+// made up from it.
+class AnswerFields {
+ public:
+  // source: "etcd at HOST:PORT answering get of key 'a'"; path: the object's place in the
+  // answer ("header"), empty for the answer itself.
+  AnswerFields(const nlohmann::json& object, std::string source, std::string path = {});
+
+  [[nodiscard]] AnswerFields object(const char* name) const;  // {} when absent
+  [[nodiscard]] std::int64_t integer(const char* name) const;
+  // A revision, lease id or granted ttl: present and in [1, 2^63 - 2], so that the next
+  // revision after it is one too.
+  [[nodiscard]] std::int64_t positive(const char* name) const;
+  [[nodiscard]] bool flag(const char* name) const;
+  [[nodiscard]] std::string text(const char* name) const;
+  // A key or value: base64 text, decoded.
+  [[nodiscard]] std::string bytes(const char* name) const;
+  // An array of objects ({} when absent), each read as this object is.
+  [[nodiscard]] std::vector<AnswerFields> objects(const char* name) const;
+  // Throws the malformed-answer Error for `name` with `problem` ("is not under the prefix").
+  [[noreturn]] void malformed(const char* name, const std::string& problem) const;
+
+ private:
+  [[nodiscard]] const nlohmann::json* field(const char* name) const;  // nullptr when absent
+  [[nodiscard]] std::string field_name(const char* name) const;
+
+  const nlohmann::json* object_;
+  std::string source_;
+  std::string path_;
+};
 
 // What etcd answered: its JSON body when the call succeeded, else the gRPC status code and
 // message it reported (5, "etcdserver: requested lease not found").
@@ -36,6 +63,9 @@ struct GatewayReply {
   nlohmann::json body;  // a JSON object
   int error_code = 0;   // 0: success; kNoAnswer: none before the caller's deadline
   std::string error_message;
+  std::string source;  // "etcd at HOST:PORT answering WHAT", for messages about the body
+
+  [[nodiscard]] AnswerFields fields() const { return {body, source}; }
 };
 
 // GatewayClient::call's error_code when no etcd answered before the deadline its caller gave.
@@ -98,9 +128,13 @@ class WatchStream {
     Status status;
     nlohmann::json message;  // the message's "result", a JSON object (status message)
     std::string problem;     // why the stream broke (status broken)
+    std::string source;      // "etcd at HOST:PORT watching WHAT"
+
+    [[nodiscard]] AnswerFields fields() const { return {message, source}; }
   };
 
-  explicit WatchStream(std::unique_ptr<Connection> connection);
+  // source: "etcd at HOST:PORT watching WHAT", for messages about what the stream sends.
+  WatchStream(std::unique_ptr<Connection> connection, std::string source);
   ~WatchStream();
   WatchStream(const WatchStream&) = delete;
   WatchStream& operator=(const WatchStream&) = delete;
@@ -111,6 +145,7 @@ class WatchStream {
 
  private:
   std::unique_ptr<Connection> connection_;
+  std::string source_;
   std::string pending_;  // bytes received after the last complete message
 };
 
