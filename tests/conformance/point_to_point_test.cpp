@@ -17,7 +17,8 @@ class PointToPoint : public ::testing::TestWithParam<WorldParam> {
  protected:
   void SetUp() override {
     if (const auto why = unavailable(GetParam().transport, GetParam().size)) GTEST_SKIP() << *why;
-    world_ = std::make_unique<World>(GetParam().transport, GetParam().size);
+    world_ = std::make_unique<World>(GetParam().transport, GetParam().size, kTimeout,
+                                     GetParam().options());
   }
   [[nodiscard]] int size() const { return GetParam().size; }
   std::unique_ptr<World> world_;
@@ -96,6 +97,9 @@ TEST_P(PointToPoint, NoRankLeavesABarrierBeforeEveryRankEnteredIt) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, PointToPoint, ::testing::ValuesIn(every_transport_and_size()),
                          param_name);
+// Again with channel slots and segments of a few hundred bytes: each message above spans many.
+INSTANTIATE_TEST_SUITE_P(SmallChunks, PointToPoint,
+                         ::testing::ValuesIn(every_small_chunk_setting_and_size()), param_name);
 
 }  // namespace
 }  // namespace tessera::conformance
