@@ -88,8 +88,8 @@ TEST_P(CollectivesAcrossChunkEdges, ReduceScatterSumGivesEachRankTheReferenceOfI
       }
       wait_all(works);
       for (int r = 0; r < size(); ++r) {
-        const Bytes expected = reference_reduce(in, dtype, ReduceOp::sum,
-                                                static_cast<std::size_t>(r) * block, block);
+        const Bytes expected =
+            reference_reduce(in, dtype, ReduceOp::sum, static_cast<std::size_t>(r) * block, block);
         ASSERT_EQ(first_difference(out[static_cast<std::size_t>(r)], expected, dtype), "")
             << "rank " << r << " reduce_scatter block of " << block << " x " << dtype_name(dtype);
       }
@@ -126,8 +126,8 @@ TEST_P(CollectivesAcrossChunkEdges, BroadcastFromTheLastRankCopiesAllOfIt) {
       const Bytes expected = data[static_cast<std::size_t>(root)];
       std::vector<std::shared_ptr<Work>> works;
       for (int r = 0; r < size(); ++r) {
-        works.push_back(world_->rank(r).broadcast(view(data[static_cast<std::size_t>(r)], dtype),
-                                                  root));
+        works.push_back(
+            world_->rank(r).broadcast(view(data[static_cast<std::size_t>(r)], dtype), root));
       }
       wait_all(works);
       for (int r = 0; r < size(); ++r) {

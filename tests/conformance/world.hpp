@@ -67,7 +67,9 @@ struct WorldParam {
   int size = 1;
   const SmallChunks* chunks = nullptr;  // null: the transport's defaults
 
-  [[nodiscard]] TransportOptions options() const { return chunks ? chunks->options : TransportOptions{}; }
+  [[nodiscard]] TransportOptions options() const {
+    return chunks ? chunks->options : TransportOptions{};
+  }
 };
 inline void PrintTo(const WorldParam& param, std::ostream* os) {
   *os << param.transport << " x " << param.size << " ranks";

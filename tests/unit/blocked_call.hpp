@@ -27,8 +27,8 @@ class BlockedCall {
   // reads 1 ms apart without the call having returned; false when the call returned first or
   // `timeout` passed. A thread of ours sleeps there only in a wait: on a condition, a socket, a
   // poll interval of the call.
-  [[nodiscard]] bool wait_until_blocked(std::chrono::milliseconds timeout = std::chrono::seconds(
-                                            10)) const {
+  [[nodiscard]] bool wait_until_blocked(
+      std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
     const auto until = std::chrono::steady_clock::now() + timeout;
     int asleep = 0;
     while (std::chrono::steady_clock::now() < until) {

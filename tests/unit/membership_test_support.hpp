@@ -73,9 +73,7 @@ class HeartbeatSwitchStore final : public Store {
     inner_->set(k, v, l);
     call_returned(world);
   }
-  std::string get(const std::string& k, Duration t) override {
-    return returned(inner_->get(k, t));
-  }
+  std::string get(const std::string& k, Duration t) override { return returned(inner_->get(k, t)); }
   std::int64_t add(const std::string& k, std::int64_t d) override {
     return returned(inner_->add(k, d));
   }

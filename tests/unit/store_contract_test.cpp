@@ -3,13 +3,12 @@
 // store_lease_test.cpp.
 #include "store_contract.hpp"
 
-#include "blocked_call.hpp"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {

@@ -362,8 +362,8 @@ TEST_P(StoreLeases, AMemberProcessThatIsKilledLosesItsKeysAfterItsTtl) {
       own->set("members/child", "here", lease);
       const char ok = 'y';
       (void)!::write(ready[1], &ok, 1);
-      for (;;) {  // until killed
-        std::this_thread::sleep_for(50ms);  // the keep-alives' pace
+      for (;;) {  // until killed; the keep-alives' pace is the thing under test
+        std::this_thread::sleep_for(50ms);
         own->keep_alive(lease);
       }
     } catch (...) {

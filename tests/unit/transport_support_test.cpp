@@ -1,4 +1,3 @@
-#include "blocked_call.hpp"
 #include "tessera/transport_kit/transport_support.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {

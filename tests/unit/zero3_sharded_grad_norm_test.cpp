@@ -3,14 +3,13 @@
 // some norm blocks lie entirely inside one rank's shard and others are cut between ranks: the
 // two paths of the computation. Layers of a few thousand parameters, like the strategy tests'
 // own, cut every block, and a bug in the first path would go unseen.
-#include "sharded_grad_norm.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "ddp_test_support.hpp"
 #include "mlp/mlp_model.hpp"
+#include "sharded_grad_norm.hpp"
 #include "spread_gradients.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
 #include "unit_plan.hpp"
@@ -66,8 +65,7 @@ BlockKinds block_kinds(const zero3::UnitPlan& plan, int world, std::size_t total
   return kinds;
 }
 
-void expect_every_rank_gets_the_whole_vector_sum(const std::vector<std::size_t>& sizes,
-                                                 int world) {
+void expect_every_rank_gets_the_whole_vector_sum(const std::vector<std::size_t>& sizes, int world) {
   mlp::MlpConfig config;
   config.sizes = sizes;
   const mlp::MlpModel model(config);
