@@ -19,7 +19,8 @@ class Collectives : public ::testing::TestWithParam<WorldParam> {
  protected:
   void SetUp() override {
     if (const auto why = unavailable(GetParam().transport, GetParam().size)) GTEST_SKIP() << *why;
-    world_ = std::make_unique<World>(GetParam().transport, GetParam().size);
+    world_ = std::make_unique<World>(GetParam().transport, GetParam().size, kTimeout,
+                                     GetParam().options());
   }
   [[nodiscard]] int size() const { return GetParam().size; }
   std::unique_ptr<World> world_;
@@ -288,6 +289,10 @@ TEST_P(Collectives, ABufferOnADeviceTheTransportDoesNotMoveIsRefusedAtIssueTime)
 
 INSTANTIATE_TEST_SUITE_P(Transports, Collectives, ::testing::ValuesIn(every_transport_and_size()),
                          param_name);
+// Again with rounds of a few KiB, so that the sizes above span several chunks
+// (chunk_edges_test.cpp puts sizes on and around the chunk edges themselves).
+INSTANTIATE_TEST_SUITE_P(SmallChunks, Collectives,
+                         ::testing::ValuesIn(every_small_chunk_setting_and_size()), param_name);
 
 }  // namespace
 }  // namespace tessera::conformance

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../unit/blocked_call.hpp"
 #include "reference.hpp"
 #include "tessera/base/error.hpp"
 #include "world.hpp"
@@ -17,7 +18,8 @@ class PointToPoint : public ::testing::TestWithParam<WorldParam> {
  protected:
   void SetUp() override {
     if (const auto why = unavailable(GetParam().transport, GetParam().size)) GTEST_SKIP() << *why;
-    world_ = std::make_unique<World>(GetParam().transport, GetParam().size);
+    world_ = std::make_unique<World>(GetParam().transport, GetParam().size, kTimeout,
+                                     GetParam().options());
   }
   [[nodiscard]] int size() const { return GetParam().size; }
   std::unique_ptr<World> world_;
@@ -81,11 +83,19 @@ TEST_P(PointToPoint, SendToItselfOrOutsideTheGroupIsRefusedAtIssue) {
 TEST_P(PointToPoint, NoRankLeavesABarrierBeforeEveryRankEnteredIt) {
   std::atomic<int> entered{0};
   std::vector<int> seen(static_cast<std::size_t>(size()));
+  std::vector<testing::BlockedCall> waits(static_cast<std::size_t>(size()));
   const auto errors = run_on_ranks(size(), [&](int r) {
-    // Late ranks enter later; the early ones must still be held.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5 * r));
+    // Rank r enters once rank r - 1 waits in the barrier: the early ones must still be held.
+    if (r > 0) {
+      EXPECT_TRUE(waits[static_cast<std::size_t>(r) - 1].wait_until_blocked())
+          << "rank " << r - 1 << " left the barrier before rank " << r << " entered it";
+    }
     entered.fetch_add(1);
-    world_->rank(r).barrier()->wait(kTimeout);
+    auto& wait = waits[static_cast<std::size_t>(r)];
+    auto barrier = world_->rank(r).barrier();
+    wait.entering();
+    barrier->wait(kTimeout);
+    wait.returned();
     seen[static_cast<std::size_t>(r)] = entered.load();
   });
   for (int r = 0; r < size(); ++r) {
@@ -96,6 +106,9 @@ TEST_P(PointToPoint, NoRankLeavesABarrierBeforeEveryRankEnteredIt) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, PointToPoint, ::testing::ValuesIn(every_transport_and_size()),
                          param_name);
+// Again with channel slots and segments of a few hundred bytes: each message above spans many.
+INSTANTIATE_TEST_SUITE_P(SmallChunks, PointToPoint,
+                         ::testing::ValuesIn(every_small_chunk_setting_and_size()), param_name);
 
 }  // namespace
 }  // namespace tessera::conformance

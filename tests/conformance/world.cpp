@@ -27,7 +27,8 @@ std::mutex registry_mutex;  // loading is not thread-safe; creating afterwards i
 
 }  // namespace
 
-std::shared_ptr<Transport> load_transport(const std::string& name, Duration op_timeout) {
+std::shared_ptr<Transport> load_transport(const std::string& name, Duration op_timeout,
+                                          const TransportOptions& options) {
   std::lock_guard lock(registry_mutex);
   PluginRegistry& plugins = registry();
   if (plugins.try_find(PluginKind::transport, name) == nullptr) {
@@ -39,9 +40,9 @@ std::shared_ptr<Transport> load_transport(const std::string& name, Duration op_t
     throw PluginError("conformance: transport '" + name + "' not found" + why);
   }
   const Options defaults = plugins.default_options(PluginKind::transport, name);
-  const Options options(defaults.section(), defaults.specs(),
-                        {{"timeout", std::to_string(op_timeout.count()) + "ms"}});
-  return plugins.create<Transport>(name, options);
+  TransportOptions values = options;
+  values["timeout"] = std::to_string(op_timeout.count()) + "ms";
+  return plugins.create<Transport>(name, Options(defaults.section(), defaults.specs(), values));
 }
 
 namespace {
@@ -94,8 +95,9 @@ std::vector<std::exception_ptr> run_on_ranks(int size, const std::function<void(
   return errors;
 }
 
-World::World(const std::string& transport, int size, Duration op_timeout)
-    : transport_(load_transport(transport, op_timeout)),
+World::World(const std::string& transport, int size, Duration op_timeout,
+             const TransportOptions& options)
+    : transport_(load_transport(transport, op_timeout, options)),
       communicators_(static_cast<std::size_t>(size)) {
   auto store = make_memory_store();
   const auto errors = run_on_ranks(size, [&](int r) {
@@ -129,8 +131,19 @@ std::vector<WorldParam> every_transport_and_size() {
   return params;
 }
 
+std::vector<WorldParam> every_small_chunk_setting_and_size() {
+  std::vector<WorldParam> params;
+  for (const auto& transport : transports_under_test()) {
+    for (const auto& chunks : transport.small_chunks) {
+      for (int size : transport.world_sizes) params.push_back({transport.name, size, &chunks});
+    }
+  }
+  return params;
+}
+
 std::string param_name(const ::testing::TestParamInfo<WorldParam>& info) {
-  return info.param.transport + "_" + std::to_string(info.param.size) + "ranks";
+  const std::string setting = info.param.chunks ? info.param.chunks->label + "_" : "";
+  return info.param.transport + "_" + setting + std::to_string(info.param.size) + "ranks";
 }
 
 }  // namespace tessera::conformance

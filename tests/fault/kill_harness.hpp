@@ -141,8 +141,9 @@ class Workers {
   // reporting kSurvivorReport within 5 s and exiting 0 within 10 s more.
   // `within`: how soon after the kill each survivor must report its failed operation.
   void kill_victim_and_check_survivors(std::chrono::milliseconds within = 5s) {
+    // Past "ready" every worker runs all_reduce after all_reduce until it fails: the kill lands
+    // inside one, or before the victim's first while its peers wait in theirs.
     for (const auto& child : children_) ASSERT_EQ(read_line(child.report_fd, 60s), "ready");
-    std::this_thread::sleep_for(50ms);  // well inside the next all_reduce
 
     ASSERT_EQ(::kill(children_[kVictim].pid, SIGKILL), 0);
     const auto killed_at = Clock::now();

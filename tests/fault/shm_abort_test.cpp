@@ -44,6 +44,8 @@ TEST_F(ShmAbortTest, AbortOnOneRankFailsThePeersPendingOperationNamingIt) {
   auto world = connect_world(2);
   std::vector<float> data(1 << 20, 1.0f);
   auto pending = world[1]->all_reduce(view_of(std::span(data)), ReduceOp::sum);
+  // Probably waiting for rank 0 by now; issued and not complete either way, so the abort must
+  // fail it. Nothing shows from outside where its queue thread is.
   std::this_thread::sleep_for(20ms);
   const auto start = Clock::now();
   world[0]->abort("test abort");

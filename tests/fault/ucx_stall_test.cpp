@@ -106,7 +106,7 @@ TEST_P(UcxStallTest, StoppedRankIsNamedWithTheOperationWithinStallTimeout) {
     const auto pids = workers.pids();
     for (int rank = 0; rank < kRanks; ++rank)
       ASSERT_EQ(kill_test::read_line(workers.report_fd(rank), 60s), "ready");
-    std::this_thread::sleep_for(50ms);
+    // Past "ready" every worker runs all_reduce after all_reduce: the stop lands inside one.
     ASSERT_EQ(::kill(pids[kVictim], SIGSTOP), 0);
     const auto stopped_at = Clock::now();
     for (int rank = 0; rank < kRanks; ++rank) {

@@ -73,21 +73,28 @@ inline bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
 }
 
-// The pid of a process whose environment holds every one of `variables` (NAME=value), if any;
-// -1 if none. A test tags its job with a variable of its own, so that it finds that job's
-// worker and no other.
-inline pid_t process_with(const std::set<std::string>& variables) {
+// The pids of the processes whose environment holds every one of `variables` (NAME=value). A
+// test tags its job with a variable of its own, so that it finds that job's processes and no
+// other.
+inline std::set<pid_t> processes_with(const std::set<std::string>& variables) {
+  std::set<pid_t> found;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const auto name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(entry.path() / "environ", std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::stringstream vars(text);
-    std::size_t found = 0;
-    for (std::string var; std::getline(vars, var, '\0');) found += variables.count(var);
-    if (found == variables.size()) return static_cast<pid_t>(std::stol(name));
+    std::size_t matched = 0;
+    for (std::string var; std::getline(vars, var, '\0');) matched += variables.count(var);
+    if (matched == variables.size()) found.insert(static_cast<pid_t>(std::stol(name)));
   }
-  return -1;
+  return found;
+}
+
+// One of them, or -1 if none.
+inline pid_t process_with(const std::set<std::string>& variables) {
+  const auto found = processes_with(variables);
+  return found.empty() ? -1 : *found.begin();
 }
 
 }  // namespace tessera::test

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
       const char* id = std::getenv("TESSERA_WORKER_ID");
       if (id != nullptr && std::string(id) == argv[2]) return 3;
       std::cout << "worker " << (id != nullptr ? id : "?") << " ran" << std::endl;
+      // A worker that runs this long, as the test asks.
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(argv[3])));
       return 0;
     }

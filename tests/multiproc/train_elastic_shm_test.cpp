@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,12 +26,34 @@ namespace {
 
 namespace fs = std::filesystem;
 using tessera::test::process_with;
+using tessera::test::processes_with;
 using namespace std::chrono_literals;
 
-std::set<std::string> shm_entries() {
+// The pid in a name that tessera puts in /dev/shm: "tessera-shm-<pid>-<hex>" (an shm group's
+// segment) or "tessera-replica-<pid namespace>-<pid>-<nonce>" (an elastic copy area); -1 for
+// any other name.
+pid_t creator_of(const std::string& name) {
+  std::string rest;
+  if (name.starts_with("tessera-shm-")) {
+    rest = name.substr(std::string("tessera-shm-").size());
+  } else if (name.starts_with("tessera-replica-")) {
+    rest = name.substr(std::string("tessera-replica-").size());
+    rest = rest.substr(std::min(rest.size(), rest.find('-') + 1));
+  } else {
+    return -1;
+  }
+  const auto digits = rest.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string::npos || rest[digits] != '-') return -1;
+  return static_cast<pid_t>(std::stol(rest.substr(0, digits)));
+}
+
+// The names in /dev/shm that a process of `job` created. /dev/shm is shared by every process
+// on the host (other tests, other jobs), so a test judges only what its own job made.
+std::set<std::string> shm_names_of(const std::set<pid_t>& job) {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator("/dev/shm")) {
-    names.insert(entry.path().filename().string());
+    const auto name = entry.path().filename().string();
+    if (job.contains(creator_of(name))) names.insert(name);
   }
   return names;
 }
@@ -79,12 +103,12 @@ std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
                                                     std::to_string(::getpid()))) {
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const auto shm_before = shm_entries();
   // A token only this test's job carries, so that the kill finds its worker and no other.
   const std::string tag = "ELASTIC_SHM_TEST_JOB=" + std::to_string(::getpid());
   const std::string command = tag + " timeout 300 " + std::string(TESSERA_CLI_PATH) + " train -n " +
                               std::to_string(workers) + job_flags(dir) + " " + extra_flags + " > " +
                               (dir / "out.txt").string() + " 2>&1";
+  std::atomic<bool> job_over{false};
   std::thread job([&] {
     const int status = std::system(command.c_str());
     if (expect_failure) {
@@ -92,33 +116,37 @@ std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
     } else {
       EXPECT_EQ(status, 0);
     }
+    job_over = true;
   });
 
-  // Kill worker n0.w1 (world rank 1) once the run has trained 50 steps.
+  // Every process of the job (launcher, workers, a replacement), seen while it runs: the names
+  // it may leave in /dev/shm carry their pids. Kill worker n0.w1 (world rank 1) once the run
+  // has trained 50 steps.
+  std::set<pid_t> job_processes;
   const auto give_up = std::chrono::steady_clock::now() + 120s;
   pid_t victim = -1;
-  while (std::chrono::steady_clock::now() < give_up) {
-    if (lines_of(dir / "metrics.jsonl") >= 50) {
+  while (!job_over) {
+    job_processes.merge(processes_with({tag}));
+    if (victim < 0 && std::chrono::steady_clock::now() < give_up &&
+        lines_of(dir / "metrics.jsonl") >= 50) {
       // Only a worker of this job: it inherited the tag.
       victim = process_with({"TESSERA_WORKER_ID=n0.w1", tag});
-      if (victim > 0) break;
+      if (victim > 0) {
+        EXPECT_EQ(::kill(victim, SIGKILL), 0);
+      }
     }
-    std::this_thread::sleep_for(20ms);
-  }
-  if (victim > 0) {
-    EXPECT_EQ(::kill(victim, SIGKILL), 0);
-  } else {
-    ADD_FAILURE() << "the job never reached step 50";
+    std::this_thread::sleep_for(20ms);  // the poll's period: the job says nothing when it is done
   }
   job.join();
+  if (victim <= 0) {
+    ADD_FAILURE() << "the job never reached step 50 (or its worker n0.w1 was gone)";
+  }
+  EXPECT_GE(job_processes.size(), static_cast<std::size_t>(workers) + 1) << "launcher and workers";
 
   const auto out = read_file(dir / "out.txt");
   // The job's segments are gone, the dead worker's too (the survivors and the launcher
   // unlink what they created; a dead worker created none it did not already unlink).
-  std::set<std::string> left_over;
-  for (const auto& name : shm_entries()) {
-    if (!shm_before.contains(name) && name.starts_with("tessera")) left_over.insert(name);
-  }
+  const auto left_over = shm_names_of(job_processes);
   EXPECT_TRUE(left_over.empty()) << *left_over.begin();
   fs::remove_all(dir / "metrics.jsonl");
   fs::remove_all(dir / "summary.json");

@@ -107,7 +107,7 @@ class RecordingStrategy final : public Strategy {
     const auto stats = inner_->train_step(batch, info);
     steps_.push_back({info.step, generation_, data_->last(worker_)});
     if (progress_ != nullptr) {
-      std::this_thread::sleep_for(progress_->step_pause);
+      std::this_thread::sleep_for(progress_->step_pause);  // a slow worker, on purpose
       std::int64_t seen = progress_->step.load();
       while (seen < info.step && !progress_->step.compare_exchange_weak(seen, info.step)) {
       }

@@ -8,23 +8,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "spread_gradients.hpp"
 #include "tessera/strategy_kit/grad_clip.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
 
 namespace tessera {
 namespace {
 
-std::vector<float> spread_gradients(std::size_t count) {
-  std::vector<float> g(count);
-  std::uint64_t x = 12345;
-  for (auto& v : g) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    const auto mantissa = static_cast<float>((x >> 40) & 0xFFFFFF) / 16777216.0F + 0.5F;
-    const int exponent = static_cast<int>((x >> 20) % 61) - 30;
-    v = ((x >> 63) != 0 ? -1.0F : 1.0F) * std::ldexp(mantissa, exponent);
-  }
-  return g;
-}
+using testing::spread_gradients;
 
 // The definition, written out: each block's squares in element order, then blocks in order.
 double reference_sum_of_squares(const std::vector<float>& g) {

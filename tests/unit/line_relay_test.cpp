@@ -135,7 +135,7 @@ TEST(LineRelay, SlowNonBlockingTargetLosesNothing) {
     char buffer[512];
     for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) > 0;) {
       received.append(buffer, static_cast<std::size_t>(n));
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // a slow reader, on purpose
     }
   });
   {

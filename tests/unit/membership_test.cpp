@@ -378,7 +378,11 @@ TEST(Membership, BelowMinWorkersAJoinerCompletesTheWorld) {
   auto survivors = std::async(std::launch::async, [&] {
     return on_threads(job, {"a", "b"}, next_after(1, {"c"}));
   });
-  std::this_thread::sleep_for(200ms);
+  // The survivors are waiting below min_workers (both said they are ready for generation 2)
+  // before the newcomer comes: it completes their world, it does not find one formed.
+  ASSERT_TRUE(eventually([&] {
+    return job.store->check("membership/ready/2/a") && job.store->check("membership/ready/2/b");
+  })) << "the survivors never got ready for generation 2";
   const auto newcomer = job.add("z").join(deadline_after(10s));
   const auto views = survivors.get();
   expect_same_world({views[0], views[1], newcomer});

@@ -23,7 +23,8 @@ namespace tessera::membership_test {
 using namespace std::chrono_literals;
 
 // Holds every writer of a world key until `expected` writers have come (or 100 ms passed), then
-// lets them write one after another, 5 ms apart: proposals made at once reach the store at once,
+// lets them write one after another, each once the writer before it has made its next store
+// call after its write (and that call returned): proposals made at once reach the store at once,
 // and a writer that did not check what was there would read back its own world before the next
 // one overwrote it.
 class ProposalGate {
@@ -32,16 +33,23 @@ class ProposalGate {
   void before_write() {
     std::unique_lock lock(mutex_);
     const int order = arrived_++;
-    arrivals_.notify_all();
-    arrivals_.wait_for(lock, 100ms, [&] { return arrived_ >= expected_; });
-    lock.unlock();
-    std::this_thread::sleep_for(order * 5ms);
+    changed_.notify_all();
+    changed_.wait_for(lock, 100ms, [&] { return arrived_ >= expected_; });
+    // The bound only keeps a writer that makes no call after its write from holding the others
+    // for ever; every writer of the membership code makes one (it announces the change).
+    changed_.wait_for(lock, 5s, [&] { return turns_passed_ >= order; });
+  }
+  void pass_turn() {
+    std::lock_guard lock(mutex_);
+    ++turns_passed_;
+    changed_.notify_all();
   }
 
  private:
   std::mutex mutex_;
-  std::condition_variable arrivals_;
+  std::condition_variable changed_;
   int arrived_ = 0;
+  int turns_passed_ = 0;
   int expected_;
 };
 
@@ -54,32 +62,42 @@ class HeartbeatSwitchStore final : public Store {
   void gate_world_writes(std::shared_ptr<ProposalGate> gate) { gate_ = std::move(gate); }
 
   void set(const std::string& k, const std::string& v) override {
-    gated(k);
+    const bool world = gated(k);
     inner_->set(k, v);
+    call_returned(world);
   }
   // Held renewals hold the heartbeat's beat counter too: the worker beats no more.
   void set(const std::string& k, const std::string& v, LeaseId l) override {
     if (hold_.load() && k.starts_with("membership/beats/")) return;
+    const bool world = gated(k);
     inner_->set(k, v, l);
+    call_returned(world);
   }
-  std::string get(const std::string& k, Duration t) override { return inner_->get(k, t); }
-  std::int64_t add(const std::string& k, std::int64_t d) override { return inner_->add(k, d); }
+  std::string get(const std::string& k, Duration t) override { return returned(inner_->get(k, t)); }
+  std::int64_t add(const std::string& k, std::int64_t d) override {
+    return returned(inner_->add(k, d));
+  }
   std::string compare_set(const std::string& k, const std::string& e,
                           const std::string& d) override {
-    gated(k);
-    return inner_->compare_set(k, e, d);
+    const bool world = gated(k);
+    auto previous = inner_->compare_set(k, e, d);
+    call_returned(world);
+    return previous;
   }
-  void wait(const std::vector<std::string>& k, Duration t) override { inner_->wait(k, t); }
+  void wait(const std::vector<std::string>& k, Duration t) override {
+    inner_->wait(k, t);
+    call_returned(false);
+  }
   std::optional<std::string> wait_for_change(const std::string& k,
                                              const std::optional<std::string>& known,
                                              Duration t) override {
-    return inner_->wait_for_change(k, known, t);
+    return returned(inner_->wait_for_change(k, known, t));
   }
   std::vector<std::pair<std::string, std::string>> list(const std::string& p) override {
-    return inner_->list(p);
+    return returned(inner_->list(p));
   }
-  bool check(const std::string& k) override { return inner_->check(k); }
-  bool remove(const std::string& k) override { return inner_->remove(k); }
+  bool check(const std::string& k) override { return returned(inner_->check(k)); }
+  bool remove(const std::string& k) override { return returned(inner_->remove(k)); }
   LeaseId grant_lease(Duration ttl) override { return inner_->grant_lease(ttl); }
   void keep_alive(LeaseId l) override {
     if (!hold_.load()) inner_->keep_alive(l);
@@ -87,12 +105,35 @@ class HeartbeatSwitchStore final : public Store {
   void revoke_lease(LeaseId l) override { inner_->revoke_lease(l); }
 
  private:
-  void gated(const std::string& key) {
-    if (gate_ && key.starts_with("membership/world/")) gate_->before_write();
+  // Whether `key` is a world write the gate orders (having waited for its turn).
+  bool gated(const std::string& key) {
+    if (!gate_ || !key.starts_with("membership/world/")) return false;
+    gate_->before_write();
+    return true;
   }
+  // After every call: the first call that returns on the thread after its world write passes
+  // the gate's turn on (the heartbeat's calls, on another thread, do not).
+  void call_returned(bool wrote_world) {
+    if (!gate_) return;
+    std::lock_guard lock(turn_mutex_);
+    const auto me = std::this_thread::get_id();
+    if (turn_held_by_ == me) {
+      turn_held_by_ = std::thread::id();
+      gate_->pass_turn();
+    }
+    if (wrote_world) turn_held_by_ = me;
+  }
+  template <class Value>
+  Value returned(Value value) {
+    call_returned(false);
+    return value;
+  }
+
   std::shared_ptr<Store> inner_;
   std::atomic<bool> hold_{false};
   std::shared_ptr<ProposalGate> gate_;
+  std::mutex turn_mutex_;
+  std::thread::id turn_held_by_;  // the thread whose world write waits to pass the turn
 };
 
 // Runs `call` on worker(id) for every id on its own thread, all starting together once every

@@ -54,8 +54,12 @@ class StoreContract : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     registry_.scan_directory(TESSERA_PLUGIN_DIR);
     if (GetParam() == "etcd") {
+      // Each run of a test its own keys: under --gtest_repeat a key an earlier run left would
+      // let a get or a watch return at once, testing nothing of its waiting.
+      static int runs = 0;
       etcd_prefix_ = "tessera_test/" + std::to_string(::getpid()) + "/" +
-                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/";
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" +
+                     std::to_string(++runs) + "/";
       first_ = client();
     } else if (GetParam() == "file") {
       folder_ = std::filesystem::temp_directory_path() /

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <thread>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {
@@ -27,11 +28,14 @@ TEST_P(StoreContract, GetReturnsTheValueSetByAnotherClientBytewise) {
 
 TEST_P(StoreContract, GetWaitsForAKeySetLater) {
   auto other = client();
+  testing::BlockedCall get;
   std::thread setter([&] {
-    std::this_thread::sleep_for(100ms);
+    EXPECT_TRUE(get.wait_until_blocked()) << "the get did not wait for the key";
     other->set("late", "here");
   });
+  get.entering();
   EXPECT_EQ(first_->get("late", 10s), "here");
+  get.returned();
   setter.join();
 }
 
@@ -70,12 +74,15 @@ TEST_P(StoreContract, CompareSetSwapsOnlyWhenTheValueMatches) {
 
 TEST_P(StoreContract, WaitReturnsOnceEveryKeyExists) {
   auto other = client();
+  testing::BlockedCall wait;
   std::thread setter([&] {
     other->set("a", "1");
-    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(wait.wait_until_blocked()) << "the wait returned with only one of its keys set";
     other->set("b", "2");
   });
+  wait.entering();
   first_->wait({"a", "b"}, 10s);
+  wait.returned();
   setter.join();
   EXPECT_TRUE(first_->check("b"));
 }
@@ -118,11 +125,14 @@ TEST_P(StoreContract, ConcurrentAddsFromManyClientsAreNeverLost) {
 TEST_P(StoreContract, ABlockedGetDoesNotDelayOtherThreadsOfTheSameClient) {
   auto shared = client();
   std::atomic<bool> got{false};
+  testing::BlockedCall get;
   std::thread waiter([&] {
+    get.entering();
     EXPECT_EQ(shared->get("released", 10s), "go");
+    get.returned();
     got = true;
   });
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(get.wait_until_blocked()) << "the get never waited";
   const auto start = std::chrono::steady_clock::now();
   shared->set("released", "go");  // the same client object, while the get above is pending
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);

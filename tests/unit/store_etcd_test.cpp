@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "etcd_server.hpp"
 #include "store_contract.hpp"
 #include "tessera/base/error.hpp"
@@ -69,11 +70,14 @@ TEST_F(EtcdStoreTest, TheNextEndpointServesWhenTheFirstRefuses) {
   const auto start = Clock::now();
   store->set("k", "v");
   EXPECT_LT(Clock::now() - start, kSchedulingMargin);
-  std::thread writer([other = open(etcd.endpoint(), "5s")] {
-    std::this_thread::sleep_for(100ms);
+  testing::BlockedCall watch;
+  std::thread writer([&, other = open(etcd.endpoint(), "5s")] {
+    EXPECT_TRUE(watch.wait_until_blocked()) << "the watch did not wait for the change";
     other->set("k", "w");
   });
+  watch.entering();
   EXPECT_EQ(store->wait_for_change("k", "v", 30s), "w");
+  watch.returned();
   writer.join();
 }
 
@@ -252,7 +256,9 @@ TEST_F(EtcdStoreTest, AKilledServerFailsEveryCallWithinItsTimeoutAndARestartedOn
   std::atomic<bool> watcher_done{false};
   std::string watcher_error;
   Clock::time_point watcher_end;
+  testing::BlockedCall watch;
   std::thread watcher([&] {
+    watch.entering();
     try {
       (void)watcher_store->wait_for_change("k", "v", 60s);
       watcher_error = "returned";
@@ -263,8 +269,9 @@ TEST_F(EtcdStoreTest, AKilledServerFailsEveryCallWithinItsTimeoutAndARestartedOn
     }
     watcher_end = Clock::now();
     watcher_done = true;
+    watch.returned();
   });
-  std::this_thread::sleep_for(300ms);  // the watch is open
+  EXPECT_TRUE(watch.wait_until_blocked()) << "the watch was not open: " << watcher_error;
   etcd.kill_now();
   const auto killed = Clock::now();
   watcher.join();
@@ -299,14 +306,17 @@ TEST_F(EtcdStoreTest, AServerStoppedForLessThanTheTimeoutIsRiddenOut) {
   store->set("k", "before");
   (void)store->add("n", 1);
   std::optional<std::string> seen;
+  testing::BlockedCall watch;
   std::thread watcher([&, watching = open(etcd.endpoint(), "10s")] {
+    watch.entering();
     seen = watching->wait_for_change("k", "before", 30s);
+    watch.returned();
   });
-  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(watch.wait_until_blocked()) << "the watch was not open before the pause";
   etcd.pause();
   const auto paused = Clock::now();
   std::thread resumer([&] {
-    std::this_thread::sleep_for(1500ms);
+    std::this_thread::sleep_for(1500ms);  // the stop this test rides out, shorter than the timeout
     etcd.resume();
   });
   EXPECT_NO_THROW(store->set("k", "during"));

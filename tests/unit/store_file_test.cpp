@@ -154,7 +154,7 @@ TEST_F(FileStoreTest, AGrantSweepsTheFilesOfEndedLeases) {
   auto store = open();
   const auto ended = store->grant_lease(20ms);
   store->set("gone", "v", ended);
-  std::this_thread::sleep_for(20ms + kLeaseExpirySlack);
+  std::this_thread::sleep_for(20ms + kLeaseExpirySlack);  // the lease's end: what the test is about
   (void)store->grant_lease(60s);
   EXPECT_FALSE(std::filesystem::exists(
       folder_ / (".lease." + std::to_string(static_cast<std::int64_t>(ended)))));

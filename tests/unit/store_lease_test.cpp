@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "store_contract.hpp"
 #include "tessera/base/error.hpp"
 
@@ -67,7 +68,7 @@ TEST_P(StoreLeases, KeepAliveKeepsALeasedKeyPastManyTtls) {
   const auto until = Clock::now() + 3 * ttl;
   int renewals = 0;
   while (Clock::now() < until) {
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(100ms);  // the renewals' pace, the thing under test
     const auto renewal = Clock::now();
     if (renewal - last_renewal >= ttl)
       GTEST_SKIP() << "this thread slept " << (renewal - last_renewal) / 1ms
@@ -90,10 +91,16 @@ TEST_P(StoreLeases, RevokeDeletesTheKeysAtOnceAndWakesTheirWatchers) {
   first_->set("gen/1/b", "y", lease);
   first_->set("gen/1/kept", "z");
   std::optional<std::string> seen = "unset";
+  testing::BlockedCall watch;
   std::thread watcher([&, watcher_store = client()] {
+    watch.entering();
     seen = watcher_store->wait_for_change("gen/1/a", "x", 30s);
+    watch.returned();
   });
-  std::this_thread::sleep_for(50ms);
+  if (!watch.wait_until_blocked()) {
+    watcher.join();
+    FAIL() << "the watcher returned before the revoke";
+  }
   const auto start = Clock::now();
   other->revoke_lease(lease);
   watcher.join();
@@ -110,7 +117,7 @@ TEST_P(StoreLeases, KeepAliveOrSetAfterExpiryThrowsLeaseExpiredAndWritesNothing)
   const auto ttl = lease_ttl(50ms);
   const auto lease = first_->grant_lease(ttl);
   first_->set("k", "v", lease);
-  std::this_thread::sleep_for(ttl + lease_expiry_slack());
+  std::this_thread::sleep_for(ttl + lease_expiry_slack());  // the lease's end, unrenewed
   try {
     first_->keep_alive(lease);
     FAIL() << "keep_alive renewed an expired lease";
@@ -177,28 +184,35 @@ TEST_P(StoreLeases, ATtlOffTheStoresGridIsInvalidArgumentNamingTheTtl) {
 
 TEST_P(StoreLeases, WaitForChangeWakesOnASetFromAnotherClient) {
   first_->set("epoch", "1");
-  std::thread setter([other = client()] {
-    std::this_thread::sleep_for(100ms);
+  testing::BlockedCall watch;
+  std::thread setter([&, other = client()] {
+    EXPECT_TRUE(watch.wait_until_blocked()) << "the watch returned before the value changed";
     other->set("epoch", "2");
   });
-  const auto start = Clock::now();
+  watch.entering();
   EXPECT_EQ(first_->wait_for_change("epoch", "1", 30s), "2");
-  EXPECT_GE(Clock::now() - start, 90ms);
+  watch.returned();
   setter.join();
 }
 
 TEST_P(StoreLeases, WaitForChangeWakesWhenAnAbsentKeyAppearsOrAPresentOneIsRemoved) {
-  std::thread writer([other = client()] {
-    std::this_thread::sleep_for(50ms);
+  testing::BlockedCall appear;
+  std::thread writer([&, other = client()] {
+    EXPECT_TRUE(appear.wait_until_blocked()) << "the watch of the absent key did not wait";
     other->set("k", "");  // empty, but present: differs from absent
   });
+  appear.entering();
   EXPECT_EQ(first_->wait_for_change("k", std::nullopt, 30s), "");
+  appear.returned();
   writer.join();
-  std::thread remover([other = client()] {
-    std::this_thread::sleep_for(50ms);
+  testing::BlockedCall vanish;
+  std::thread remover([&, other = client()] {
+    EXPECT_TRUE(vanish.wait_until_blocked()) << "the watch of the present key did not wait";
     other->remove("k");
   });
+  vanish.entering();
   EXPECT_EQ(first_->wait_for_change("k", "", 30s), std::nullopt);
+  vanish.returned();
   remover.join();
 }
 
@@ -279,11 +293,14 @@ TEST_P(StoreLeases, PrefixStoreForwardsLeasesWatchesAndListsWithoutItsPrefix) {
   using List = std::vector<std::pair<std::string, std::string>>;
   EXPECT_EQ(job.list("gen/"), (List{{"gen/1/a", "A"}, {"gen/1/b", "B"}}));
   EXPECT_EQ(first_->get("job/gen/1/a", 0ms), "A");
+  testing::BlockedCall watch;
   std::thread writer([&] {
-    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(watch.wait_until_blocked()) << "the prefixed watch did not wait";
     PrefixStore(std::string("job"), client()).set("gen/1/b", "B2");
   });
+  watch.entering();
   EXPECT_EQ(job.wait_for_change("gen/1/b", "B", 30s), "B2");
+  watch.returned();
   writer.join();
   job.keep_alive(lease);
   job.revoke_lease(lease);
@@ -345,7 +362,7 @@ TEST_P(StoreLeases, AMemberProcessThatIsKilledLosesItsKeysAfterItsTtl) {
       own->set("members/child", "here", lease);
       const char ok = 'y';
       (void)!::write(ready[1], &ok, 1);
-      for (;;) {  // until killed
+      for (;;) {  // until killed; the keep-alives' pace is the thing under test
         std::this_thread::sleep_for(50ms);
         own->keep_alive(lease);
       }

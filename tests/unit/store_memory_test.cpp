@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 
@@ -24,11 +25,14 @@ TEST(MemoryStore, SetThenGetReturnsTheValueIncludingBinaryBytes) {
 
 TEST(MemoryStore, GetWaitsForAKeySetByAnotherThread) {
   auto store = make_memory_store();
+  testing::BlockedCall get;
   std::thread setter([&] {
-    std::this_thread::sleep_for(milliseconds(20));
+    EXPECT_TRUE(get.wait_until_blocked()) << "the get did not wait for the key";
     store->set("late", "here");
   });
+  get.entering();
   EXPECT_EQ(store->get("late", milliseconds(10000)), "here");
+  get.returned();
   setter.join();
 }
 

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/registry/registry.hpp"
@@ -152,11 +153,14 @@ TEST_F(TcpStoreTest, AClientReconnectsToARestartedServerWithinItsTimeout) {
       create({{"host", "127.0.0.1"}, {"port", port}, {"token", "right-token"}, {"timeout", "20s"}});
   client->set("before", "1");
   server.reset();  // the server goes away with its data
+  testing::BlockedCall set;
   std::thread restart([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(set.wait_until_blocked()) << "the set did not wait for a server";
     server = serve(port);
   });
+  set.entering();
   client->set("after", "2");  // retries until the new server listens
+  set.returned();
   restart.join();
   EXPECT_EQ(server->get("after", 1s), "2");
   EXPECT_FALSE(server->check("before"));
@@ -296,6 +300,8 @@ TEST_F(TcpStoreTest, LeasesOutliveTheConnectionsThatGrantedThem) {
   const auto lease = holder->grant_lease(60s);
   holder->set("members/r1", "here", lease);
   holder.reset();  // every connection of that client closes
+  // Time for the server to see the closes: nothing it does shows that it has, and a server that
+  // ended leases with their connections would have removed the key by then.
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(server->get("members/r1", 0ms), "here");
   auto reconnected = create(client_options);
@@ -426,7 +432,7 @@ TEST_F(TcpStoreTest, RunningOutOfDescriptorsNeitherSpinsTheServerNorStopsAdmitte
 
   const auto before = runnable_ns();
   ASSERT_FALSE(before.empty()) << "no /proc/self/task/*/schedstat to measure with";
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(1s);  // the window the threads' CPU time is measured over
   const auto after = runnable_ns();
   long long busiest = 0;
   for (const auto& [tid, ns] : after) {

@@ -40,7 +40,10 @@ class StrategyThroughTrainer : public ::testing::TestWithParam<std::string> {
             ("tessera-equivalence-" + std::to_string(::getpid()) + "-" + GetParam());
     fs::remove_all(root_);
     mlp::MlpConfig sizes;
-    sizes.sizes = {16, 32, 4};
+    // 6,304 parameters: past one 4096-element norm block, so that zero1/2 shards at 2 and 3 ranks
+    // give rank 1 real parameters (a model inside one block would sit on rank 0 alone, the
+    // other shards all padding), and zero3's shards hold whole blocks.
+    sizes.sizes = {16, 300, 4};
     model_ = std::make_shared<mlp::MlpModel>(sizes);
     synthetic::SyntheticConfig data;
     data.samples = 500;  // 500 = 20 x 24 + 20: the last global batch is uneven at 3 x 8

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "blocked_call.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {
@@ -88,13 +89,16 @@ TEST(OperationQueue, HostWorkWaitsOnAStreamByFinishing) {
     finished = true;
   });
   EXPECT_FALSE(work->on_device());
+  testing::BlockedCall wait;
   std::thread releaser([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(wait.wait_until_blocked()) << "wait_on_stream returned before the work finished";
     std::lock_guard lock(mutex);
     release = true;
     cv.notify_all();
   });
+  wait.entering();
   work->wait_on_stream(Stream{Device::cuda(0), nullptr});
+  wait.returned();
   EXPECT_TRUE(finished);
   releaser.join();
   // And errors come out of it like out of wait().

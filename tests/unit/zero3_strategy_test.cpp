@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <numeric>
+#include <span>
 
 #include "adam/adam.hpp"
 #include "ddp_strategy.hpp"
@@ -20,9 +21,15 @@ namespace {
 using testing::run_ranks;
 
 // Several Linear layers whose sizes put unit and shard edges inside 4096-element norm blocks.
-std::shared_ptr<const Model> deep_mlp() {
+// Every unit's shard is shorter than a block, so every block is cut between ranks.
+constexpr std::size_t kDeepSizes[] = {24, 72, 60, 40, 10};
+// A 64 x 512 layer between small ones: its shard holds whole norm blocks on every rank of up
+// to 4, which only their owner sums (ShardedGradNorm's other path).
+constexpr std::size_t kWideSizes[] = {24, 64, 512, 10};
+
+std::shared_ptr<const Model> deep_mlp(std::span<const std::size_t> sizes = kDeepSizes) {
   mlp::MlpConfig config;
-  config.sizes = {24, 72, 60, 40, 10};
+  config.sizes.assign(sizes.begin(), sizes.end());
   return std::make_shared<mlp::MlpModel>(config);
 }
 
@@ -46,6 +53,7 @@ struct RunSpec {
   std::size_t micro_batches = 1;
   double max_grad_norm = 0.0;
   std::size_t short_rank_rows = 0;  // if > 0, the last rank gets this many rows fewer
+  std::span<const std::size_t> sizes = kDeepSizes;
 };
 
 struct RunResult {
@@ -79,7 +87,8 @@ RunResult run_ddp(const RunSpec& spec) {
   RunResult result;
   run_ranks(spec.ranks, [&](std::shared_ptr<Communicator> world) {
     ddp::DdpStrategy strategy(ddp::DdpConfig{});
-    strategy.setup({world, deep_mlp(), adam(), 11, spec.max_grad_norm, spec.micro_batches});
+    strategy.setup(
+        {world, deep_mlp(spec.sizes), adam(), 11, spec.max_grad_norm, spec.micro_batches});
     RunResult mine;
     drive(strategy, *world, spec, 0, mine);
     if (world->rank() == 0) {
@@ -94,7 +103,8 @@ RunResult run_zero3(const RunSpec& spec, const zero3::Zero3Config& config = {}) 
   RunResult result;
   run_ranks(spec.ranks, [&](std::shared_ptr<Communicator> world) {
     zero3::Zero3Strategy strategy(config);
-    strategy.setup({world, deep_mlp(), adam(), 11, spec.max_grad_norm, spec.micro_batches});
+    strategy.setup(
+        {world, deep_mlp(spec.sizes), adam(), 11, spec.max_grad_norm, spec.micro_batches});
     RunResult mine;
     drive(strategy, *world, spec, 0, mine);
     mine.params = strategy.gather_parameters();
@@ -118,6 +128,14 @@ TEST_P(Zero3AtWorldSize, ParametersBitwiseIdenticalToDdpAfterFiftyAdamStepsWithC
   const auto zero3 = run_zero3(spec);
   expect_bitwise_equal(zero3, ddp);
   EXPECT_LT(ddp.norms.front(), 100.0);
+  EXPECT_GT(*std::max_element(ddp.norms.begin(), ddp.norms.end()), 0.5);  // clipping did act
+}
+
+TEST_P(Zero3AtWorldSize, NormBlocksInsideSingleShardsClipAsDdpDoesBitwise) {
+  const RunSpec spec{.ranks = GetParam(), .steps = 10, .max_grad_norm = 0.5, .sizes = kWideSizes};
+  const auto ddp = run_ddp(spec);
+  const auto zero3 = run_zero3(spec);
+  expect_bitwise_equal(zero3, ddp);
   EXPECT_GT(*std::max_element(ddp.norms.begin(), ddp.norms.end()), 0.5);  // clipping did act
 }
 

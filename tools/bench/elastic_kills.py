@@ -63,12 +63,27 @@ def parse_args():
     return p.parse_args()
 
 
-def shm_entries():
-    return {name for name in os.listdir("/dev/shm") if name.startswith("tessera")}
+def creator_of(name):
+    """The pid in a name tessera puts in /dev/shm (tessera-shm-<pid>-<hex>,
+    tessera-replica-<pid namespace>-<pid>-<nonce>), or None."""
+    m = re.fullmatch(r"tessera-(?:shm-|replica-\d+-)(\d+)-.*", name)
+    return int(m.group(1)) if m else None
 
 
-def job_workers(tag):
-    """{worker id: pid} of the running workers of the job carrying `tag` in its environment."""
+def shm_entries(pids):
+    """The names in /dev/shm that processes `pids` created: /dev/shm is shared by every process
+    on the host, so a run is judged only by what its own job made."""
+    return {name for name in os.listdir("/dev/shm") if creator_of(name) in pids}
+
+
+def job_processes(tag):
+    """The pids of every process carrying `tag` in its environment (launcher and workers)."""
+    return set(job_workers(tag, with_launcher=True).values())
+
+
+def job_workers(tag, with_launcher=False):
+    """{worker id: pid} of the running workers of the job carrying `tag` in its environment
+    (with_launcher: the launcher too, under the id "launcher")."""
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -86,6 +101,8 @@ def job_workers(tag):
                if v.startswith(b"TESSERA_WORKER_ID=")]
         if ids:
             found[ids[0]] = int(name)
+        elif with_launcher:
+            found[f"launcher {name}"] = int(name)
     return found
 
 
@@ -146,11 +163,11 @@ def run_once(args, run, rng, records):
         env.setdefault("UCX_TLS", "tcp,self")
     command = [os.path.join(args.build, "bin", "tessera"), "train", "--config",
                os.path.join(ROOT, "samples", "configs", "elastic.ini")] + overrides
-    shm_before = shm_entries()
     started = time.time()
     with open(out_file, "w") as out:
         job = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
+    pids = {job.pid}  # every process of the job seen while it ran: the /dev/shm names it owns
     steps_per_epoch = 60000 // (64 * args.workers)
     total = steps_per_epoch * args.epochs
     # Kill steps spread over the run (not the first epoch's start, not the last epoch).
@@ -167,6 +184,7 @@ def run_once(args, run, rng, records):
                 hung = True
                 break
             done = metrics(metrics_file)
+            pids |= job_processes(tag)
             workers = job_workers(tag)
             seen = events(out_file)
             world = int(seen[-1].group(2)) if seen else args.workers
@@ -188,6 +206,7 @@ def run_once(args, run, rng, records):
         record = {"run": run, "mode": args.mode, "transport": args.transport, "victims": victims,
                   "step_at_kill": last_step}
         while job.poll() is None and time.time() - killed_at < 120:
+            pids |= job_processes(tag)
             seen = events(out_file)[events_before:]
             failure = next((m for m in seen if m.group(5) is not None), None)
             if failure:
@@ -222,9 +241,10 @@ def run_once(args, run, rng, records):
         else:
             print(f"run {run} kill {len(kills)}: {','.join(victims)} at step {last_step}: "
                   f"no recovery seen within 120 s", flush=True)
-    try:
-        job.wait(timeout=max(1.0, args.run_timeout - (time.time() - started)))
-    except subprocess.TimeoutExpired:
+    while job.poll() is None and time.time() - started < max(1.0, args.run_timeout):
+        pids |= job_processes(tag)  # the last replacements too
+        time.sleep(0.05)
+    if job.poll() is None:
         hung = True
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
@@ -233,7 +253,7 @@ def run_once(args, run, rng, records):
         text = f.read()
     accuracy = re.findall(r"test accuracy ([0-9.]+) %", text)
     time.sleep(0.5)  # the launcher's last unlinks
-    left = sorted(shm_entries() - shm_before)
+    left = sorted(shm_entries(pids))
     run_record = {"run": run, "mode": args.mode, "transport": args.transport,
                   "exit": job.returncode, "hung": hung, "seconds": round(seconds, 1),
                   "accuracy": float(accuracy[-1]) if accuracy else None,
