@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/runtime/config.hpp"
+#include "tessera/config/config.hpp"
 #include "usage_error.hpp"
 
 namespace tessera::cli {
