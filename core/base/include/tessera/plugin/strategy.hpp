@@ -39,7 +39,7 @@ struct StrategySetup {
   // The strategy holds it from setup() on. setup() throws InvalidArgument, naming the device
   // and what to do, for an allocator whose device `world` cannot move
   // (Communicator::moves; tessera/strategy_kit/device_memory.hpp checks it). The trainer
-  // passes [runtime] device's: cpu_allocator(), or the GPU's (TrainerComponents::memory); a
+  // passes [runtime] device's: cpu_allocator(), or the GPU's (TrainerComponents::allocator); a
   // strategy that computes on the host only refuses a device's (host_strategy_allocator).
   std::shared_ptr<DeviceAllocator> allocator = nullptr;
 };
