@@ -445,12 +445,14 @@ TEST(HybridStrategy, GradientNormEqualsDdpsOverNormBlocksCutByStagesAndTensorSli
   // tp = 1: the stages carry ddp's blocks across their boundary, so the bits are ddp's.
   EXPECT_EQ(run_hybrid({.pp = 2}, spec).norms, ddp.norms);
   // tp > 1: each slice and the replicated parameters (on tensor rank 0 alone) are summed apart,
-  // then over the tensor group: ddp's norm up to the order of the sums.
+  // then over the tensor group; the row-parallel layers' partial sums round otherwise than one
+  // rank's, so the norms agree as the losses do, to 1e-5 (measured: 1.2e-7 at the second step).
+  // Replicated parameters counted on every tensor rank would be off by far more.
   for (const MeshSpec mesh : {MeshSpec{.tp = 2}, MeshSpec{.tp = 2, .pp = 2}}) {
     const auto norms = run_hybrid(mesh, spec).norms;
     ASSERT_EQ(norms.size(), ddp.norms.size());
     for (std::size_t s = 0; s < norms.size(); ++s) {
-      EXPECT_LT(relative_difference(norms[s], ddp.norms[s]), 1e-9)
+      EXPECT_LT(relative_difference(norms[s], ddp.norms[s]), 1e-5)
           << "tp " << mesh.tp << " pp " << mesh.pp << " step " << s + 1 << ": " << norms[s]
           << " vs ddp's " << ddp.norms[s];
     }
