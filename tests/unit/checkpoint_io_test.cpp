@@ -303,6 +303,16 @@ TEST_F(CheckpointFiles, AManifestOfALargerWorldThanItsRankFilesIsRefused) {
   EXPECT_NE(message.find("rank-2.blobs is missing"), std::string::npos) << message;
 }
 
+// A rank's blob list says which blobs it wrote: without rank-1.blobs, rank 1's blob files
+// alone do not make the checkpoint complete.
+TEST_F(CheckpointFiles, ARankWhoseBlobListIsGoneIsMissingThoughItsBlobsRemain) {
+  const auto folder = write(1);
+  fs::remove(folder / "rank-1.blobs");
+  ASSERT_TRUE(fs::exists(blob_file(folder)));
+  const auto message = refusal(folder);
+  EXPECT_NE(message.find("rank-1.blobs is missing"), std::string::npos) << message;
+}
+
 TEST_F(CheckpointFiles, ABlobOfARankOutsideTheWorldIsRefused) {
   const auto folder = write(1);
   forge_manifest(folder, [](Json& m) {

@@ -288,6 +288,18 @@ TEST(HybridSchedule, RecomputeSavesMemoryOnlyWhereOtherComputeWaitsBeforeTheBack
   EXPECT_THROW((void)waits_between_forward_and_backward(nested, 1), InvalidArgument);
 }
 
+// A forward that ends the list has no backward after it: nothing uses its activations soon, so
+// it is one to recompute, like a forward that other compute follows.
+TEST(HybridSchedule, AForwardThatEndsTheListIsMarkedForRecompute) {
+  EXPECT_EQ(waits_between_forward_and_backward({{ActionKind::forward, 0}}, 1),
+            std::vector<bool>{true});
+  const std::vector<PipelineAction> open_end{{ActionKind::forward, 0},
+                                             {ActionKind::backward, 0},
+                                             {ActionKind::forward, 1},
+                                             {ActionKind::send_activation, 1}};
+  EXPECT_EQ(waits_between_forward_and_backward(open_end, 2), (std::vector<bool>{false, true}));
+}
+
 TEST(HybridSchedule, TheoreticalBubbleIsStagesMinusOneOverMicroBatchesPlusStagesMinusOne) {
   EXPECT_DOUBLE_EQ(theoretical_bubble(1, 4), 0.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble(2, 8), 1.0 / 9.0);

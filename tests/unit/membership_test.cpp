@@ -326,6 +326,32 @@ TEST(Membership, MaxWorkersKeepsExtraJoinersWaitingUntilThereIsRoom) {
   EXPECT_EQ(admitted.members, (Ids{member, left_out}));
 }
 
+// Every joiner is ready before the members regroup, so the cap decides who is in, not the
+// order in which the joins arrive: newcomers enter by id up to max_workers, and the one past it
+// keeps waiting and is told why at its deadline.
+TEST(Membership, NewcomersPastMaxWorkersAreLeftWaitingWhenTheMembersRegroup) {
+  Job job(1, 3);
+  form_first_world(job, {"a", "b"});
+  job.add("y");
+  job.add("z");
+  auto y = std::async(std::launch::async, [&] { return job["y"].join(deadline_after(10s)); });
+  auto z = std::async(std::launch::async, [&] { return job["z"].join(deadline_after(2s)); });
+  ASSERT_TRUE(eventually([&] {
+    return job.store->check("membership/ready/2/y") && job.store->check("membership/ready/2/z");
+  }));
+  const auto views = on_threads(job, {"a", "b"}, next_after(1));
+  EXPECT_EQ(views[0].members, (Ids{"a", "b", "y"}));
+  EXPECT_EQ(views[0].joined, Ids{"y"});
+  expect_same_world({views[0], views[1], y.get()});
+  try {
+    const auto admitted = z.get();
+    ADD_FAILURE() << "z was admitted past max_workers = 3, into a world of "
+                  << admitted.members.size();
+  } catch (const Timeout& error) {
+    EXPECT_NE(std::string(error.what()).find("max_workers = 3"), std::string::npos) << error.what();
+  }
+}
+
 TEST(Membership, BelowMinWorkersTimesOutNamingTheOption) {
   Job job(3, 3);
   form_first_world(job, {"a", "b", "c"});

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation check: does the test suite notice a plausible one-line bug?
 #
-# Each tests/mutants/*.patch is a unified diff (paths a/... b/..., applied with patch -p1) that
-# plants one bug in a central place, with a header naming it and the tests that must catch it:
+# Each tests/mutants/*.patch is a unified diff (paths a/... b/..., applied with git apply, which
+# takes no fuzz) that plants one bug in a central place, with a header naming it and the tests
+# that must catch it:
 #
 #   # mutant: <what the bug is>
 #   # tests: <ctest -R regex>
@@ -34,7 +35,7 @@ while (($#)); do
   case "$1" in
     --full) full=1 ;;
     --jobs) jobs="$2"; shift ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "mutants.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) patches+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")") ;;
   esac
@@ -56,6 +57,11 @@ log_dir="$scratch/logs"
 mkdir -p "$log_dir"
 
 header() { sed -n "s/^# $2: //p" "$1" | head -n 1; }
+# git apply outside any repository (GIT_CEILING_DIRECTORIES keeps it from finding one above the
+# scratch tree, whose paths it would then take as relative to that repository's top): the same
+# tool and the same strictness as the suite's check that every patch applies
+# (tests/mutants/check_patches.sh).
+apply() { GIT_CEILING_DIRECTORIES="$scratch" git apply "$@"; }
 
 # Copy the tree, writing only files whose content differs: unchanged files keep their mtimes,
 # so the scratch build stays incremental from one run to the next, and a file a previous,
@@ -114,11 +120,11 @@ for patch in "${patches[@]}"; do
   if [[ -z "$regex" ]] && ((!full)); then
     result='no-tests'
     detail='the patch has no "# tests:" line'
-  elif ! patch -p1 --dry-run --silent <"$patch" >/dev/null 2>&1; then
+  elif ! why="$(apply --check "$patch" 2>&1)"; then
     result='no-apply'
-    detail='the patch does not apply to this tree'
+    detail="$(printf '%s\n' "$why" | head -n 1)"
   else
-    patch -p1 --silent <"$patch"
+    apply "$patch"
     if ! build "$log_dir/$name-build.log"; then
       result='no-build'
       detail="see $log_dir/$name-build.log"
@@ -132,7 +138,7 @@ for patch in "${patches[@]}"; do
       detail="$(sed -n '/The following tests FAILED/,$p' "$log_dir/$name-tests.log" |
         sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\).*/\1/p' | head -n 2 | paste -sd' ')"
     fi
-    patch -p1 -R --silent <"$patch"
+    apply -R "$patch"
   fi
   case "$result" in
     killed) killed=$((killed + 1)) ;;
