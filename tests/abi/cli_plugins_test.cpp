@@ -105,7 +105,8 @@ TEST(CliPlugins, TransportsStoresAndStrategiesShowTheirCapabilities) {
   EXPECT_EQ(state_of("zero2").at("replicated_state"), false) << strategies.out;
   const auto text = run_cli("plugins --kind strategy");
   EXPECT_TRUE(contains(text.out, "strategy.ddp 1.0.0\n")) << text.out;
-  EXPECT_TRUE(contains(text.out, "  capabilities: replicated state, devices cpu cuda\n")) << text.out;
+  EXPECT_TRUE(contains(text.out, "  capabilities: replicated state, devices cpu cuda\n"))
+      << text.out;
   // Where a strategy's state may live (ABI 2.3): hybrid's only on the host.
   EXPECT_EQ(state_of("zero2").at("devices"), nlohmann::ordered_json::parse(R"(["cpu", "cuda"])"))
       << strategies.out;

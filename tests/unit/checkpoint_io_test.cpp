@@ -193,9 +193,9 @@ TEST_F(CheckpointFiles, DamagedJsonIsDescribedInWordsWithItsByteOffsetNeverInThe
     // (A cut of the final newline alone leaves the same JSON, which is accepted.)
     const auto last = original.find_last_not_of(" \n");
     for (std::size_t cut = 0; cut <= last; ++cut) damaged.push_back(original.substr(0, cut));
-    for (const std::string& junk : {std::string("junk"), std::string("}"), std::string(","),
-                                    std::string("\x01"), std::string("\xff\xfe"),
-                                    std::string("\"\\u12"), std::string("-"), std::string("1e")}) {
+    for (const std::string& junk :
+         {std::string("junk"), std::string("}"), std::string(","), std::string("\x01"),
+          std::string("\xff\xfe"), std::string("\"\\u12"), std::string("-"), std::string("1e")}) {
       damaged.push_back(original + junk);
       damaged.push_back(junk + original);
       damaged.push_back(original.substr(0, original.size() / 2) + junk +

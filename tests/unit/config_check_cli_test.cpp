@@ -307,10 +307,9 @@ TEST_F(ConfigCheckCli, FlagsAndVariablesAreNamedAsTheSource) {
 // pipeline_parallel against the world) once led with the file line of whichever key sorted
 // first, even when the value at fault came from a flag.
 TEST_F(ConfigCheckCli, AMeshRefusedBecauseOfAFlagLeadsWithTheFlag) {
-  const auto file = write(
-      config_text({{6, "strategy = hybrid"}, {29, "[strategy.hybrid]"}, {30, "pipeline_parallel = 1"}}));
-  const auto r =
-      run_cli("config check " + file.string() + " --strategy.hybrid.tensor_parallel=3");
+  const auto file = write(config_text(
+      {{6, "strategy = hybrid"}, {29, "[strategy.hybrid]"}, {30, "pipeline_parallel = 1"}}));
+  const auto r = run_cli("config check " + file.string() + " --strategy.hybrid.tensor_parallel=3");
   expect_user_error(r, "flag --strategy.hybrid.tensor_parallel, " + file.string() + ":30: ",
                     "need a world size that is a multiple of 3");
   EXPECT_NE(r.err.find("tensor_parallel = 3 (flag --strategy.hybrid.tensor_parallel)"),

@@ -75,8 +75,8 @@ int parse_count(const std::string& flag, const std::string& text, int minimum) {
   if (text.empty() || ec != std::errc() || end != text.data() + text.size())
     throw UsageError("launch: " + flag + " expects an integer, not '" + text + "'");
   if (value < minimum)
-    throw UsageError("launch: " + flag + " must be at least " + std::to_string(minimum) +
-                     ", not " + text);
+    throw UsageError("launch: " + flag + " must be at least " + std::to_string(minimum) + ", not " +
+                     text);
   return value;
 }
 

@@ -415,8 +415,7 @@ void EtcdStore::keep_alive(LeaseId lease) {
   // A stream in gRPC; over the gateway one request gets one answer and the stream ends.
   const auto reply =
       checked("/v3/lease/keepalive", {{"ID", lease_text(lease)}}, "keep_alive", Resend::safe);
-  if (reply.fields().object("result").integer("TTL") <= 0)
-    throw expired("keep_alive", lease);
+  if (reply.fields().object("result").integer("TTL") <= 0) throw expired("keep_alive", lease);
 }
 
 void EtcdStore::revoke_lease(LeaseId lease) {

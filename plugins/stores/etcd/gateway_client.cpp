@@ -172,15 +172,17 @@ std::int64_t AnswerFields::integer(const char* name) const {
 std::int64_t AnswerFields::positive(const char* name) const {
   const auto number = integer(name);
   if (number < 1 || number == std::numeric_limits<std::int64_t>::max())
-    malformed(name, field(name) == nullptr ? "is missing"
-                                           : "is " + std::to_string(number) + ", not a positive count");
+    malformed(name, field(name) == nullptr
+                        ? "is missing"
+                        : "is " + std::to_string(number) + ", not a positive count");
   return number;
 }
 
 bool AnswerFields::flag(const char* name) const {
   const auto* value = field(name);
   if (value == nullptr) return false;
-  if (!value->is_boolean()) malformed(name, "is " + value->dump().substr(0, 64) + ", not true or false");
+  if (!value->is_boolean())
+    malformed(name, "is " + value->dump().substr(0, 64) + ", not true or false");
   return value->get<bool>();
 }
 
@@ -377,8 +379,8 @@ std::unique_ptr<WatchStream> GatewayClient::watch(const nlohmann::json& create_r
                   " (HTTP status " + std::to_string(status) + "); is option " + option_name_ +
                   " pointing at an etcd v3 client URL?");
     if (!ec) {
-      auto stream = std::make_unique<WatchStream>(std::move(connection),
-                                                  "etcd at " + endpoint.text() + " watching " + what);
+      auto stream = std::make_unique<WatchStream>(
+          std::move(connection), "etcd at " + endpoint.text() + " watching " + what);
       const auto first = stream->next(give_up);
       if (first.status == WatchStream::Status::message && first.fields().flag("created"))
         return stream;
@@ -424,7 +426,8 @@ WatchStream::Next WatchStream::next(Deadline deadline) {
       if (parsed.contains("error")) {
         const auto& error = parsed["error"];
         const auto message = error.is_object() ? error.find("message") : error.end();
-        return {Status::broken, {},
+        return {Status::broken,
+                {},
                 message != error.end() && message->is_string() ? message->get<std::string>()
                                                                : error.dump().substr(0, 300),
                 source_};
