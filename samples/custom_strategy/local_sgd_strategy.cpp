@@ -83,13 +83,12 @@ tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
   // gradient is weighted by its share of this rank's batch (a "world" of one rank here: the
   // averaging is this strategy's own).
   if (n > 0) {
-    const auto [loss_sum, correct] = tessera::run_micro_batches(
+    const tessera::PassTotals local = tessera::run_micro_batches(
         batch, std::min(setup_.micro_batches, n), 1, n,
         [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/) {
           return forward_backward(inputs, targets, weight);
         });
-    stats.loss = loss_sum / static_cast<double>(n);
-    stats.correct = correct;
+    stats = tessera::step_stats(local, tessera::LossOverRanks(local));
   }
 
   const double sum_of_squares = tessera::gradient_sum_of_squares(grads);
@@ -122,10 +121,7 @@ tessera::StepStats LocalSgdStrategy::evaluate(const tessera::Batch& batch) {
   tessera::StepStats stats;
   if (tessera::batch_rows(batch.inputs) == 0) return stats;
   Tensor logits = forward(batch.inputs);
-  const auto result = setup_.model->loss(logits, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return tessera::evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 
 void LocalSgdStrategy::save(tessera::CheckpointWriter& writer) {

@@ -110,8 +110,9 @@ std::pair<double, double> evaluate(const embed_host::TinyMlp& model, const tesse
 void train_rank(const HostOptions& o, const tessera::Dataset& data,
                 std::shared_ptr<tessera::Communicator> world) {
   const int rank = world->rank();
-  const std::size_t features = data.sample_shape().at(0);
-  embed_host::TinyMlp model(features, o.hidden, data.num_classes(), o.seed);
+  const tessera::SampleLayout layout = data.layout();
+  const std::size_t features = layout.input_shape.at(0);
+  embed_host::TinyMlp model(features, o.hidden, layout.classes, o.seed);
   auto& params = model.parameters();
 
   // Every rank starts from rank 0's parameters, as any data-parallel host must ensure.

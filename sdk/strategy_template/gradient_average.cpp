@@ -66,7 +66,7 @@ tessera::StepStats GradientAverage::train_step(const tessera::Batch& batch,
   // average over ranks below is the mean over the global batch even when shares are uneven. A
   // batch with fewer rows than micro_batches runs one micro-batch per row.
   const std::size_t micro = std::min(setup_.micro_batches, std::max<std::size_t>(n, 1));
-  auto [loss_sum, correct] = tessera::run_micro_batches(
+  const tessera::PassTotals local = tessera::run_micro_batches(
       batch, micro, ranks, global,
       [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/) {
         return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight);
@@ -74,11 +74,10 @@ tessera::StepStats GradientAverage::train_step(const tessera::Batch& batch,
 
   // The transports reduce in a fixed order: every rank gets the same bits.
   if (ranks > 1) world.all_reduce(grads_.view(), tessera::ReduceOp::avg)->wait(world.timeout());
-  if (const auto loss_work = tessera::sum_loss_over_ranks(world, loss_sum)) loss_work->wait();
+  tessera::LossOverRanks loss(local);
+  if (const auto loss_work = tessera::sum_loss_over_ranks(world, loss)) loss_work->wait();
 
-  tessera::StepStats stats;
-  stats.correct = correct;
-  stats.loss = loss_sum / static_cast<double>(global);
+  tessera::StepStats stats = tessera::step_stats(local, loss);
   const double sum_of_squares = tessera::gradient_sum_of_squares(grads_.as<float>());
   stats.grad_norm = tessera::global_norm(sum_of_squares);
   if (tessera::skip_nonfinite_update(setup_, stats)) return stats;
@@ -99,10 +98,7 @@ tessera::StepStats GradientAverage::evaluate(const tessera::Batch& batch) {
   tessera::MicroBatchContexts contexts;
   const Tensor logits =
       tessera::forward_layers({layers, 0, layers.size()}, batch.inputs, hooks(), contexts);
-  const auto result = setup_.model->loss(logits, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return tessera::evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 
 void GradientAverage::save(tessera::CheckpointWriter& writer) {

@@ -66,22 +66,33 @@ TEST(PluginRefusal, AnAbi1PluginIsRefusedSayingWhatToRebuildAgainst) {
   EXPECT_TRUE(contains(refusal_of("abi_one"),
                        prefix("abi_one") +
                            "exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, "
-                           "this libtessera speaks ABI 2; rebuild the plugin against this "
+                           "this libtessera speaks ABI 3; rebuild the plugin against this "
                            "tessera's SDK"));
 }
 
+// ABI 3 kept the descriptor's layout but changed the model and data set interfaces: a plugin
+// built for ABI 2 would read a Model's vtable wrong, so it is refused by name, not loaded.
+TEST(PluginRefusal, AnAbi2PluginIsRefusedNamingThePortingGuide) {
+  EXPECT_TRUE(contains(refusal_of("abi_two"),
+                       prefix("abi_two") +
+                           "exports tessera_plugin_descriptor_v2: it was built for plugin ABI 2, "
+                           "this libtessera speaks ABI 3; rebuild the plugin against this "
+                           "tessera's SDK (docs/plugin-guide.md, \"Porting a plugin from ABI "
+                           "2\")"));
+}
+
 TEST(PluginRefusal, APluginOfANewerMajorIsRefusedAsNewer) {
-  EXPECT_TRUE(contains(refusal_of("abi_major_three"),
-                       prefix("abi_major_three") +
-                           "exports tessera_plugin_descriptor_v3: it was built for plugin ABI 3, "
-                           "newer than this libtessera's ABI 2"));
+  EXPECT_TRUE(contains(refusal_of("abi_major_four"),
+                       prefix("abi_major_four") +
+                           "exports tessera_plugin_descriptor_v4: it was built for plugin ABI 4, "
+                           "newer than this libtessera's ABI 3"));
 }
 
 TEST(PluginRefusal, AMajorFieldThatContradictsTheSymbolIsRefused) {
   EXPECT_TRUE(contains(refusal_of("abi_major_field_one"),
                        prefix("abi_major_field_one") +
                            "abi_major is 1 but the descriptor is exported as "
-                           "tessera_plugin_descriptor_v2 (ABI 2)"));
+                           "tessera_plugin_descriptor_v3 (ABI 3)"));
 }
 
 TEST(PluginRefusal, CapabilitiesOfAnotherKindAreRefused) {
@@ -145,7 +156,7 @@ TEST(PluginRefusal, WrongBuildIdShowsBothIds) {
 
 TEST(PluginRefusal, MissingDescriptorSymbolIsNotAPlugin) {
   EXPECT_TRUE(contains(refusal_of("no_descriptor"),
-                       prefix("no_descriptor") + "no tessera_plugin_descriptor_v2 symbol"));
+                       prefix("no_descriptor") + "no tessera_plugin_descriptor_v3 symbol"));
 }
 
 TEST(PluginRefusal, UnknownKindSuggestsTheNearestKind) {
@@ -210,7 +221,8 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
     EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
   }
   EXPECT_EQ(refused, (std::vector<std::string>{
-                         "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
+                         "libabi_major_field_one.so", "libabi_major_four.so", "libabi_one.so",
+                         "libabi_two.so",
                          "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
                          "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
                          "libnot_a_library.so", "liboptimizer_replicated_state.so",

@@ -30,7 +30,7 @@ build_against() {
 exports_only_the_descriptor() {
   local symbols
   symbols=$(nm -D --defined-only "$1" | awk '{print $3}')
-  [[ "$symbols" == "tessera_plugin_descriptor_v2" ]] ||
+  [[ "$symbols" == "tessera_plugin_descriptor_v3" ]] ||
     fail "$1 exports more than its descriptor: $(tr '\n' ' ' <<<"$symbols")"
 }
 
@@ -293,7 +293,7 @@ plugin_of_another_abi_major_is_refused_by_name)
     fail "the ABI 1 build does not export tessera_plugin_descriptor_v1"
   run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins" >"$scratch/out" 2>"$scratch/err" ||
     fail "tessera plugins failed on a refused plugin"
-  grep -qF "tessera: warning: $plugin: exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, this libtessera speaks ABI 2; rebuild the plugin against this tessera's SDK" "$scratch/err" ||
+  grep -qF "tessera: warning: $plugin: exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, this libtessera speaks ABI 3; rebuild the plugin against this tessera's SDK" "$scratch/err" ||
     fail "no refusal naming the file, its ABI and what to do: $(cat "$scratch/err")"
   if grep -q sign_sgd "$scratch/out"; then fail "the refused plugin was listed"; fi
   if run "$tessera" train --plugins.path="$scratch/build/plugins" --train.optimizer=sign_sgd \

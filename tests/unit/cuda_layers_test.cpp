@@ -251,7 +251,7 @@ TEST_F(CudaLayers, SoftmaxCrossEntropyMatchesTheHost) {
         on_gpu(logits), targets_on_gpu ? on_gpu(targets) : testing::copy_of(targets), kClasses,
         compute);
     // Both sum in double (the GPU in a shuffle tree, the host in row order) and round once.
-    EXPECT_NEAR(gpu.loss, host.loss, 1e-12 * host.loss);
+    EXPECT_NEAR(gpu.mean(), host.mean(), 1e-12 * host.mean());
     EXPECT_EQ(gpu.correct, host.correct);
     ASSERT_EQ(gpu.grad_logits.device(), Device::cuda(0));
     // Each gradient is a double rounded to float: equal, or one float ulp apart where the two
@@ -278,8 +278,8 @@ TEST_F(CudaLayers, SoftmaxCrossEntropyFindsTheFirstArgMaxAndStaysFinite) {
   const LossResult gpu = softmax_cross_entropy(on_gpu(logits), targets, 40, compute);
   EXPECT_EQ(host.correct, 2U);  // rows 1 and 2; row 0's first maximum is class 3
   EXPECT_EQ(gpu.correct, host.correct);
-  EXPECT_TRUE(std::isfinite(gpu.loss));
-  EXPECT_NEAR(gpu.loss, host.loss, 1e-12 * host.loss);
+  EXPECT_TRUE(std::isfinite(gpu.mean()));
+  EXPECT_NEAR(gpu.mean(), host.mean(), 1e-12 * host.mean());
 }
 
 TEST_F(CudaLayers, SoftmaxCrossEntropyRejectsATargetOutsideTheClasses) {
@@ -302,7 +302,7 @@ TEST_F(CudaLayers, SoftmaxCrossEntropyOfAnEmptyBatchIsZero) {
   const ComputeContext compute(1);
   const LossResult result = softmax_cross_entropy(on_gpu(Tensor({0, 4}, DType::f32)),
                                                   Tensor({0}, DType::i64), 4, compute);
-  EXPECT_EQ(result.loss, 0.0);
+  EXPECT_EQ(result.mean(), 0.0);
   EXPECT_EQ(result.correct, 0U);
   EXPECT_EQ(result.grad_logits.shape(), (Shape{0, 4}));
   EXPECT_EQ(result.grad_logits.device(), Device::cuda(0));
@@ -336,7 +336,7 @@ TEST_F(CudaLayers, TwoRunsOfAStepGiveTheSameBits) {
     for (auto& g : g2) out.push_back(std::move(g));
     out.push_back(std::move(loss.grad_logits));
     Tensor loss_value({1}, DType::f64);
-    loss_value.as<double>()[0] = loss.loss;
+    loss_value.as<double>()[0] = loss.mean();
     out.push_back(std::move(loss_value));
     return out;
   };

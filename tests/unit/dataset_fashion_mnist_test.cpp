@@ -73,7 +73,7 @@ TEST_F(IdxFiles, ReadsAWellFormedSet) {
   const FashionMnist data(FashionMnistConfig{dir_, false});
   EXPECT_EQ(data.size(Split::train), 5U);
   EXPECT_EQ(data.size(Split::test), 2U);
-  EXPECT_EQ(data.sample_shape(), Shape{12});
+  EXPECT_EQ(data.layout().input_shape, Shape{12});
   const std::vector<std::size_t> indices{4, 0};
   const Batch b = data.gather(Split::train, indices);
   EXPECT_EQ(b.inputs.shape(), (Shape{2, 12}));
@@ -215,8 +215,7 @@ TEST(FashionMnistInstalled, HasSixtyThousandTrainingAndTenThousandTestImages) {
   const FashionMnist data(FashionMnistConfig{path, true});
   EXPECT_EQ(data.size(Split::train), 60000U);
   EXPECT_EQ(data.size(Split::test), 10000U);
-  EXPECT_EQ(data.sample_shape(), Shape{784});
-  EXPECT_EQ(data.num_classes(), 10U);
+  EXPECT_EQ(data.layout(), (SampleLayout{DType::f32, {784}, {}, 10}));
   // The normalised training pixels have mean about 0 and deviation about 1.
   std::vector<std::size_t> indices(2000);
   for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = i * 30;

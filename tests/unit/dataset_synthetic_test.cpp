@@ -24,7 +24,7 @@ TEST(SyntheticDataset, UsesEveryClassAndHasAStandardNormalInput) {
   const SyntheticDataset data(SyntheticConfig{2000, 100, 16, 4, 1});
   EXPECT_EQ(data.size(Split::train), 2000U);
   EXPECT_EQ(data.size(Split::test), 100U);
-  EXPECT_EQ(data.sample_shape(), Shape{16});
+  EXPECT_EQ(data.layout().input_shape, Shape{16});
   std::vector<std::size_t> all(2000);
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   const Batch b = data.gather(Split::train, all);

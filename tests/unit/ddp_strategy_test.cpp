@@ -148,8 +148,7 @@ class LoggedModel final : public Model {
     for (std::size_t l = 0; l < inner_->layer_count(); ++l)
       layers_.emplace_back(inner_->layer(l), l, log);
   }
-  Shape input_shape() const override { return inner_->input_shape(); }
-  std::size_t num_classes() const noexcept override { return inner_->num_classes(); }
+  SampleLayout layout() const override { return inner_->layout(); }
   std::size_t layer_count() const noexcept override { return layers_.size(); }
   const Layer& layer(std::size_t index) const override { return layers_.at(index); }
   LossResult loss(const Tensor& logits, const Tensor& targets) const override {

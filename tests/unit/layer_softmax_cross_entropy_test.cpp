@@ -27,7 +27,7 @@ TEST(SoftmaxCrossEntropy, MatchesTheTextbookFormulaAndCountsCorrectRows) {
   const LossResult r = softmax_cross_entropy(logits, targets_of({2, 1}), 3, kSerial);
   const double row0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
   const double row1 = std::log(std::exp(0.5) + std::exp(0.0) + std::exp(-1.0)) - 0.0;
-  EXPECT_NEAR(r.loss, (row0 + row1) / 2.0, 1e-6);
+  EXPECT_NEAR(r.mean(), (row0 + row1) / 2.0, 1e-6);
   EXPECT_EQ(r.correct, 1U);  // row 0 picks class 2 (right), row 1 picks class 0 (wrong)
 }
 
@@ -37,8 +37,8 @@ TEST(SoftmaxCrossEntropy, StaysFiniteForHugeLogits) {
   logits.as<float>()[1] = -1e30F;
   logits.as<float>()[2] = 0.0F;
   const LossResult r = softmax_cross_entropy(logits, targets_of({0}), 3, kSerial);
-  EXPECT_TRUE(std::isfinite(r.loss));
-  EXPECT_NEAR(r.loss, 0.0, 1e-12);
+  EXPECT_TRUE(std::isfinite(r.mean()));
+  EXPECT_NEAR(r.mean(), 0.0, 1e-12);
   for (const float g : r.grad_logits.as<float>()) EXPECT_TRUE(std::isfinite(g));
 }
 
@@ -46,7 +46,7 @@ TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
   Tensor logits = random_tensor({4, 5}, 21, 2.0F);
   const Tensor targets = targets_of({0, 4, 2, 2});
   const Tensor grad = copy_of(softmax_cross_entropy(logits, targets, 5, kSerial).grad_logits);
-  auto f = [&] { return softmax_cross_entropy(logits, targets, 5, kSerial).loss; };
+  auto f = [&] { return softmax_cross_entropy(logits, targets, 5, kSerial).mean(); };
   expect_gradient_matches(logits.as<float>(), grad.as<float>(), f, 1e-2F, 1e-2);
 }
 
@@ -59,9 +59,65 @@ TEST(SoftmaxCrossEntropy, EmptyBatchGivesZeroLoss) {
   const Tensor logits({0, 3}, DType::f32);
   const Tensor targets({0}, DType::i64);
   const LossResult r = softmax_cross_entropy(logits, targets, 3, kSerial);
-  EXPECT_EQ(r.loss, 0.0);
+  EXPECT_EQ(r.mean(), 0.0);
   EXPECT_EQ(r.correct, 0U);
   EXPECT_EQ(r.grad_logits.count(), 0U);
+}
+
+// A language model's logits [n, T, classes] with targets [n, T]: one row per token, the mean
+// over the counted tokens, ignored ones adding nothing; odd sizes on purpose (3 x 5 x 7).
+TEST(SoftmaxCrossEntropy, TokenTargetsCountPerTokenAndIgnoredOnesAddNothing) {
+  const Tensor logits = random_tensor({3, 5, 7}, 23, 2.0F);
+  Tensor targets({3, 5}, DType::i64);
+  auto t = targets.as<std::int64_t>();
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int64_t>((i * 4) % 7);
+  t[2] = kIgnoreTarget;
+  t[11] = kIgnoreTarget;
+  const LossResult r = softmax_cross_entropy(logits, targets, 7, kSerial);
+  EXPECT_EQ(r.targets, 13U);
+  EXPECT_EQ(r.grad_logits.shape(), (Shape{3, 5, 7}));
+  const auto z = logits.as<float>();
+  const auto g = r.grad_logits.as<float>();
+  double expected = 0.0;
+  std::size_t correct = 0;
+  for (std::size_t row = 0; row < 15; ++row) {
+    if (t[row] == kIgnoreTarget) {
+      for (std::size_t c = 0; c < 7; ++c) EXPECT_EQ(g[row * 7 + c], 0.0F) << "ignored row " << row;
+      continue;
+    }
+    double sum = 0.0;
+    std::size_t arg_max = 0;
+    for (std::size_t c = 0; c < 7; ++c) {
+      sum += std::exp(static_cast<double>(z[row * 7 + c]));
+      if (z[row * 7 + c] > z[row * 7 + arg_max]) arg_max = c;
+    }
+    const auto target = static_cast<std::size_t>(t[row]);
+    expected += std::log(sum) - z[row * 7 + target];
+    correct += arg_max == target ? 1 : 0;
+    // (softmax - onehot) / 13 on a counted row.
+    const double p = std::exp(static_cast<double>(z[row * 7 + target])) / sum;
+    EXPECT_NEAR(g[row * 7 + target], (p - 1.0) / 13.0, 1e-6);
+  }
+  EXPECT_NEAR(r.loss_sum, expected, 1e-9 * expected);
+  EXPECT_NEAR(r.mean(), expected / 13.0, 1e-9);
+  EXPECT_EQ(r.correct, correct);
+}
+
+TEST(SoftmaxCrossEntropy, NoCountedTargetGivesZeroLossAndAZeroGradient) {
+  const Tensor logits = random_tensor({2, 3}, 24);
+  const LossResult r =
+      softmax_cross_entropy(logits, targets_of({kIgnoreTarget, kIgnoreTarget}), 3, kSerial);
+  EXPECT_EQ(r.targets, 0U);
+  EXPECT_EQ(r.mean(), 0.0);
+  for (const float g : r.grad_logits.as<float>()) EXPECT_EQ(g, 0.0F);
+}
+
+TEST(SoftmaxCrossEntropy, RejectsTargetsThatAreNotOnePerRowOfLogits) {
+  const Tensor logits = random_tensor({2, 3, 4}, 25);
+  EXPECT_THROW((void)softmax_cross_entropy(logits, targets_of({0, 1}), 4, kSerial),
+               InvalidArgument);
+  EXPECT_THROW((void)softmax_cross_entropy(logits, targets_of({0, 1, 2, 3, 0, 1}), 3, kSerial),
+               InvalidArgument);  // the last dimension is not `classes`
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ struct ModelState {
     for (std::size_t l = model.layer_count(); l-- > 0;) {
       grad = model.layer(l).backward(grad, views(params[l]), views(grads[l]), contexts[l]);
     }
-    return loss.loss;
+    return loss.mean();
   }
 
   void step(const Optimizer& optimizer, const StepInfo& info,
@@ -76,8 +76,7 @@ TEST(MlpModel, BuildsLinearAndActivationLayersFromItsSizes) {
   EXPECT_EQ(model.layer(4).name(), "fc2");
   EXPECT_TRUE(model.layer(1).parameters().empty());
   EXPECT_EQ(model.layer(4).parameters()[0].shape, (Shape{10, 32}));
-  EXPECT_EQ(model.input_shape(), Shape{784});
-  EXPECT_EQ(model.num_classes(), 10U);
+  EXPECT_EQ(model.layout(), (SampleLayout{DType::f32, {784}, {}, 10}));
 }
 
 TEST(MlpModel, ParsesLayerSizesAndRejectsBadOnes) {

@@ -27,8 +27,7 @@ class ComputePlugins : public ::testing::Test {
 
 TEST_F(ComputePlugins, MlpBuildsFromItsDefaults) {
   const auto model = with_defaults<Model>(PluginKind::model, "mlp");
-  EXPECT_EQ(model->input_shape(), Shape{784});
-  EXPECT_EQ(model->num_classes(), 10U);
+  EXPECT_EQ(model->layout(), (SampleLayout{DType::f32, {784}, {}, 10}));
   EXPECT_EQ(model->layer_count(), 5U);
 }
 

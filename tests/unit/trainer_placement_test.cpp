@@ -67,12 +67,13 @@ class OneReplicaOfTwoRanks final : public Strategy {
   void setup(const StrategySetup& setup) override { world_ = setup.world; }
   StepStats train_step(const Batch& batch, const StepInfo&) override {
     const auto rows = batch_rows(batch.inputs);
-    return {0.5, reporting() ? rows : 0, 1.0, false};
+    return {0.5, reporting() ? rows : 0, reporting() ? rows : 0, 1.0, false};
   }
   StepStats evaluate(const Batch& batch) override {
     const auto rows = batch_rows(batch.inputs);
     if (reporting()) evaluated_ += rows;
-    return reporting() ? StepStats{1.0, rows, 0.0, false} : StepStats{9.0, 0, 0.0, false};
+    // Rank 1's rows would halve the accuracy and raise the loss if they were counted.
+    return reporting() ? StepStats{1.0, rows, rows, 0.0, false} : StepStats{9.0, 0, rows, 0.0, false};
   }
   void save(CheckpointWriter&) override {}
   void load(const CheckpointReader&) override {}

@@ -17,8 +17,7 @@ class RecordingDatasetBase : public Dataset {
  public:
   explicit RecordingDatasetBase(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
   [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
-  [[nodiscard]] Shape sample_shape() const override { return data_->sample_shape(); }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return data_->num_classes(); }
+  [[nodiscard]] SampleLayout layout() const override { return data_->layout(); }
   [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
     if (split == Split::train) record(indices);
     return data_->gather(split, indices);

@@ -62,14 +62,8 @@ int run_bench(const std::vector<std::string>& args) {
       "sizes", po::value(&sizes), "comma-separated buffer sizes in bytes, K/M/G suffixes")(
       "reps", po::value(&bench.repetitions), "timed repetitions per row (default 15)")(
       "json", po::bool_switch(&bench.json), "one JSON object per row");
-  const auto parsed = po::command_line_parser(rest)
-                          .options(flags)
-                          .extra_style_parser(take_config_flag)
-                          .allow_unregistered()
-                          .run();
   po::variables_map vm;
-  po::store(parsed, vm);
-  po::notify(vm);
+  const auto config_flags = parse_command_flags(rest, flags, vm, "bench collectives");
   if (vm.count("help") != 0U) {
     std::cout << kUsage << flags;
     return 0;
@@ -80,7 +74,7 @@ int run_bench(const std::vector<std::string>& args) {
 
   // The remaining --section.key=value words configure the plugins.
   ConfigSources sources;
-  sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
+  sources.flags = config_flags;
   sources.flags.push_back("--runtime.transport=" + transport);
   const LaunchInfo launch = launch_info_from_environment();
   if (processes > 0 && launch.source == "none") {

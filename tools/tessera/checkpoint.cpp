@@ -20,12 +20,6 @@ constexpr const char* kUsage =
     "usage: tessera checkpoint consolidate SRC DST\n"
     "       tessera checkpoint inspect CHECKPOINT";
 
-std::string shape_text(const Shape& shape) {
-  std::string text;
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
-  return text.empty() ? "scalar" : text;
-}
-
 // A checkpoint folder, or a root whose newest checkpoint is taken (as --resume takes it).
 std::filesystem::path checkpoint_folder(const std::filesystem::path& source) {
   // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.

@@ -34,6 +34,28 @@ inline std::vector<boost::program_options::option> take_config_flag(
   return taken;
 }
 
+// Parses a command's own `flags` from `args` into `vm` (notified) and returns the
+// --section.key=value words left for the config, as they were written. A mistake in the
+// command's flags is a UsageError starting with "<command>: ".
+inline std::vector<std::string> parse_command_flags(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& flags,
+    boost::program_options::variables_map& vm, const std::string& command) {
+  namespace po = boost::program_options;
+  try {
+    const auto parsed = po::command_line_parser(args)
+                            .options(flags)
+                            .extra_style_parser(take_config_flag)
+                            .allow_unregistered()
+                            .run();
+    po::store(parsed, vm);
+    po::notify(vm);
+    return po::collect_unrecognized(parsed.options, po::include_positional);
+  } catch (const po::error& e) {
+    throw UsageError(command + ": " + e.what());
+  }
+}
+
 // `-n N` of `tessera train` and `tessera config check`: [runtime] world_size under a shorter
 // name, with the same strict parse and range, returned as that option's flag so that it wins over
 // the file and the environment (in launched workers too).

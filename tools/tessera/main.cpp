@@ -15,6 +15,7 @@
 #include "config_check.hpp"
 #include "launch.hpp"
 #include "plugins.hpp"
+#include "sample.hpp"
 #include "selfcheck.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/version.hpp"
@@ -46,6 +47,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_bench},
     {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint, or inspect one",
      &tessera::cli::run_checkpoint},
+    {"sample", "generate text from a trained language model's checkpoint",
+     &tessera::cli::run_sample},
     {"trace", "merge the per-rank traces of `train --trace`, or draw them as a text timeline",
      &tessera::cli::run_trace},
 };

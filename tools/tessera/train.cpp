@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -59,18 +60,7 @@ int run_train(const std::vector<std::string>& args) {
       "trace-steps", po::value(&trace_steps),
       "[train] trace_steps: steps recorded, FIRST:LAST or FIRST: (default 1:100)");
   po::variables_map vm;
-  po::parsed_options parsed(nullptr);
-  try {
-    parsed = po::command_line_parser(args)
-                 .options(flags)
-                 .extra_style_parser(take_config_flag)
-                 .allow_unregistered()
-                 .run();
-    po::store(parsed, vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(std::string("train: ") + e.what());
-  }
+  const auto config_flags = parse_command_flags(args, flags, vm, "train");
   if (vm.count("help") != 0U) {
     std::cout << kUsage << flags;
     return 0;
@@ -78,7 +68,7 @@ int run_train(const std::vector<std::string>& args) {
 
   ConfigSources sources;
   if (!config_file.empty()) sources.file = config_file;
-  sources.flags = po::collect_unrecognized(parsed.options, po::include_positional);
+  sources.flags = config_flags;
   const LaunchInfo launch = launch_info_from_environment();
   if (vm.count("n") != 0U) sources.flags.push_back(world_size_flag("train", processes_text));
   // --trace and --trace-steps are their [train] options under shorter names, winning as -n does.
@@ -108,9 +98,18 @@ int run_train(const std::vector<std::string>& args) {
   const TrainerOptions options = TrainerOptions::from(config.section("train"));
   const auto report = [&](const TrainResult& result) {
     if (result.rank != 0) return;
-    std::printf("test accuracy %.2f %%  (%lld steps, %.1f s, %.0f samples/s)\n",
-                100.0 * result.test_accuracy, static_cast<long long>(result.steps), result.seconds,
-                result.samples_per_s);
+    if (result.tokens_per_s > 0.0) {
+      // A language model: accuracy is per token, and the loss is what people compare.
+      std::printf("test loss %.4f  perplexity %.2f", result.test_loss, std::exp(result.test_loss));
+      if (result.test_bits_per_byte > 0.0) std::printf("  %.3f bits/byte", result.test_bits_per_byte);
+      std::printf("  token accuracy %.2f %%  (%lld steps, %.1f s, %.0f tokens/s)\n",
+                  100.0 * result.test_accuracy, static_cast<long long>(result.steps),
+                  result.seconds, result.tokens_per_s);
+    } else {
+      std::printf("test accuracy %.2f %%  (%lld steps, %.1f s, %.0f samples/s)\n",
+                  100.0 * result.test_accuracy, static_cast<long long>(result.steps),
+                  result.seconds, result.samples_per_s);
+    }
     std::fflush(stdout);
     if (!summary_file.empty()) write_summary_json(summary_file, result);
   };

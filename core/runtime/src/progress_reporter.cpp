@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -119,6 +120,19 @@ void ProgressReporter::print_line(const std::string& text, bool transient) {
   std::cerr.flush();
 }
 
+double ProgressReporter::bits_per_byte(double loss) const noexcept {
+  return bytes_per_target_ > 0.0 ? loss / std::log(2.0) / bytes_per_target_ : 0.0;
+}
+
+double ProgressReporter::tokens_per_s() const noexcept {
+  return samples_per_s() * static_cast<double>(tokens_per_sample_);
+}
+
+void ProgressReporter::count_tokens(std::size_t targets_per_sample, double bytes_per_target) {
+  tokens_per_sample_ = targets_per_sample > 1 ? targets_per_sample : 0;
+  bytes_per_target_ = bytes_per_target;
+}
+
 void ProgressReporter::step(const StepReport& r) {
   // Counted on every rank, so that each can report the run's throughput.
   ++steps_;
@@ -134,6 +148,9 @@ void ProgressReporter::step(const StepReport& r) {
     if (r.stats.skipped) line["skipped"] = true;
     line["samples"] = r.samples;
     line["samples_per_s"] = samples_per_s();
+    if (tokens_per_sample_ > 0) {
+      line["tokens_per_s"] = tokens_per_s();
+    }
     line["time_s"] = seconds();
     line["wall_time"] =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -148,12 +165,17 @@ void ProgressReporter::step(const StepReport& r) {
   last_print_ = now;
   const double rate = seconds() > 0.0 ? static_cast<double>(steps_) / seconds() : 0.0;
   const double eta = rate > 0.0 ? static_cast<double>(total_steps_ - r.step) / rate : 0.0;
+  char throughput[64];
+  if (tokens_per_sample_ > 0) {
+    std::snprintf(throughput, sizeof throughput, "%.0f tokens/s", tokens_per_s());
+  } else {
+    std::snprintf(throughput, sizeof throughput, "%.0f samples/s", samples_per_s());
+  }
   char text[256];
-  std::snprintf(text, sizeof text,
-                "epoch %lld/%lld  step %zu/%zu (%lld/%lld)  loss %.4f  %.0f samples/s  ETA %s",
+  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %zu/%zu (%lld/%lld)  loss %.4f  %s  ETA %s",
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.batch,
                 r.batches, static_cast<long long>(r.step), static_cast<long long>(total_steps_),
-                r.stats.loss, samples_per_s(), format_duration(eta).c_str());
+                r.stats.loss, throughput, format_duration(eta).c_str());
   print_line(text, true);
 }
 
@@ -166,12 +188,23 @@ void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double 
     line["epoch"] = epoch + 1;
     line["test_accuracy"] = accuracy;
     line["test_loss"] = loss;
+    if (tokens_per_sample_ > 0) line["test_perplexity"] = std::exp(loss);
+    if (bytes_per_target_ > 0.0) line["test_bits_per_byte"] = bits_per_byte(loss);
     write_metrics(line.dump() + "\n", "the evaluation at step " + std::to_string(step));
   }
-  char text[160];
-  std::snprintf(text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
-                static_cast<long long>(epoch + 1), static_cast<long long>(step), 100.0 * accuracy,
-                loss);
+  char text[224];
+  const int n = std::snprintf(text, sizeof text,
+                              "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
+                              static_cast<long long>(epoch + 1), static_cast<long long>(step),
+                              100.0 * accuracy, loss);
+  if (tokens_per_sample_ > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof text) {
+    const int m = std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n),
+                                "  perplexity %.2f", std::exp(loss));
+    if (bytes_per_target_ > 0.0 && m > 0 && static_cast<std::size_t>(n + m) < sizeof text) {
+      std::snprintf(text + n + m, sizeof text - static_cast<std::size_t>(n + m),
+                    "  %.3f bits/byte", bits_per_byte(loss));
+    }
+  }
   print_line(text, false);
 }
 

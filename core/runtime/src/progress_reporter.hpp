@@ -35,6 +35,11 @@ class ProgressReporter {
   // world's rank 0 goes on reporting (appending to the metrics file).
   void hand_over(bool active);
 
+  // Targets are tokens (more than one per sample): steps also report tokens/s, evaluations the
+  // perplexity, and, when the data set says how many bytes of text a target stands for, bits
+  // per byte (loss / ln 2 / bytes_per_target).
+  void count_tokens(std::size_t targets_per_sample, double bytes_per_target);
+
   void step(const StepReport& report);
   void evaluation(std::int64_t step, std::int64_t epoch, double accuracy, double loss);
   void checkpoint(std::int64_t step, const std::filesystem::path& folder);
@@ -43,6 +48,9 @@ class ProgressReporter {
   void finish();
 
   [[nodiscard]] double samples_per_s() const noexcept;
+  // 0 unless count_tokens said the targets are tokens (or text, for bits per byte).
+  [[nodiscard]] double tokens_per_s() const noexcept;
+  [[nodiscard]] double bits_per_byte(double loss) const noexcept;
   [[nodiscard]] double seconds() const noexcept;
 
  private:
@@ -64,6 +72,8 @@ class ProgressReporter {
   std::int64_t epochs_;
   std::int64_t steps_ = 0;  // this run's
   std::size_t samples_ = 0;
+  std::size_t tokens_per_sample_ = 0;  // 0: the targets are not tokens
+  double bytes_per_target_ = 0.0;
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_print_{};
   std::filesystem::path metrics_path_;

@@ -112,16 +112,8 @@ std::shared_ptr<Interface> create_plugin(const Config& config, const PluginRegis
   }
 }
 
-std::string shape_text(const Shape& shape) {
-  std::string out;
-  for (auto d : shape) out += (out.empty() ? "" : "x") + std::to_string(d);
-  return out.empty() ? "scalar" : out;
-}
-
 void check_model_fits_data(const Config& config, const Model& model, const Dataset& data) {
-  if (data.sample_shape() == model.input_shape() && data.num_classes() == model.num_classes()) {
-    return;
-  }
+  if (data.layout() == model.layout()) return;
   const std::string model_section = "model." + value_of(config, "train", "model");
   const std::string data_section = "dataset." + value_of(config, "train", "dataset");
   std::string set = set_values(config, data_section);
@@ -129,11 +121,8 @@ void check_model_fits_data(const Config& config, const Model& model, const Datas
   if (!model_set.empty()) set += (set.empty() ? "" : "; ") + model_set;
   std::string where = sources_lead(config, {data_section, model_section});
   if (where.empty()) where = lead(config, "train", "dataset");
-  throw ConfigError(where + "the data set gives samples of " + shape_text(data.sample_shape()) +
-                    " elements in " + std::to_string(data.num_classes()) +
-                    " classes, the model takes " + shape_text(model.input_shape()) +
-                    " elements and gives " + std::to_string(model.num_classes()) +
-                    " classes; make [" + model_section + "] and [" + data_section + "] agree" +
+  throw ConfigError(where + "the data set gives samples of " + describe(data.layout()) +
+                    ", the model takes " + describe(model.layout()) + "; make [" + model_section + "] and [" + data_section + "] agree" +
                     (set.empty() ? std::string() : " (values set: " + set + ")"));
 }
 

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "durable_file.hpp"
@@ -13,6 +14,11 @@ void write_summary_json(const std::filesystem::path& file, const TrainResult& re
   j["test_accuracy"] = result.test_accuracy;
   j["test_loss"] = result.test_loss;
   j["samples_per_s"] = result.samples_per_s;
+  if (result.tokens_per_s > 0.0) {
+    j["tokens_per_s"] = result.tokens_per_s;
+    j["test_perplexity"] = std::exp(result.test_loss);
+  }
+  if (result.test_bits_per_byte > 0.0) j["test_bits_per_byte"] = result.test_bits_per_byte;
   j["steps"] = result.steps;
   j["steps_this_run"] = result.steps_this_run;
   j["skipped_steps"] = result.skipped_steps;

@@ -201,14 +201,9 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
   TESSERA_CHECK(
       parts_.world && parts_.model && parts_.optimizer && parts_.dataset && parts_.strategy,
       "Trainer needs a communicator, model, optimizer, dataset and strategy");
-  if (parts_.dataset->sample_shape() != parts_.model->input_shape() ||
-      parts_.dataset->num_classes() != parts_.model->num_classes()) {
-    throw ConfigError("the dataset's samples (" +
-                      std::to_string(element_count(parts_.dataset->sample_shape())) +
-                      " elements, " + std::to_string(parts_.dataset->num_classes()) +
-                      " classes) do not fit the model's input (" +
-                      std::to_string(element_count(parts_.model->input_shape())) + " elements, " +
-                      std::to_string(parts_.model->num_classes()) + " classes)");
+  if (parts_.dataset->layout() != parts_.model->layout()) {
+    throw ConfigError("the data set gives samples of " + describe(parts_.dataset->layout()) +
+                      ", the model takes " + describe(parts_.model->layout()));
   }
   if (!options_.trace.file.empty()) {
     // Checked now, so that an unwritable path fails before anything trains.
@@ -299,8 +294,8 @@ std::pair<double, double> Trainer::evaluate() {
   const auto& data = *parts_.dataset;
   EpochShard shard({data.size(Split::test), 0, options_.seed, placement_.rank, placement_.size,
                     options_.eval_batch_size, false});
-  // correct, loss * samples, samples: summed over reporting ranks in one collective, so a
-  // replica of several ranks counts its samples once.
+  // correct, loss * targets, targets: summed over reporting ranks in one collective, so a
+  // replica of several ranks counts its targets once.
   double totals[3] = {0.0, 0.0, 0.0};
   for (std::size_t s = 0; s < shard.steps(); ++s) {
     const auto indices = shard.batch(s);
@@ -309,8 +304,8 @@ std::pair<double, double> Trainer::evaluate() {
     const auto stats = parts_.strategy->evaluate(data.gather(Split::test, indices));
     if (!placement_.reports_metrics) continue;
     totals[0] += static_cast<double>(stats.correct);
-    totals[1] += stats.loss * static_cast<double>(indices.size());
-    totals[2] += static_cast<double>(indices.size());
+    totals[1] += stats.loss * static_cast<double>(stats.targets);
+    totals[2] += static_cast<double>(stats.targets);
   }
   all_reduce_host(*parts_.world, parts_.allocator.get(), {totals, 3, DType::f64, Device::cpu()},
                   ReduceOp::sum);
@@ -577,6 +572,8 @@ void Trainer::finish(Run& run) {
   result.steps_this_run = static_cast<std::int64_t>(result.losses.size());
   result.seconds = run.reporter->seconds();
   result.samples_per_s = run.reporter->samples_per_s();
+  result.tokens_per_s = run.reporter->tokens_per_s();
+  result.test_bits_per_byte = run.reporter->bits_per_byte(result.test_loss);
   result.ranks = gather_rank_summaries();
   result.rank = parts_.world->rank();
   source_->finished(*control_);
@@ -618,6 +615,8 @@ TrainResult Trainer::train(bool resume) {
   run.reporter = std::make_unique<trainer::ProgressReporter>(
       options_.progress, options_.metrics_file, parts_.world->rank() == 0, run.total_steps,
       options_.epochs);
+  run.reporter->count_tokens(parts_.model->layout().targets_per_sample(),
+                             data.bytes_per_target());
   // One pass, unless the world fails and the source hands a new one: then the run goes on from
   // the position of its state, possibly a step back, in the next pass.
   for (;;) {

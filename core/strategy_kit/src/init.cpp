@@ -46,6 +46,20 @@ void fill_uniform(std::uint64_t seed, std::size_t param_index, float bound, std:
   }
 }
 
+// N(0, std^2) by Box-Muller from two counter uniforms of the element's whole index: a slice
+// gets the bits of the whole, and no element depends on another.
+void fill_normal(std::uint64_t seed, std::size_t param_index, float std_dev, std::span<float> out,
+                 std::size_t offset, const WholeIndex& whole_index) {
+  constexpr double kTwoPi = 6.283185307179586;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t k = whole_index(offset + i);
+    // 1 - u is in (0, 1]: the logarithm is finite.
+    const double u1 = 1.0 - static_cast<double>(counter_uniform(seed, param_index, 2 * k));
+    const double u2 = counter_uniform(seed, param_index, 2 * k + 1);
+    out[i] = static_cast<float>(std_dev * std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+  }
+}
+
 }  // namespace
 
 void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t param_index,
@@ -70,6 +84,12 @@ void initialize_parameter(const ParamSpec& spec, std::uint64_t seed, std::size_t
       const auto bound =
           static_cast<float>(std::sqrt(6.0 / static_cast<double>(spec.fan_in + spec.fan_out)));
       fill_uniform(seed, param_index, bound, out, offset, WholeIndex(spec));
+      return;
+    }
+    case ParamInit::normal: {
+      TESSERA_CHECK(spec.init_std > 0.0F && std::isfinite(spec.init_std),
+                    "normal needs a positive init_std for " + spec.name);
+      fill_normal(seed, param_index, spec.init_std, out, offset, WholeIndex(spec));
       return;
     }
   }

@@ -112,7 +112,7 @@ PassTotals run_model_pass(const Model& model, const Tensor& inputs, const Tensor
   PassTotals totals;
   run_layers({layers, 0, layers.size()}, inputs, hooks, [&](Tensor logits) {
     auto result = model.loss(logits, targets);
-    totals = {result.loss * static_cast<double>(batch_rows(inputs)), result.correct};
+    totals = {result.loss_sum, result.targets, result.correct};
     // A weight of one leaves the bits as they are: nothing to do (the usual case).
     if (gradient_weight == 1.0F) return std::move(result.grad_logits);
     if (result.grad_logits.device() == Device::cpu()) {

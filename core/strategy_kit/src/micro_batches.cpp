@@ -36,15 +36,31 @@ std::size_t global_batch_rows(std::size_t local_rows, std::size_t world, const S
   return global;
 }
 
-std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum) {
+StepStats step_stats(const PassTotals& local, const LossOverRanks& all) {
+  StepStats stats;
+  stats.loss = all.mean();
+  stats.correct = local.correct;
+  stats.targets = local.targets;
+  return stats;
+}
+
+StepStats evaluation_stats(const LossResult& result) {
+  StepStats stats;
+  stats.loss = result.mean();
+  stats.correct = result.correct;
+  stats.targets = result.targets;
+  return stats;
+}
+
+std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, LossOverRanks& loss) {
   if (world.size() == 1) return nullptr;
-  return world.all_reduce({&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+  return world.all_reduce({loss.sums, 2, DType::f64, Device::cpu()}, ReduceOp::sum);
 }
 
 std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, DeviceAllocator* memory,
-                                          double& loss_sum) {
-  if (world.size() == 1 || world.moves(Device::cpu())) return sum_loss_over_ranks(world, loss_sum);
-  all_reduce_host(world, memory, {&loss_sum, 1, DType::f64, Device::cpu()}, ReduceOp::sum);
+                                          LossOverRanks& loss) {
+  if (world.size() == 1 || world.moves(Device::cpu())) return sum_loss_over_ranks(world, loss);
+  all_reduce_host(world, memory, {loss.sums, 2, DType::f64, Device::cpu()}, ReduceOp::sum);
   return nullptr;
 }
 

@@ -19,12 +19,6 @@ using checkpoint::Json;
 constexpr const char* kIndexBlob = "parameters";
 constexpr const char* kIndexFormat = "tessera-parameters";
 
-std::string shape_text(const Shape& shape) {
-  std::string text;
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
-  return text.empty() ? "scalar" : text;
-}
-
 std::string state_text(StateKind kind, std::size_t slot) {
   return kind == StateKind::parameter ? std::string("values")
                                       : "optimizer state slot " + std::to_string(slot);

@@ -27,8 +27,7 @@ class FashionMnist final : public Dataset {
   explicit FashionMnist(const Options& options);
 
   [[nodiscard]] std::size_t size(Split split) const noexcept override;
-  [[nodiscard]] Shape sample_shape() const override { return {pixels_}; }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return 10; }
+  [[nodiscard]] SampleLayout layout() const override { return {DType::f32, {pixels_}, {}, 10}; }
   [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override;
 
  private:

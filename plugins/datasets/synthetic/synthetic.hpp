@@ -31,8 +31,9 @@ class SyntheticDataset final : public Dataset {
   explicit SyntheticDataset(const Options& options);
 
   [[nodiscard]] std::size_t size(Split split) const noexcept override;
-  [[nodiscard]] Shape sample_shape() const override { return {features_}; }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return classes_; }
+  [[nodiscard]] SampleLayout layout() const override {
+    return {DType::f32, {features_}, {}, classes_};
+  }
   [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override;
 
  private:

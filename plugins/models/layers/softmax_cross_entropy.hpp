@@ -1,17 +1,30 @@
 #pragma once
-// Softmax cross-entropy over [n, classes] logits and i64 targets.
+// Softmax cross-entropy over [..., classes] logits and i64 targets, one per row of logits.
+
+#include <cstdint>
+#include <span>
 
 #include "layers/compute_context.hpp"
 #include "tessera/plugin/model.hpp"
 
 namespace tessera::layers {
 
-// Mean over the n rows of -log softmax(logits)[target], computed stably (log-sum-exp shifted
-// by the row maximum); correct counts rows whose first arg-max equals the target; grad_logits
-// is (softmax - onehot) / n. n = 0 gives loss 0 and an empty [0, classes] gradient.
+// The rows are the logits' elements / classes (a classifier's [n, classes], a language model's
+// [n, T, classes]) and `targets` holds one per row. Sums -log softmax(logits)[target] over the
+// rows whose target is not kIgnoreTarget, computed stably (log-sum-exp shifted by the row
+// maximum), in row order; targets counts those rows, correct the ones whose first arg-max is
+// the target; grad_logits (the logits' shape) is (softmax - onehot) / targets on them and 0 on
+// ignored rows. No counted row gives loss 0 and a zero gradient.
 // Logits on a CUDA device compute there (device_compute.hpp): targets on the host or that device,
 // grad_logits on that device, loss and correct on the host (this call then waits for the device).
-// Throws InvalidArgument for a target outside [0, classes), mismatched shapes or devices.
+// Throws InvalidArgument for a target outside [0, classes) (and not kIgnoreTarget),
+// mismatched shapes or devices.
+// The rows of `logits` ([..., classes], f32), checked; and how many of `targets` count (not
+// kIgnoreTarget), each checked to be in [0, classes). Shared by the host and device paths.
+[[nodiscard]] std::size_t loss_rows(const Tensor& logits, std::size_t classes);
+[[nodiscard]] std::size_t counted_targets(std::span<const std::int64_t> targets,
+                                          std::size_t classes);
+
 [[nodiscard]] LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
                                                std::size_t classes, const ComputeContext& compute);
 

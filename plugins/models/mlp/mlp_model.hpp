@@ -28,8 +28,10 @@ class MlpModel final : public Model {
   // From the plugin's options (layers, activation, threads).
   explicit MlpModel(const Options& options);
 
-  [[nodiscard]] Shape input_shape() const override { return {sizes_.front()}; }
-  [[nodiscard]] std::size_t num_classes() const noexcept override { return sizes_.back(); }
+  // f32 [first size] in, one class of the last size out.
+  [[nodiscard]] SampleLayout layout() const override {
+    return {DType::f32, {sizes_.front()}, {}, sizes_.back()};
+  }
   [[nodiscard]] std::size_t layer_count() const noexcept override { return layers_.size(); }
   [[nodiscard]] const Layer& layer(std::size_t index) const override;
   [[nodiscard]] LossResult loss(const Tensor& logits, const Tensor& targets) const override;

@@ -118,19 +118,17 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   // gradient so that this average is the mean over the global batch.
   const std::size_t micro =
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
-  auto [loss_sum, correct] = run_micro_batches(
+  const PassTotals local = run_micro_batches(
       batch, micro, world, global,
       [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
         return forward_backward(inputs, targets, weight, last);
       });
-  StepStats stats;
-  stats.correct = correct;
-
+  LossOverRanks loss(local);
   // Issued after every bucket, so its place in the collective order is the same everywhere.
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, memory_.get(), loss_sum);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, memory_.get(), loss);
   sync_->wait(setup_.world->timeout());
   if (loss_work) loss_work->wait();
-  stats.loss = loss_sum / static_cast<double>(global);
+  StepStats stats = step_stats(local, loss);
   if (setup_.max_grad_norm > 0.0 || setup_.skip_nonfinite_steps) {
     // The norm is needed before the update: to clip, or to decide whether to skip it.
     stats.grad_norm = sync_->clip_grad_norm(setup_.max_grad_norm);
@@ -150,10 +148,7 @@ StepStats DdpStrategy::evaluate(const Batch& batch) {
   const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
   Tensor logits = forward(batch.inputs);
-  const auto result = setup_.model->loss(logits, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 
 void DdpStrategy::save(CheckpointWriter& writer) {

@@ -194,7 +194,7 @@ LayerHooks HybridStrategy::hooks(bool last_micro_batch) const {
 
 Shape HybridStrategy::shape_before(std::size_t layer, std::size_t rows) const {
   Shape shape{rows};
-  for (auto d : setup_.model->input_shape()) shape.push_back(d);
+  for (auto d : setup_.model->layout().input_shape) shape.push_back(d);
   for (std::size_t l = 0; l < layer; ++l) shape = layers_[l]->output_shape(shape);
   return shape;
 }
@@ -265,8 +265,7 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
       return true;
     });
   };
-  double loss_sum = 0.0;
-  std::size_t correct = 0;
+  PassTotals local;
   const LayerRange stage_layers = range();
   // The stage's layers labelled with micro-batch k in the trace (docs/tracing.md).
   const auto layers = [&](std::size_t k) {
@@ -309,8 +308,9 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
           outputs[k] = std::move(output);
         } else if (has_rows) {
           auto result = model.loss(output, micro_batch(batch.targets, k));
-          loss_sum += result.loss * static_cast<double>(plan.rows[k]);
-          correct += result.correct;
+          local.loss_sum += result.loss_sum;
+          local.targets += result.targets;
+          local.correct += result.correct;
           if (plan.weight[k] != 1.0F)
             scale_gradients(result.grad_logits.as<float>(), plan.weight[k]);
           output_grads[k] = std::move(result.grad_logits);
@@ -355,18 +355,19 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   ++steps_since_report_;
 
   // The loss is summed over the data group after every gradient bucket, as ddp orders it.
-  const auto loss_work = last_stage ? sum_loss_over_ranks(*groups_->data, loss_sum) : nullptr;
+  LossOverRanks loss(local);
+  const auto loss_work = last_stage ? sum_loss_over_ranks(*groups_->data, loss) : nullptr;
   if (sync_) sync_->wait(groups_->data->timeout());
   if (loss_work) loss_work->wait();
 
   // The last stage holds the loss and the complete sum of squares; every stage gets both.
-  double totals[2] = {loss_sum, last_stage_sum_of_squares()};
-  if (stages > 1) pipeline.broadcast(f64_view(totals, 2), static_cast<int>(stages) - 1)->wait();
+  double totals[3] = {loss.sums[0], loss.sums[1], last_stage_sum_of_squares()};
+  if (stages > 1) pipeline.broadcast(f64_view(totals, 3), static_cast<int>(stages) - 1)->wait();
+  loss.sums[0] = totals[0];
+  loss.sums[1] = totals[1];
 
-  StepStats stats;
-  stats.loss = totals[0] / static_cast<double>(global);
-  stats.correct = last_stage ? correct : 0;
-  stats.grad_norm = global_norm(totals[1]);
+  StepStats stats = step_stats(last_stage ? local : PassTotals{}, loss);
+  stats.grad_norm = global_norm(totals[2]);
   if (skip_nonfinite_update(setup_, stats)) return stats;
   // With zero1 each data rank updates its shard (padding included: zero parameters with zero
   // gradients stay zero under an element-wise optimizer) and the group gathers the rest.
@@ -454,10 +455,7 @@ StepStats HybridStrategy::evaluate(const Batch& batch) {
     pipeline.send(output.view(), static_cast<int>(stage) + 1, kActivationTag)->wait();
     return stats;
   }
-  const auto result = setup_.model->loss(output, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return evaluation_stats(setup_.model->loss(output, batch.targets));
 }
 
 PipelineTiming HybridStrategy::take_pipeline_timing() {

@@ -78,7 +78,7 @@ std::vector<StageRange> partition_layers(std::span<const double> costs, std::siz
 std::vector<double> estimated_layer_costs(const Model& model) {
   std::vector<double> costs;
   Shape shape{1};
-  for (auto d : model.input_shape()) shape.push_back(d);
+  for (auto d : model.layout().input_shape) shape.push_back(d);
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
     const Layer& layer = model.layer(l);
     double params = 0.0;
@@ -136,7 +136,7 @@ std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int te
   if (tensor_parallel <= 1) return roles;
   std::vector<Shape> inputs;  // inputs[l]: the shape of one sample entering layer l
   Shape shape{1};
-  for (auto d : model.input_shape()) shape.push_back(d);
+  for (auto d : model.layout().input_shape) shape.push_back(d);
   for (std::size_t l = 0; l < n; ++l) {
     inputs.push_back(shape);
     shape = model.layer(l).output_shape(shape);

@@ -358,19 +358,17 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
 
   // As in ddp: weighting each micro-batch's mean gradient by world * rows / global makes the
   // average over ranks the mean over the global batch.
-  auto [loss_sum, correct] = run_micro_batches(
+  const PassTotals local = run_micro_batches(
       batch, micro, world, global,
       [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
         return forward_backward(inputs, targets, weight, last);
       });
-  StepStats stats;
-  stats.correct = correct;
-
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss_sum);
+  LossOverRanks loss(local);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss);
   wait_reductions();
   if (loss_work) loss_work->wait(setup_.world->timeout());
   if (home_ == GradientHome::accumulate) accumulate_ = Tensor();
-  stats.loss = loss_sum / static_cast<double>(global);
+  StepStats stats = step_stats(local, loss);
   stats.grad_norm = clip_shard_gradients();
   if (skip_nonfinite_update(setup_, stats)) return stats;  // parameters unchanged everywhere
   const std::size_t slots = state_slots();
@@ -389,10 +387,7 @@ StepStats ZeroStrategy::evaluate(const Batch& batch) {
   const std::size_t n = batch_rows(batch.inputs);
   if (n == 0) return stats;
   Tensor logits = forward(batch.inputs);
-  const auto result = setup_.model->loss(logits, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 
 void ZeroStrategy::reconfigure(std::shared_ptr<Communicator> new_world,

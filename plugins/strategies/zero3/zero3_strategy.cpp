@@ -276,21 +276,19 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
 
   // Micro-batches and their weights exactly as ddp's, so that the gradients match its bits.
   // Every rank runs the same number of micro-batches (the collective sequence depends on it).
-  auto [loss_sum, correct] = run_micro_batches(
+  const PassTotals local = run_micro_batches(
       batch, setup_.micro_batches, world, global,
       [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
         return forward_backward(inputs, targets, weight, last);
       });
-  StepStats stats;
-  stats.correct = correct;
-
-  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss_sum);
+  LossOverRanks loss(local);
+  const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss);
   auto scatters = std::move(scatters_);
   scatters_.clear();
   for (auto& work : scatters) work->wait(timeout);
   if (loss_work) loss_work->wait(timeout);
   accumulated_.clear();
-  stats.loss = loss_sum / static_cast<double>(global);
+  StepStats stats = step_stats(local, loss);
 
   // On a GPU the norm is summed over a host copy of the shard: the host's bits.
   const Tensor grads = host_copy(grads_);
@@ -318,10 +316,7 @@ StepStats Zero3Strategy::evaluate(const Batch& batch) {
   Tensor logits = forward_layers({layers, 0, layers.size()}, placed_in(allocator_, batch.inputs),
                                  hooks(false, false, unused), contexts);
   if (n == 0) return stats;
-  const auto result = setup_.model->loss(logits, batch.targets);
-  stats.loss = result.loss;
-  stats.correct = result.correct;
-  return stats;
+  return evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 
 MemoryReport Zero3Strategy::memory_report() const {

@@ -5,6 +5,8 @@
 #include <functional>
 #include <new>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include "tessera/base/error.hpp"
 
@@ -12,6 +14,12 @@ namespace tessera {
 
 std::size_t element_count(const Shape& shape) noexcept {
   return std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+}
+
+std::string shape_text(const Shape& shape) {
+  std::string text;
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
+  return text.empty() ? "scalar" : text;
 }
 
 Tensor::Tensor(Shape shape, DType dtype) : Tensor(std::move(shape), dtype, cpu_allocator()) {}
@@ -46,6 +54,15 @@ Tensor Tensor::alias() const {
   other.allocator_ = allocator_;
   other.storage_ = storage_;
   return other;
+}
+
+Tensor Tensor::reshaped(Shape shape) && {
+  if (element_count(shape) != count_) {
+    throw InvalidArgument("tensor of shape " + shape_text(shape_) + " cannot be read as " +
+                          shape_text(shape) + ": the element counts differ");
+  }
+  shape_ = std::move(shape);
+  return std::move(*this);
 }
 
 void Tensor::check_host_access(DType wanted) const {

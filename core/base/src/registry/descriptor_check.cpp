@@ -19,8 +19,8 @@ constexpr std::uint32_t kMaxOptions = 1024;
 
 // The sizes of ABI 2.0's descriptor and option entry: a plugin of this major has at least
 // these; a later minor appends fields, which this host does not read.
-constexpr std::size_t kV2_0Size = sizeof(tessera_plugin_descriptor);
-constexpr std::size_t kV2_0OptionSize = sizeof(tessera_option_desc);
+constexpr std::size_t kMajorBaseSize = sizeof(tessera_plugin_descriptor);
+constexpr std::size_t kMajorBaseOptionSize = sizeof(tessera_option_desc);
 
 std::string quoted(const char* text) {
   return "'" + std::string(text) + "'";
@@ -80,9 +80,9 @@ class DescriptorCheck {
       refuse("abi_minor is " + std::to_string(d_.abi_minor) + ", newer than this libtessera's " +
              host + "; use a newer tessera, or rebuild the plugin against this one");
     }
-    if (d_.struct_size < kV2_0Size) {
+    if (d_.struct_size < kMajorBaseSize) {
       refuse("struct_size is " + std::to_string(d_.struct_size) + ", smaller than the " +
-             std::to_string(kV2_0Size) + " bytes of an ABI 2.0 descriptor");
+             std::to_string(kMajorBaseSize) + " bytes of an ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0 descriptor");
     }
     if (d_.build_id == nullptr) refuse("build_id is NULL");
     if (host_build_id() != d_.build_id) {
@@ -189,9 +189,9 @@ class DescriptorCheck {
     // Walked with the plugin's own stride: a later minor's entries are longer, and this host
     // reads the fields it knows.
     const std::size_t stride = d_.option_desc_size;
-    if (stride < kV2_0OptionSize || stride % alignof(tessera_option_desc) != 0) {
+    if (stride < kMajorBaseOptionSize || stride % alignof(tessera_option_desc) != 0) {
       refuse("option_desc_size is " + std::to_string(stride) + ", not the size of an option " +
-             "entry (" + std::to_string(kV2_0OptionSize) + " in ABI 2.0)");
+             "entry (" + std::to_string(kMajorBaseOptionSize) + " in ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0)");
     }
     const auto* table = reinterpret_cast<const unsigned char*>(d_.options);
     std::vector<OptionSpec> specs;

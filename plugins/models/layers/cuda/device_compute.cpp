@@ -1,6 +1,7 @@
 // device_compute.hpp over CUDA: cuBLAS for the GEMMs, layer_kernels.cu for the rest, all on the
 // legacy default stream of the tensors' device.
 #include "layers/device_compute.hpp"
+#include "layers/softmax_cross_entropy.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -141,39 +142,32 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
   const Device device = logits.device();
   const tessera::cuda::DeviceGuard on(device.index);
   const auto device_allocator = tessera::cuda::allocator_for(device.index);
-  const std::size_t n = logits.shape()[0];
+  const std::size_t n = loss_rows(logits, classes);
   // The targets on both sides: the host checks them (and names a bad one), the kernel reads them.
   Tensor host_targets = targets.copy_to(cpu_allocator());
-  const std::int64_t* t = host_targets.as<std::int64_t>().data();
-  for (std::size_t r = 0; r < n; ++r) {
-    TESSERA_CHECK(t[r] >= 0 && static_cast<std::size_t>(t[r]) < classes,
-                  "softmax_cross_entropy: target " + std::to_string(t[r]) + " of row " +
-                      std::to_string(r) + " outside [0, " + std::to_string(classes) + ")");
-  }
   LossResult result;
-  result.grad_logits = f32_on(device, {n, classes});
-  if (n == 0) return result;
+  result.targets = counted_targets(host_targets.as<std::int64_t>(), classes);
+  result.grad_logits = f32_on(device, logits.shape());
+  if (result.targets == 0) return result;
   const Tensor device_targets =
       targets.device() == device ? targets.alias() : host_targets.copy_to(device_allocator);
   Tensor row_loss({n}, DType::f64, device_allocator);
   Tensor row_correct({n}, DType::u8, device_allocator);
-  const double inv_n = 1.0 / static_cast<double>(n);
+  const double inv_targets = 1.0 / static_cast<double>(result.targets);
   check_launch(cuda::launch_softmax_cross_entropy(
                    floats(logits), static_cast<const std::int64_t*>(device_targets.view().data),
                    floats_of(result.grad_logits), static_cast<double*>(row_loss.view().data),
-                   static_cast<unsigned char*>(row_correct.view().data), n, classes, inv_n),
+                   static_cast<unsigned char*>(row_correct.view().data), n, classes, inv_targets),
                "softmax cross-entropy", device);
   // The copies wait for the kernel; the rows are then summed in order, as on the host.
   const Tensor losses = row_loss.copy_to(cpu_allocator());
   const Tensor correct = row_correct.copy_to(cpu_allocator());
   const auto loss_of = losses.as<double>();
   const auto correct_of = correct.as<std::uint8_t>();
-  double total = 0.0;
   for (std::size_t r = 0; r < n; ++r) {
-    total += loss_of[r];
+    result.loss_sum += loss_of[r];
     result.correct += correct_of[r];
   }
-  result.loss = total * inv_n;
   return result;
 }
 

@@ -86,11 +86,19 @@ __device__ double warp_sum(double value) {
 __global__ void softmax_cross_entropy_kernel(const float* z, const std::int64_t* t, float* grad,
                                              double* row_loss, unsigned char* row_correct,
                                              std::size_t rows, std::size_t classes,
-                                             double inv_rows) {
+                                             double inv_targets) {
   const unsigned lane = threadIdx.x % kWarp;
   const std::size_t warps = grid_stride() / kWarp;
   for (std::size_t r = first_index() / kWarp; r < rows; r += warps) {
     const float* row = z + r * classes;
+    if (t[r] < 0) {  // kIgnoreTarget: no loss, no count, no gradient
+      for (std::size_t c = lane; c < classes; c += kWarp) grad[r * classes + c] = 0.0F;
+      if (lane == 0) {
+        row_loss[r] = 0.0;
+        row_correct[r] = 0;
+      }
+      continue;
+    }
     // The first arg-max, as the host's strict `>` scan finds it: ties go to the lower index.
     std::size_t arg_max = lane < classes ? lane : 0;
     for (std::size_t c = lane + kWarp; c < classes; c += kWarp) {
@@ -117,7 +125,7 @@ __global__ void softmax_cross_entropy_kernel(const float* z, const std::int64_t*
     float* g = grad + r * classes;
     for (std::size_t c = lane; c < classes; c += kWarp) {
       const double p = exp(static_cast<double>(row[c]) - shift) / sum;
-      g[c] = static_cast<float>((c == target ? p - 1.0 : p) * inv_rows);
+      g[c] = static_cast<float>((c == target ? p - 1.0 : p) * inv_targets);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tessera/base/buffer_view.hpp"
@@ -17,6 +18,8 @@ namespace tessera {
 using Shape = std::vector<std::size_t>;
 
 [[nodiscard]] std::size_t element_count(const Shape& shape) noexcept;
+// "8x64", or "scalar" for an empty shape: how messages name a shape.
+[[nodiscard]] std::string shape_text(const Shape& shape);
 
 class Tensor {
  public:
@@ -53,6 +56,11 @@ class Tensor {
   // backward. Writes through either handle are seen by both; the memory lives until the last
   // handle dies.
   [[nodiscard]] Tensor alias() const;
+
+  // This tensor under another shape of the same element count (no copy; the tensor moves):
+  // `x.alias().reshaped({rows, width})` reads [n, T, width] activations as a matrix. Throws
+  // InvalidArgument when the counts differ.
+  [[nodiscard]] Tensor reshaped(Shape shape) &&;
 
   // Typed host access; throws InvalidArgument if T does not match dtype() or the tensor is not
   // in host memory (copy_to(cpu_allocator()) first).

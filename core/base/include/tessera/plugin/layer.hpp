@@ -12,7 +12,7 @@
 
 namespace tessera {
 
-enum class ParamInit : std::uint8_t { zeros, ones, kaiming_uniform, xavier_uniform };
+enum class ParamInit : std::uint8_t { zeros, ones, kaiming_uniform, xavier_uniform, normal };
 
 // Where a parameter tensor lies inside the whole parameter of the same name: indices
 // [begin, end) of dimension `dim` of full_shape, every index of the other dimensions. The
@@ -38,6 +38,7 @@ struct ParamSpec {
   std::size_t fan_in = 0;
   std::size_t fan_out = 0;
   ParamSlice slice{};  // whole by default
+  float init_std = 0.0F;  // the standard deviation of ParamInit::normal (GPT-2: 0.02)
 
   // The whole parameter's shape: `shape` unless this is a slice.
   [[nodiscard]] const Shape& full_shape() const noexcept {

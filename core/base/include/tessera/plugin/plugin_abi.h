@@ -1,7 +1,7 @@
-/* The binary contract between libtessera and a plugin shared object, plugin ABI 2.
+/* The binary contract between libtessera and a plugin shared object, plugin ABI 3.
  *
  * A plugin exports exactly one symbol, the data object
- *     const tessera_plugin_descriptor tessera_plugin_descriptor_v2;
+ *     const tessera_plugin_descriptor tessera_plugin_descriptor_v3;
  * declared through TESSERA_PLUGIN (tessera/sdk/plugin.hpp). The host reads it without calling
  * any plugin function and checks every field before it calls the factory. Plain C, so that
  * the layout is fixed by the platform ABI rather than by a C++ compiler.
@@ -24,6 +24,12 @@
  * strategy declare the devices its state may live on (TESSERA_DEVICE_*; none: the host's memory
  * only), so that a host refuses [runtime] device = cuda for a strategy that cannot keep its state
  * on a GPU before any rank starts; a 2.2 host refuses a 2.3 plugin.
+ *
+ * ABI 3.0 keeps the descriptor's layout and changes the C++ interfaces of models and data sets
+ * (docs/plugin-guide.md, "Porting a plugin from ABI 2"): a sample is a SampleLayout (typed
+ * inputs, targets of any shape, an ignore index) that the data set and the model declare, and
+ * a loss reports its sum and the count of its targets. The symbol is _v3; an ABI 2 plugin is
+ * refused by name.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -34,15 +40,15 @@
 extern "C" {
 #endif
 
-#define TESSERA_PLUGIN_ABI_MAJOR 2
-#define TESSERA_PLUGIN_ABI_MINOR 3
+#define TESSERA_PLUGIN_ABI_MAJOR 3
+#define TESSERA_PLUGIN_ABI_MINOR 0
 
 #define TESSERA_PLUGIN_ABI_STR2(x) #x
 #define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)
 #define TESSERA_PLUGIN_ABI_CAT2(a, b) a##b
 #define TESSERA_PLUGIN_ABI_CAT(a, b) TESSERA_PLUGIN_ABI_CAT2(a, b)
 /* The exported name carries the major, so that a plugin of another major is never read as one
- * of this major: tessera_plugin_descriptor_v2. */
+ * of this major: tessera_plugin_descriptor_v3. */
 #define TESSERA_PLUGIN_DESCRIPTOR_NAME \
   TESSERA_PLUGIN_ABI_CAT(tessera_plugin_descriptor_v, TESSERA_PLUGIN_ABI_MAJOR)
 #define TESSERA_PLUGIN_DESCRIPTOR_SYMBOL \

@@ -44,18 +44,20 @@ struct StrategySetup {
   std::shared_ptr<DeviceAllocator> allocator = nullptr;
 };
 
-// train_step: loss is the mean over the global batch (sum_loss_over_ranks in
-// tessera/strategy_kit/micro_batches.hpp) and grad_norm the norm of the whole gradient, both the
-// same on every rank of the world (the trainer's non-finite check relies on it); a strategy that
-// does not communicate every step (the local_sgd sample) reports its own rank's mean and must say
-// so. correct counts the samples of this rank's data-parallel share. evaluate: loss is the mean
-// over this rank's rows (0 for no rows) and correct counts them. Of both, the trainer takes
-// correct (and evaluate's loss, weighted by the rank's row count) from reporting ranks only
-// (DataParallelPlacement::reports_metrics) and sums over them, so every sample counts once
+// train_step: loss is the mean per target over the global batch (sum_loss_over_ranks in
+// tessera/strategy_kit/micro_batches.hpp sums the loss and the target count) and grad_norm the
+// norm of the whole gradient, both the same on every rank of the world (the trainer's
+// non-finite check relies on it); a strategy that does not communicate every step (the
+// local_sgd sample) reports its own rank's mean and must say so. correct and targets count the
+// target elements of this rank's data-parallel share. evaluate: loss is the mean per target
+// over this rank's rows (0 for none), correct and targets count them. Of both, the trainer takes
+// correct, targets (and evaluate's loss, weighted by targets) from reporting ranks only
+// (DataParallelPlacement::reports_metrics) and sums over them, so every target counts once
 // however many ranks of its replica computed it; what other ranks return there is ignored.
 struct StepStats {
-  double loss = 0.0;
-  std::size_t correct = 0;
+  double loss = 0.0;        // mean per target over the step's batch, every rank's rows
+  std::size_t correct = 0;  // of this rank's `targets`
+  std::size_t targets = 0;  // target elements this rank counted (kIgnoreTarget is not one)
   double grad_norm = 0.0;  // L2 norm before clipping, over the same gradients as `loss`
   bool skipped = false;    // no update was made (StrategySetup::skip_nonfinite_steps)
 };

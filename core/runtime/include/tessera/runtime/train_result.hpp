@@ -23,6 +23,11 @@ struct TrainResult {
   double test_accuracy = 0.0;
   double test_loss = 0.0;
   double samples_per_s = 0.0;  // global training samples per second of this run
+  // A language model's (targets per sample > 1): target tokens per second of this run, and the
+  // last evaluation in bits per byte when the data set is text (Dataset::bytes_per_target);
+  // 0 otherwise.
+  double tokens_per_s = 0.0;
+  double test_bits_per_byte = 0.0;
   double seconds = 0.0;
   std::int64_t skipped_steps = 0;  // steps of this run with no update (on_nonfinite = skip)
   std::vector<double> losses;      // this run's per-step loss, in order

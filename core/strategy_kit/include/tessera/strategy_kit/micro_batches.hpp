@@ -10,7 +10,9 @@
 #include "tessera/base/trace.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/dataset.hpp"
+#include "tessera/plugin/model.hpp"
 #include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/strategy.hpp"
 
 namespace tessera {
 
@@ -25,10 +27,10 @@ namespace tessera {
 [[nodiscard]] std::size_t global_batch_rows(std::size_t local_rows, std::size_t world,
                                             const StepInfo& info, const char* strategy);
 
-// What one micro-batch's pass returns: loss summed over its rows (mean loss x rows) and the
-// number of correct predictions.
+// What one micro-batch's pass returns, summed over its counted targets (LossResult's).
 struct PassTotals {
   double loss_sum = 0.0;
+  std::size_t targets = 0;
   std::size_t correct = 0;
 };
 
@@ -64,21 +66,39 @@ PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t 
                   slice_rows(batch.targets, begin, begin + rows), weight, last);
     }
     totals.loss_sum += part.loss_sum;
+    totals.targets += part.targets;
     totals.correct += part.correct;
     begin += rows;
   }
   return totals;
 }
 
-// Starts summing a step's `loss_sum` over the ranks of `world`, in place; nullptr with one
-// rank. Issue it at the same point of the step on every rank (after the gradient
-// reductions), since it takes a place in the collective order.
-[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, double& loss_sum);
+// A step's loss over every rank: the sum and the count of targets, summed in one collective.
+struct LossOverRanks {
+  double sums[2] = {0.0, 0.0};  // loss_sum, targets
+
+  explicit LossOverRanks(const PassTotals& local)
+      : sums{local.loss_sum, static_cast<double>(local.targets)} {}
+  // The mean per target (0 when no rank counted one), once the sum is complete.
+  [[nodiscard]] double mean() const noexcept { return sums[1] == 0.0 ? 0.0 : sums[0] / sums[1]; }
+};
+
+// A step's stats from this rank's totals and, once summed, the loss over every rank (the
+// gradient norm is the strategy's to set).
+[[nodiscard]] StepStats step_stats(const PassTotals& local, const LossOverRanks& all);
+// An evaluation batch's stats from its loss.
+[[nodiscard]] StepStats evaluation_stats(const LossResult& result);
+
+// Starts summing a step's loss over the ranks of `world`, in place; nullptr with one rank.
+// Issue it at the same point of the step on every rank (after the gradient reductions), since
+// it takes a place in the collective order.
+[[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world, LossOverRanks& loss);
 
 // The same for a strategy whose buffers come from `memory`: a world that moves host memory sums
 // in place as above; one that moves device memory only (nccl) sums through a buffer of `memory`
 // at once, and nullptr comes back.
 [[nodiscard]] std::shared_ptr<Work> sum_loss_over_ranks(Communicator& world,
-                                                        DeviceAllocator* memory, double& loss_sum);
+                                                        DeviceAllocator* memory,
+                                                        LossOverRanks& loss);
 
 }  // namespace tessera

@@ -1,0 +1,395 @@
+#include "gpt/gpt_layers.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "layers/causal_attention.hpp"
+#include "layers/embedding.hpp"
+#include "layers/gelu.hpp"
+#include "layers/layer_checks.hpp"
+#include "layers/layer_norm.hpp"
+#include "tessera/base/error.hpp"
+
+namespace tessera::gpt {
+namespace {
+
+using layers::check_views;
+
+std::span<const float> values(const BufferView& view, const char* what) {
+  return view.host_span<float>(what);
+}
+
+std::span<float> values_of(const BufferView& view, const char* what) {
+  return view.host_span<float>(what);
+}
+
+std::span<const float> values(const Tensor& t) {
+  return t.as<float>();
+}
+
+std::span<const std::int64_t> tokens_of(const Tensor& t) {
+  return t.as<std::int64_t>();
+}
+
+// The batch and time of [n, T, width] activations on the host, checked.
+struct Sequence {
+  std::size_t batch = 0;
+  std::size_t time = 0;
+  [[nodiscard]] std::size_t rows() const noexcept { return batch * time; }
+};
+
+Sequence sequence_of(const std::string& layer, const Tensor& x, std::size_t width,
+                     std::size_t context) {
+  if (x.device() != Device::cpu()) {
+    throw InvalidArgument(layer + ": the gpt layers compute in host memory only, the input is on " +
+                          to_string(x.device()) + "; train the gpt model with [runtime] device = cpu");
+  }
+  const Shape& s = x.shape();
+  TESSERA_CHECK(x.dtype() == DType::f32 && s.size() == 3 && s[2] == width && s[1] >= 1 &&
+                    s[1] <= context,
+                layer + ": expects f32 activations [n, T <= " + std::to_string(context) + ", " +
+                    std::to_string(width) + "], got " + std::string(dtype_name(x.dtype())) + " " +
+                    shape_text(s));
+  return {s[0], s[1]};
+}
+
+// [rows, width] reading of [n, T, width] activations (no copy), for the Linear layers.
+Tensor as_matrix(const Tensor& x, std::size_t rows, std::size_t width) {
+  return x.alias().reshaped({rows, width});
+}
+
+Tensor as_sequence(Tensor m, const Sequence& seq) {
+  const std::size_t width = m.count() / std::max<std::size_t>(seq.rows(), 1);
+  return std::move(m).reshaped({seq.batch, seq.time, width});
+}
+
+ParamSpec normal(std::string name, Shape shape, float std_dev) {
+  ParamSpec spec{std::move(name), std::move(shape), DType::f32, ParamInit::normal};
+  spec.fan_in = spec.shape.back();
+  spec.fan_out = spec.shape.front();
+  spec.init_std = std_dev;
+  return spec;
+}
+
+ParamSpec filled(std::string name, std::size_t width, ParamInit init) {
+  return {std::move(name), {width}, DType::f32, init, width, width, {}};
+}
+
+// Layer norm over the last dimension: out, and the per-row statistics backward needs.
+struct Normed {
+  Tensor out, mean, rstd;
+};
+
+Normed layer_norm(const Tensor& x, std::size_t rows, std::size_t width, std::span<const float> w,
+                  std::span<const float> b, const layers::ComputeContext& compute) {
+  Normed n{Tensor(x.shape(), DType::f32), Tensor({rows}, DType::f32), Tensor({rows}, DType::f32)};
+  layers::layer_norm_forward<float>(n.out.as<float>(), n.mean.as<float>(), n.rstd.as<float>(),
+                                    values(x), w, b, rows, width, compute);
+  return n;
+}
+
+// A Linear's backward from the input its forward saw (the block keeps its own activations).
+Tensor linear_backward(const layers::Linear& linear, const Tensor& grad_output,
+                       const Tensor& saved_input, std::span<const BufferView> params,
+                       std::span<const BufferView> grads) {
+  LayerContext ctx;
+  ctx.save(saved_input.alias());
+  return linear.backward(grad_output, params, grads, ctx);
+}
+
+Tensor linear_forward(const layers::Linear& linear, const Tensor& input,
+                      std::span<const BufferView> params) {
+  LayerContext unused;  // the block saves the input itself
+  return linear.forward(input, params, unused);
+}
+
+int blas_int(std::size_t v) {
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+// --- Embedding ---------------------------------------------------------------------------------
+
+Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute)
+    : shape_(shape), compute_(std::move(compute)) {}
+
+std::vector<ParamSpec> Embedding::parameters() const {
+  return {normal("wte", {shape_.vocab, shape_.width}, kInitStd),
+          normal("wpe", {shape_.context, shape_.width}, kInitStd)};
+}
+
+Shape Embedding::output_shape(const Shape& input) const {
+  TESSERA_CHECK(input.size() == 2, "embedding: input needs [n, T] token ids");
+  return {input[0], input[1], shape_.width};
+}
+
+Tensor Embedding::forward(const Tensor& input, std::span<const BufferView> params,
+                          LayerContext& ctx) const {
+  const Shape& s = input.shape();
+  if (input.device() != Device::cpu()) {
+    throw InvalidArgument("embedding: the gpt layers compute in host memory only; train the gpt "
+                          "model with [runtime] device = cpu");
+  }
+  TESSERA_CHECK(input.dtype() == DType::i64 && s.size() == 2 && s[1] >= 1 &&
+                    s[1] <= shape_.context,
+                "embedding: expects i64 token ids [n, T <= " + std::to_string(shape_.context) +
+                    "], got " + std::string(dtype_name(input.dtype())) + " " + shape_text(s));
+  check_views(name(), params, parameters(), "parameter", Device::cpu());
+  Tensor out({s[0], s[1], shape_.width}, DType::f32);
+  layers::embedding_forward<float>(out.as<float>(), tokens_of(input),
+                                   values(params[0], "wte"), values(params[1], "wpe"),
+                                   {s[0], s[1], shape_.width, shape_.vocab, shape_.context},
+                                   *compute_);
+  ctx.save(input.alias());
+  return out;
+}
+
+Tensor Embedding::backward(const Tensor& grad_output, std::span<const BufferView> /*params*/,
+                           std::span<const BufferView> grads, LayerContext& ctx) const {
+  const Tensor& tokens = ctx.saved(0);
+  const Shape& s = tokens.shape();
+  check_views(name(), grads, parameters(), "gradient", Device::cpu());
+  layers::embedding_backward<float>(values_of(grads[0], "wte"), values_of(grads[1], "wpe"),
+                                    values(grad_output), tokens_of(tokens),
+                                    {s[0], s[1], shape_.width, shape_.vocab, shape_.context},
+                                    *compute_);
+  return {};  // token ids have no gradient
+}
+
+// --- Block -------------------------------------------------------------------------------------
+
+namespace {
+
+// Where each parameter sits in a block's list.
+enum BlockParam : std::size_t {
+  kLn1Weight, kLn1Bias, kQkv, kAttnProj = kQkv + 2, kLn2Weight = kAttnProj + 2, kLn2Bias,
+  kFc, kMlpProj = kFc + 2, kBlockParams = kMlpProj + 2
+};
+
+// What a block's forward keeps for its backward, in LayerContext order.
+enum BlockSaved : std::size_t {
+  kInput, kLn1, kLn1Mean, kLn1Rstd, kQkvOut, kAttention, kLogSumExp, kMid, kLn2, kLn2Mean,
+  kLn2Rstd, kFcOut, kGelu
+};
+
+void add_into(const Tensor& target, const Tensor& addend) {
+  const auto t = target.as<float>();
+  const auto a = addend.as<float>();
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] += a[i];
+}
+
+}  // namespace
+
+Block::Block(std::size_t index, const GptShape& shape,
+             std::shared_ptr<const layers::ComputeContext> compute)
+    : prefix_("h." + std::to_string(index) + "."),
+      shape_(shape),
+      compute_(std::move(compute)),
+      qkv_(prefix_ + "attn.c_attn", shape.width, 3 * shape.width, compute_),
+      attn_proj_(prefix_ + "attn.c_proj", shape.width, shape.width, compute_),
+      fc_(prefix_ + "mlp.c_fc", shape.width, 4 * shape.width, compute_),
+      mlp_proj_(prefix_ + "mlp.c_proj", 4 * shape.width, shape.width, compute_) {
+  const float residual_std =
+      kInitStd / static_cast<float>(std::sqrt(2.0 * static_cast<double>(shape.layers)));
+  const auto linear = [&](const layers::Linear& l, float std_dev) {
+    auto specs = l.parameters();
+    specs[0] = normal(specs[0].name, specs[0].shape, std_dev);
+    specs_.insert(specs_.end(), specs.begin(), specs.end());
+  };
+  const std::size_t c = shape.width;
+  specs_.push_back(filled(prefix_ + "ln_1.weight", c, ParamInit::ones));
+  specs_.push_back(filled(prefix_ + "ln_1.bias", c, ParamInit::zeros));
+  linear(qkv_, kInitStd);
+  linear(attn_proj_, residual_std);
+  specs_.push_back(filled(prefix_ + "ln_2.weight", c, ParamInit::ones));
+  specs_.push_back(filled(prefix_ + "ln_2.bias", c, ParamInit::zeros));
+  linear(fc_, kInitStd);
+  linear(mlp_proj_, residual_std);
+  TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
+}
+
+Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
+                      LayerContext& ctx) const {
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), params, specs_, "parameter", Device::cpu());
+  const std::size_t rows = seq.rows();
+  const std::size_t c = shape_.width;
+  const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
+
+  Normed ln1 = layer_norm(input, rows, c, p(kLn1Weight), p(kLn1Bias), *compute_);
+  Tensor qkv = linear_forward(qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
+  Tensor attention({rows, c}, DType::f32);
+  Tensor lse({rows * shape_.heads}, DType::f32);
+  layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
+                                          {seq.batch, seq.time, shape_.heads, c / shape_.heads},
+                                          *compute_);
+  Tensor mid = as_sequence(linear_forward(attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
+  add_into(mid, input);
+  Normed ln2 = layer_norm(mid, rows, c, p(kLn2Weight), p(kLn2Bias), *compute_);
+  Tensor fc = linear_forward(fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
+  Tensor gelu(fc.shape(), DType::f32);
+  layers::gelu_forward<float>(gelu.as<float>(), values(fc), *compute_);
+  Tensor out = as_sequence(linear_forward(mlp_proj_, gelu, params.subspan(kMlpProj, 2)), seq);
+  add_into(out, mid);
+
+  ctx.save(input.alias());
+  ctx.save(std::move(ln1.out));
+  ctx.save(std::move(ln1.mean));
+  ctx.save(std::move(ln1.rstd));
+  ctx.save(std::move(qkv));
+  ctx.save(std::move(attention));
+  ctx.save(std::move(lse));
+  ctx.save(std::move(mid));
+  ctx.save(std::move(ln2.out));
+  ctx.save(std::move(ln2.mean));
+  ctx.save(std::move(ln2.rstd));
+  ctx.save(std::move(fc));
+  ctx.save(std::move(gelu));
+  return out;
+}
+
+Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> params,
+                       std::span<const BufferView> grads, LayerContext& ctx) const {
+  const Tensor& input = ctx.saved(kInput);
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), params, specs_, "parameter", Device::cpu());
+  check_views(name(), grads, specs_, "gradient", Device::cpu());
+  TESSERA_CHECK(grad_output.shape() == input.shape(),
+                name() + ": the output gradient's shape differs from the input's");
+  const std::size_t rows = seq.rows();
+  const std::size_t c = shape_.width;
+  const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
+  const auto g = [&](std::size_t i) { return values_of(grads[i], "gpt block gradient"); };
+  const auto saved = [&](std::size_t i) -> const Tensor& { return ctx.saved(i); };
+
+  // `dx` is the residual stream's gradient from the top down: the identity paths carry it
+  // through, each branch adds its own (layer_norm_backward adds into its input gradient).
+  Tensor dx(input.shape(), DType::f32);
+  std::memcpy(dx.view().data, grad_output.view().data, grad_output.bytes());
+
+  // MLP branch: out = mid + mlp_proj(gelu(fc(ln_2(mid)))).
+  const Tensor grad_gelu = linear_backward(mlp_proj_, as_matrix(dx, rows, c), saved(kGelu),
+                                           params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
+  Tensor grad_fc(saved(kFcOut).shape(), DType::f32);
+  layers::gelu_backward<float>(grad_fc.as<float>(), values(grad_gelu), values(saved(kFcOut)),
+                               *compute_);
+  const Tensor grad_ln2 = linear_backward(fc_, grad_fc, as_matrix(saved(kLn2), rows, c),
+                                          params.subspan(kFc, 2), grads.subspan(kFc, 2));
+  layers::layer_norm_backward<float>(dx.as<float>(), g(kLn2Weight), g(kLn2Bias), values(grad_ln2),
+                                     values(saved(kMid)), p(kLn2Weight),
+                                     values(saved(kLn2Mean)), values(saved(kLn2Rstd)), rows, c,
+                                     *compute_);
+  // Attention branch: mid = input + attn_proj(attention(qkv(ln_1(input)))).
+  const Tensor grad_attention =
+      linear_backward(attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
+                      params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
+  Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
+  layers::causal_attention_backward<float>(
+      grad_qkv.as<float>(), values(grad_attention), values(saved(kQkvOut)),
+      values(saved(kAttention)), values(saved(kLogSumExp)),
+      {seq.batch, seq.time, shape_.heads, c / shape_.heads}, *compute_);
+  const Tensor grad_ln1 = linear_backward(qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
+                                          params.subspan(kQkv, 2), grads.subspan(kQkv, 2));
+  layers::layer_norm_backward<float>(dx.as<float>(), g(kLn1Weight), g(kLn1Bias), values(grad_ln1),
+                                     values(input), p(kLn1Weight), values(saved(kLn1Mean)),
+                                     values(saved(kLn1Rstd)), rows, c, *compute_);
+  return dx;
+}
+
+// --- Final norm --------------------------------------------------------------------------------
+
+FinalNorm::FinalNorm(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute)
+    : shape_(shape), compute_(std::move(compute)) {}
+
+std::vector<ParamSpec> FinalNorm::parameters() const {
+  return {filled("ln_f.weight", shape_.width, ParamInit::ones),
+          filled("ln_f.bias", shape_.width, ParamInit::zeros)};
+}
+
+Tensor FinalNorm::forward(const Tensor& input, std::span<const BufferView> params,
+                          LayerContext& ctx) const {
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), params, parameters(), "parameter", Device::cpu());
+  Normed n = layer_norm(input, seq.rows(), shape_.width, values(params[0], "ln_f.weight"),
+                        values(params[1], "ln_f.bias"), *compute_);
+  ctx.save(input.alias());
+  ctx.save(std::move(n.mean));
+  ctx.save(std::move(n.rstd));
+  return std::move(n.out);
+}
+
+Tensor FinalNorm::backward(const Tensor& grad_output, std::span<const BufferView> params,
+                           std::span<const BufferView> grads, LayerContext& ctx) const {
+  const Tensor& input = ctx.saved(0);
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), grads, parameters(), "gradient", Device::cpu());
+  Tensor dx(input.shape(), DType::f32);
+  layers::layer_norm_backward<float>(
+      dx.as<float>(), values_of(grads[0], "ln_f.weight"), values_of(grads[1], "ln_f.bias"),
+      values(grad_output), values(input), values(params[0], "ln_f.weight"), values(ctx.saved(1)),
+      values(ctx.saved(2)), seq.rows(), shape_.width, *compute_);
+  return dx;
+}
+
+// --- Head --------------------------------------------------------------------------------------
+
+Head::Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute)
+    : shape_(shape), compute_(std::move(compute)) {}
+
+std::vector<ParamSpec> Head::parameters() const {
+  return {normal("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd)};
+}
+
+Shape Head::output_shape(const Shape& input) const {
+  TESSERA_CHECK(input.size() == 3, "lm_head: input needs [n, T, width]");
+  return {input[0], input[1], shape_.vocab};
+}
+
+Tensor Head::forward(const Tensor& input, std::span<const BufferView> params,
+                     LayerContext& ctx) const {
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), params, parameters(), "parameter", Device::cpu());
+  Tensor logits({seq.batch, seq.time, shape_.vocab}, DType::f32);
+  const std::size_t rows = seq.rows();
+  if (rows > 0) {
+    // logits [rows, vocab] = x [rows, width] . W^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows), blas_int(shape_.vocab),
+                blas_int(shape_.width), 1.0F, values(input).data(), blas_int(shape_.width),
+                values(params[0], "lm_head.weight").data(), blas_int(shape_.width), 0.0F,
+                logits.as<float>().data(), blas_int(shape_.vocab));
+  }
+  ctx.save(input.alias());
+  return logits;
+}
+
+Tensor Head::backward(const Tensor& grad_output, std::span<const BufferView> params,
+                      std::span<const BufferView> grads, LayerContext& ctx) const {
+  const Tensor& input = ctx.saved(0);
+  const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
+  check_views(name(), grads, parameters(), "gradient", Device::cpu());
+  TESSERA_CHECK(grad_output.count() == seq.rows() * shape_.vocab,
+                "lm_head: the logits' gradient does not match the saved input");
+  const std::size_t rows = seq.rows();
+  const int v = blas_int(shape_.vocab);
+  const int c = blas_int(shape_.width);
+  const float* dy = values(grad_output).data();
+  if (rows > 0) {
+    // dW [vocab, width] += dy^T [vocab, rows] . x [rows, width]
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, v, c, blas_int(rows), 1.0F, dy, v,
+                values(input).data(), c, 1.0F, values_of(grads[0], "lm_head.weight").data(), c);
+  }
+  if (!ctx.input_gradient_needed()) return {};
+  Tensor dx(input.shape(), DType::f32);
+  if (rows > 0) {
+    // dx [rows, width] = dy [rows, vocab] . W [vocab, width]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(rows), c, v, 1.0F, dy, v,
+                values(params[0], "lm_head.weight").data(), c, 0.0F, dx.as<float>().data(), c);
+  }
+  return dx;
+}
+
+}  // namespace tessera::gpt

@@ -1,0 +1,109 @@
+#pragma once
+// GPT-2's layers as tessera Layers (Radford et al. 2019; the layout of nanoGPT and llm.c): the
+// input embedding, the pre-norm residual block, the final layer norm and the output head. A
+// block is one Layer, so that every strategy treats it as one unit (zero3 gathers a block at a
+// time, as FSDP wraps one; a pipeline cuts between blocks). Activations are [n, T, width].
+// Host memory only: a GPU run of the gpt model is refused by the layers' device check.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/compute_context.hpp"
+#include "layers/linear.hpp"
+#include "tessera/plugin/layer.hpp"
+
+namespace tessera::gpt {
+
+struct GptShape {
+  std::size_t layers = 4;
+  std::size_t heads = 4;
+  std::size_t width = 128;    // channels of the residual stream; a multiple of heads
+  std::size_t context = 64;   // the longest sequence (rows of the position table)
+  std::size_t vocab = 256;
+};
+
+// GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
+// scaled by 1/sqrt(2 layers) (two per block add into the stream), zero biases, unit norms.
+inline constexpr float kInitStd = 0.02F;
+
+// Token ids i64 [n, T] (T <= context) -> [n, T, width]: wte[token] + wpe[position].
+// Parameters: "wte" [vocab, width], "wpe" [context, width]. No input gradient (ids).
+class Embedding final : public Layer {
+ public:
+  Embedding(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);
+  [[nodiscard]] std::string name() const override { return "embedding"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override;
+  [[nodiscard]] Shape output_shape(const Shape& input) const override;
+  Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                 LayerContext& ctx) const override;
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
+                  std::span<const BufferView> grads, LayerContext& ctx) const override;
+
+ private:
+  GptShape shape_;
+  std::shared_ptr<const layers::ComputeContext> compute_;
+};
+
+// Block `index`: x + attn(ln_1(x)), then + mlp(ln_2(.)); causal multi-head attention (online
+// softmax: backward keeps O(n T heads) statistics, not the T x T matrices) and a GELU-tanh MLP
+// of 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
+// ([3 width, width]: the rows of Q, K and V), attn.c_proj.{weight,bias}, ln_2.{weight,bias},
+// mlp.c_fc.{weight,bias} ([4 width, width]), mlp.c_proj.{weight,bias}.
+class Block final : public Layer {
+ public:
+  Block(std::size_t index, const GptShape& shape,
+        std::shared_ptr<const layers::ComputeContext> compute);
+  [[nodiscard]] std::string name() const override { return prefix_ + "block"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override { return specs_; }
+  [[nodiscard]] Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                 LayerContext& ctx) const override;
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
+                  std::span<const BufferView> grads, LayerContext& ctx) const override;
+
+ private:
+  std::string prefix_;
+  GptShape shape_;
+  std::shared_ptr<const layers::ComputeContext> compute_;
+  layers::Linear qkv_, attn_proj_, fc_, mlp_proj_;
+  std::vector<ParamSpec> specs_;
+};
+
+// The final layer norm: "ln_f.weight", "ln_f.bias" over the last dimension.
+class FinalNorm final : public Layer {
+ public:
+  FinalNorm(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);
+  [[nodiscard]] std::string name() const override { return "ln_f"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override;
+  [[nodiscard]] Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                 LayerContext& ctx) const override;
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
+                  std::span<const BufferView> grads, LayerContext& ctx) const override;
+
+ private:
+  GptShape shape_;
+  std::shared_ptr<const layers::ComputeContext> compute_;
+};
+
+// The output head without bias: [n, T, width] -> logits [n, T, vocab]. Parameter
+// "lm_head.weight" [vocab, width] (its own: the head is not tied to wte yet).
+class Head final : public Layer {
+ public:
+  Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);
+  [[nodiscard]] std::string name() const override { return "lm_head"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override;
+  [[nodiscard]] Shape output_shape(const Shape& input) const override;
+  Tensor forward(const Tensor& input, std::span<const BufferView> params,
+                 LayerContext& ctx) const override;
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
+                  std::span<const BufferView> grads, LayerContext& ctx) const override;
+
+ private:
+  GptShape shape_;
+  std::shared_ptr<const layers::ComputeContext> compute_;
+};
+
+}  // namespace tessera::gpt
