@@ -66,11 +66,13 @@ class TextCorpus : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // The 1001-byte corpus prepared with a validation fraction of 0.1: split at 1001 - 100 = 901.
+  // The 1001-byte corpus prepared with a validation fraction of 0.098: 98 validation tokens
+  // (98.098 rounded down), split at 903. Both parts are multiples of 7, the edge where one
+  // window more would take its last target from past its part.
   fs::path prepared_1001() {
     write_all(dir_ / "corpus.txt", corpus_of_1001_bytes());
     const auto tokens = dir_ / "corpus.tokens";
-    (void)prepare_token_file(dir_ / "corpus.txt", tokens, 0.1);
+    (void)prepare_token_file(dir_ / "corpus.txt", tokens, 0.098);
     return tokens;
   }
 
@@ -124,21 +126,22 @@ TEST_F(TextCorpus, ValidationTakesTheLastFloorOfTheFractionOfTokens) {
   EXPECT_EQ(validation_split(1001, 0.1), 901U);   // 100.1 validation tokens -> 100
   EXPECT_EQ(validation_split(1001, 0.25), 751U);  // 250.25 -> 250
   EXPECT_EQ(validation_split(1000, 0.5), 500U);
-  EXPECT_EQ(validation_split(9, 0.1), 9U);  // 0.9 -> none
+  EXPECT_EQ(validation_split(1001, 0.098), 903U);  // 98.098 -> 98
+  EXPECT_EQ(validation_split(9, 0.1), 9U);         // 0.9 -> none
 }
 
 TEST_F(TextCorpus, WindowsAreContextPlusOneTokensAndTargetsAreTheInputsShiftedByOne) {
   const auto corpus = corpus_of_1001_bytes();
   const TextDataset data(TextConfig{prepared_1001(), 7});
-  // Training tokens [0, 901): windows start at 0, 7, ..., 889 and end at 896 <= 900; the
-  // validation tokens [901, 1001) give windows ending at 901 + 98 = 999 <= 1000.
+  // Training tokens [0, 903): windows start at 0, 7, ..., 889 and end at 896 (the next would
+  // need token 903); validation tokens [903, 1001): 13 windows ending at 903 + 91 = 994.
   ASSERT_EQ(data.size(Split::train), 128U);
-  ASSERT_EQ(data.size(Split::test), 14U);
+  ASSERT_EQ(data.size(Split::test), 13U);
   EXPECT_EQ(data.sample_shape(), (Shape{7}));
   EXPECT_EQ(data.num_classes(), 256U);
 
   for (const Split split : {Split::train, Split::test}) {
-    const std::size_t first = split == Split::train ? 0 : 901;
+    const std::size_t first = split == Split::train ? 0 : 903;
     std::vector<std::size_t> indices(data.size(split));
     std::iota(indices.rbegin(), indices.rend(), 0);  // backwards: order is the caller's
     const Batch batch = data.gather(split, indices);
@@ -159,11 +162,11 @@ TEST_F(TextCorpus, WindowsAreContextPlusOneTokensAndTargetsAreTheInputsShiftedBy
   // Bytes above 127 arrive as token ids 128..255: token 1 is (131 + 0) % 256.
   const Batch first = data.gather(Split::train, std::vector<std::size_t>{0});
   EXPECT_EQ(first.inputs.as<std::int64_t>()[1], 131);
-  // The last training window's last target is token 896; the first validation input is 901.
+  // The last training window's last target is token 896; the first validation input is 903.
   const Batch last = data.gather(Split::train, std::vector<std::size_t>{127});
   EXPECT_EQ(last.targets.as<std::int64_t>()[6], static_cast<unsigned char>(corpus[896]));
   const Batch validation = data.gather(Split::test, std::vector<std::size_t>{0});
-  EXPECT_EQ(validation.inputs.as<std::int64_t>()[0], static_cast<unsigned char>(corpus[901]));
+  EXPECT_EQ(validation.inputs.as<std::int64_t>()[0], static_cast<unsigned char>(corpus[903]));
 }
 
 TEST_F(TextCorpus, WindowCountLeavesNoTargetPastThePart) {
@@ -306,16 +309,16 @@ TEST_F(TextCorpus, EveryDamageToTheFileIsRefusedNamingIt) {
 
 TEST_F(TextCorpus, AContextTooLongForAPartIsRefusedNamingTheFile) {
   const auto file = prepared_1001();
-  // 100 validation tokens hold one window of context 99, none of context 100.
-  EXPECT_EQ(TextDataset(TextConfig{file, 99}).size(Split::test), 1U);
+  // 98 validation tokens hold one window of context 97, none of context 98.
+  EXPECT_EQ(TextDataset(TextConfig{file, 97}).size(Split::test), 1U);
   try {
-    const TextDataset data(TextConfig{file, 100});
+    const TextDataset data(TextConfig{file, 98});
     FAIL() << "a context longer than the validation part was accepted";
   } catch (const DataError& e) {
     EXPECT_EQ(std::string(e.what()),
               file.string() +
-                  ": its validation part holds 100 tokens, too few for one window of "
-                  "context + 1 = 101; use a smaller context or prepare a larger corpus");
+                  ": its validation part holds 98 tokens, too few for one window of "
+                  "context + 1 = 99; use a smaller context or prepare a larger corpus");
   }
 }
 
