@@ -200,6 +200,9 @@ TEST_F(TextCorpus, AFolderIsItsEnglishTextFilesInByteOrderOfTheirPathsGzipDecomp
   EXPECT_EQ(relative, (std::vector<std::string>{"A-b/x.txt", "A/x.txt", "a.rst.gz", "b.txt",
                                                 "sub/translations/kept.txt.gz"}));
 
+  // Named with a trailing slash, the folder is the same corpus.
+  EXPECT_EQ(corpus_documents(dir_.string() + "/src/").size(), documents.size());
+
   const auto prepared = prepare_token_file(dir_ / "src", dir_ / "out.tokens", 0.5);
   EXPECT_EQ(prepared.documents, 5U);
   const std::string expected = "A-b/x\nA/x\nay\nbee\ndeeper translations stay\n";

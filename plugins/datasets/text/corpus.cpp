@@ -50,17 +50,18 @@ std::vector<fs::path> corpus_documents(const fs::path& source) {
   }
 
   std::vector<std::pair<std::string, fs::path>> found;  // (relative path, path)
-  const auto translations = source / "translations";
   fs::recursive_directory_iterator it(source, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     const auto& entry = *it;
-    if (entry.path() == translations) {
+    auto relative = entry.path().lexically_relative(source).generic_string();
+    if (relative == "translations") {
       it.disable_recursion_pending();
       continue;
     }
-    if (!entry.is_regular_file(ec) || entry.is_symlink(ec)) continue;
+    std::error_code entry_ec;  // an entry that vanished or cannot be read is no document
+    if (!entry.is_regular_file(entry_ec) || entry.is_symlink(entry_ec)) continue;
     if (!is_text_name(entry.path().filename().string())) continue;
-    found.emplace_back(entry.path().lexically_relative(source).generic_string(), entry.path());
+    found.emplace_back(std::move(relative), entry.path());
   }
   if (ec) throw DataError(source.string() + ": corpus folder cannot be listed: " + ec.message());
   if (found.empty()) {
