@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessera/base/error.hpp"
+#include "tessera/runtime/data_order.hpp"
 #include "text/corpus.hpp"
 #include "text/text_dataset.hpp"
 #include "text/token_file.hpp"
@@ -167,6 +168,34 @@ TEST_F(TextCorpus, WindowsAreContextPlusOneTokensAndTargetsAreTheInputsShiftedBy
   EXPECT_EQ(last.targets.as<std::int64_t>()[6], static_cast<unsigned char>(corpus[896]));
   const Batch validation = data.gather(Split::test, std::vector<std::size_t>{0});
   EXPECT_EQ(validation.inputs.as<std::int64_t>()[0], static_cast<unsigned char>(corpus[903]));
+}
+
+TEST_F(TextCorpus, AnEpochDealtOverThreeRanksTargetsEveryTrainingTokenButTheFirstOnce) {
+  const auto corpus = corpus_of_1001_bytes();
+  const TextDataset data(TextConfig{prepared_1001(), 7});
+  // How often each training token position is a target, over every rank's batches of one epoch
+  // (128 windows over 3 ranks of batch 5: 9 global batches, a short last one).
+  std::vector<int> targeted(903, 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    const EpochShard shard({data.size(Split::train), 4, 1234, rank, 3, 5});
+    for (std::size_t step = 0; step < shard.steps(); ++step) {
+      const auto indices = shard.batch(step);
+      const Batch batch = data.gather(Split::train, indices);
+      const auto targets = batch.targets.as<std::int64_t>();
+      for (std::size_t r = 0; r < indices.size(); ++r) {
+        for (std::size_t t = 0; t < 7; ++t) {
+          const std::size_t at = indices[r] * 7 + t + 1;
+          ASSERT_EQ(targets[r * 7 + t], static_cast<unsigned char>(corpus[at]));
+          ++targeted[at];
+        }
+      }
+    }
+  }
+  // Tokens 1..896 once; token 0 (never a target) and 897..902 (the tail shorter than a window)
+  // never.
+  for (std::size_t at = 0; at < targeted.size(); ++at) {
+    ASSERT_EQ(targeted[at], at >= 1 && at <= 896 ? 1 : 0) << "token " << at;
+  }
 }
 
 TEST_F(TextCorpus, WindowCountLeavesNoTargetPastThePart) {

@@ -17,8 +17,8 @@
 namespace tessera::text {
 
 // How many windows of context + 1 tokens, `context` apart, fit in `part_tokens` tokens: the
-// last window's last token is the part's last or before it, so every token but the part's
-// first is a target at most once per epoch.
+// last window's last token is the part's last or before it. Each epoch every token is then a
+// target once, except the part's first and a tail of (part_tokens - 1) % context tokens.
 [[nodiscard]] std::size_t window_count(std::uint64_t part_tokens, std::size_t context) noexcept;
 
 // Writes window `index` of `part` as `context` inputs and `context` targets (next tokens).
