@@ -16,6 +16,7 @@
 #include "synthetic/synthetic.hpp"
 #include "tessera/registry/registry.hpp"
 #include "tessera/strategy_kit/gradient_sync.hpp"
+#include "text/text_dataset.hpp"
 #include "zero3_strategy.hpp"
 #include "zero_strategy.hpp"
 
@@ -119,6 +120,12 @@ TEST_F(PluginDefaults, ModelAndDatasetConfigsAreTheirSchemas) {
   const Options fashion_options = defaults(PluginKind::dataset, "fashion-mnist");
   EXPECT_EQ(fashion_options.get_string("path"), fashion.path.string());
   EXPECT_EQ(fashion_options.get_bool("normalize"), fashion.normalize);
+
+  const text::TextConfig text_config;
+  const Options text_options = defaults(PluginKind::dataset, "text");
+  EXPECT_EQ(text_options.get_string("path"), text_config.path.string());
+  EXPECT_EQ(text_options.get_string("path"), text::kDefaultTokenFile);  // what prepare writes
+  EXPECT_EQ(text_options.get_int("context"), static_cast<std::int64_t>(text_config.context));
 }
 
 }  // namespace

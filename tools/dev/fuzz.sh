@@ -19,7 +19,7 @@ seconds="${1:-60}"
   exit 2
 }
 shift $(( $# > 0 ? 1 : 0 ))
-all=(config checkpoint_manifest checkpoint_shards idx tcp_store)
+all=(config checkpoint_manifest checkpoint_shards idx token_file tcp_store)
 targets=("${@:-${all[@]}}")
 for t in "${targets[@]}"; do
   [[ -d "tests/fuzz/corpus/$t" ]] || { echo "fuzz.sh: no target '$t' (known: ${all[*]})" >&2; exit 2; }

@@ -9,6 +9,7 @@ packages=(
   libtbb-dev libopenblas-dev zlib1g-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
+  linux-doc-6.1
   libucx-dev ucx-utils iproute2
   etcd-server
 )

@@ -13,6 +13,7 @@
 #include "bench.hpp"
 #include "checkpoint.hpp"
 #include "config_check.hpp"
+#include "data.hpp"
 #include "launch.hpp"
 #include "plugins.hpp"
 #include "sample.hpp"
@@ -47,6 +48,8 @@ constexpr Subcommand kSubcommands[] = {
      &tessera::cli::run_bench},
     {"checkpoint", "consolidate a sharded checkpoint into one full checkpoint, or inspect one",
      &tessera::cli::run_checkpoint},
+    {"data", "prepare a text corpus as the token file the `text` data set reads",
+     &tessera::cli::run_data},
     {"sample", "generate text from a trained language model's checkpoint",
      &tessera::cli::run_sample},
     {"trace", "merge the per-rank traces of `train --trace`, or draw them as a text timeline",
