@@ -8,7 +8,9 @@
 // - a data set whose windows the model does not take is refused naming both layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +177,42 @@ TEST(GptStrategies, TheModelLearnsTheTextsStructure) {
   EXPECT_LT(result.test_loss, 0.75 * std::log(static_cast<double>(kVocab)));
   EXPECT_GT(result.test_accuracy, 0.25);  // per token, out of 23 x 7 test targets
   EXPECT_LT(result.losses.back(), result.losses.front());
+}
+
+// Records which test windows each evaluation gathered.
+class RecordedTestWindows final : public Dataset {
+ public:
+  explicit RecordedTestWindows(std::shared_ptr<const Dataset> data) : data_(std::move(data)) {}
+  [[nodiscard]] std::size_t size(Split split) const noexcept override { return data_->size(split); }
+  [[nodiscard]] SampleLayout layout() const override { return data_->layout(); }
+  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
+    if (split == Split::test) {
+      const std::lock_guard lock(mutex_);
+      seen_.insert(seen_.end(), indices.begin(), indices.end());
+    }
+    return data_->gather(split, indices);
+  }
+  [[nodiscard]] std::vector<std::size_t> seen() const {
+    const std::lock_guard lock(mutex_);
+    auto sorted = seen_;
+    std::sort(sorted.begin(), sorted.end());
+    return sorted;
+  }
+
+ private:
+  std::shared_ptr<const Dataset> data_;
+  mutable std::mutex mutex_;
+  mutable std::vector<std::size_t> seen_;
+};
+
+// eval_samples = 5 of 23 test windows: every (23 / 5)-th, dealt over the two ranks, once.
+TEST(GptStrategies, AnEvaluationSubsetIsSpreadEvenlyOverTheTestSplit) {
+  const auto data = std::make_shared<RecordedTestWindows>(text());
+  auto o = options(8, 1);
+  o.eval_samples = 5;
+  const auto result = train("ddp", 2, o, data);
+  EXPECT_EQ(data->seen(), (std::vector<std::size_t>{0, 4, 9, 13, 18}));
+  EXPECT_GT(result.test_loss, 0.0);
 }
 
 TEST(GptStrategies, WindowsTheModelDoesNotTakeAreRefusedNamingBothLayouts) {

@@ -292,13 +292,21 @@ void Trainer::save_checkpoint(const TrainingPosition& next, TrainResult& result)
 std::pair<double, double> Trainer::evaluate() {
   const trace::Span span("evaluate", "run");
   const auto& data = *parts_.dataset;
-  EpochShard shard({data.size(Split::test), 0, options_.seed, placement_.rank, placement_.size,
-                    options_.eval_batch_size, false});
+  const std::size_t available = data.size(Split::test);
+  const std::size_t count =
+      options_.eval_samples == 0 ? available : std::min(options_.eval_samples, available);
+  EpochShard shard(
+      {count, 0, options_.seed, placement_.rank, placement_.size, options_.eval_batch_size, false});
   // correct, loss * targets, targets: summed over reporting ranks in one collective, so a
   // replica of several ranks counts its targets once.
   double totals[3] = {0.0, 0.0, 0.0};
   for (std::size_t s = 0; s < shard.steps(); ++s) {
-    const auto indices = shard.batch(s);
+    const auto dealt = shard.batch(s);
+    std::vector<std::size_t> indices(dealt.begin(), dealt.end());
+    // A subset: sample k of `count` is the test split's (k * available / count)-th.
+    if (count < available) {
+      for (auto& i : indices) i = i * available / count;
+    }
     // Called with an empty share too: evaluate is collective for sharded strategies (zero3
     // gathers every unit), so every rank must call it as often as the others.
     const auto stats = parts_.strategy->evaluate(data.gather(Split::test, indices));

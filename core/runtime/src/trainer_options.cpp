@@ -58,6 +58,7 @@ TrainerOptions TrainerOptions::from(const Options& train) {
   o.batch_size = static_cast<std::size_t>(at_least(train, "batch_size", 1));
   o.micro_batches = static_cast<std::size_t>(at_least(train, "micro_batches", 1));
   o.eval_batch_size = static_cast<std::size_t>(at_least(train, "eval_batch_size", 1));
+  o.eval_samples = static_cast<std::size_t>(at_least(train, "eval_samples", 0));
   o.schedule.kind = parse_schedule_kind(train.get_string("schedule"));
   o.schedule.base_lr = static_cast<float>(train.get_float("lr"));
   o.schedule.warmup_steps = at_least(train, "warmup_steps", 0);

@@ -39,6 +39,9 @@ struct TrainerOptions {
   std::size_t batch_size = 64;  // per rank
   std::size_t micro_batches = 1;
   std::size_t eval_batch_size = 1000;
+  // Test samples per evaluation, every (size / eval_samples)-th of the test split, the same
+  // ones each time; 0: all (a language model's validation text can take longer than training).
+  std::size_t eval_samples = 0;
   LrSchedule schedule;  // total_steps 0 with cosine: the whole run
   double max_grad_norm = 0.0;
   std::uint64_t seed = 0;
