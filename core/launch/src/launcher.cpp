@@ -272,6 +272,7 @@ class Job {
       }
       for (auto& r : relays_) r.pump();
       reap();
+      stop_workers_left_behind();
       check_other_nodes();
       check_deadlines(started);
       if (live_.empty() && !drain_until) drain_until = Clock::now() + kDrainAfterExit;
@@ -286,6 +287,9 @@ class Job {
     return result_;
   }
 
+  // Whether SIGINT or SIGTERM reached the launcher while the workers ran.
+  [[nodiscard]] bool interrupted() const noexcept { return interrupted_.has_value(); }
+
  private:
   bool any_relay_open() const {
     return std::any_of(relays_.begin(), relays_.end(), [](const LineRelay& r) { return r.open(); });
@@ -298,15 +302,24 @@ class Job {
       if (r.open()) fds.push_back({r.source(), POLLIN, 0});
     auto wake = Clock::now() + kPollInterval;
     if (kill_at_) wake = std::min(wake, *kill_at_);
+    for (const auto& [pid, when] : kill_one_at_) wake = std::min(wake, when);
     if (options_.timeout) wake = std::min(wake, started + *options_.timeout);
     if (drain_until) wake = std::min(wake, *drain_until);
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
     ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(ms, 0)));
   }
 
+  // A stopped worker keeps a SIGTERM pending until it is continued, so it is continued too; one
+  // that ignores or outlives the signal is killed after the grace period, as when the launcher
+  // stops the job itself. This bounds the launcher's exit after SIGINT/SIGTERM by the grace
+  // period plus kDrainAfterExit.
   void forward(int sig) {
-    for (const auto& w : live_) ::kill(-w.pid, sig);
+    for (const auto& w : live_) {
+      ::kill(-w.pid, sig);
+      ::kill(-w.pid, SIGCONT);
+    }
     if (!interrupted_) interrupted_ = sig;
+    if (!kill_at_ && !live_.empty()) kill_at_ = Clock::now() + options_.grace_period;
   }
 
   struct Exit {
@@ -327,6 +340,8 @@ class Job {
       const int rank = it->rank;
       const auto id = ids_[it->pid];
       ids_.erase(it->pid);
+      kill_one_at_.erase(it->pid);
+      lease_gone_since_.erase(it->pid);
       it = live_.erase(it);
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -377,6 +392,48 @@ class Job {
     if (kill_at_ && now >= *kill_at_) {
       for (const auto& w : live_) ::kill(-w.pid, SIGKILL);
       kill_at_.reset();
+    }
+    for (auto it = kill_one_at_.begin(); it != kill_one_at_.end();) {
+      if (now < it->second) {
+        ++it;
+        continue;
+      }
+      ::kill(-it->first, SIGKILL);
+      it = kill_one_at_.erase(it);
+    }
+  }
+
+  // A worker whose lease ended while it was stopped (SIGSTOP) or hung was left out of the worlds
+  // the others formed, and nothing tells it when they finish the run: it would keep the job
+  // alive forever. Once a worker finished the run, a live worker whose lease has been gone for
+  // the grace period is stopped: SIGTERM (and SIGCONT, which a stopped one needs to act on it),
+  // SIGKILL after another grace period. The grace period spares a member that left the
+  // membership at the end of the run and is still writing its last files.
+  void stop_workers_left_behind() {
+    if (!options_.elastic || finished_ == 0 || !store_) return;
+    const auto now = Clock::now();
+    if (now < next_lease_check_) return;
+    next_lease_check_ = now + kPollInterval;
+    for (const auto& w : live_) {
+      if (kill_one_at_.contains(w.pid)) continue;
+      const auto& id = ids_[w.pid];
+      bool alive = true;
+      try {
+        alive = worker_alive(*store_, id);
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): asked again next poll
+      }
+      if (alive) {
+        lease_gone_since_.erase(w.pid);
+        continue;
+      }
+      const auto since = lease_gone_since_.try_emplace(w.pid, now).first->second;
+      if (now - since < options_.grace_period) continue;
+      print(options_.stderr_fd, "elastic: worker " + id + " (rank " + std::to_string(w.rank) +
+                                    ") lost its lease and the run finished without it; "
+                                    "stopping it");
+      ::kill(-w.pid, SIGTERM);
+      ::kill(-w.pid, SIGCONT);
+      kill_one_at_[w.pid] = now + options_.grace_period;
     }
   }
 
@@ -436,6 +493,11 @@ class Job {
   std::vector<LineRelay> relays_;
   LaunchResult result_;
   std::optional<Clock::time_point> kill_at_;
+  // Elastic: workers left behind by the run (stop_workers_left_behind), and since when each
+  // live worker's lease has been seen gone.
+  std::map<pid_t, Clock::time_point> kill_one_at_;
+  std::map<pid_t, Clock::time_point> lease_gone_since_;
+  Clock::time_point next_lease_check_{};
   std::shared_ptr<Store> store_;  // the job's, for elastic exits; may be null
   Spawn spawn_;
   std::map<pid_t, std::string> ids_;  // worker ids of the live workers
@@ -562,6 +624,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
 
   launch::SignalRelay signals;
   LaunchResult result;
+  bool interrupted = false;
   {
     const auto cpu_sets =
         launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
@@ -583,6 +646,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
       }
     }
     result = job.run(signals);
+    interrupted = job.interrupted();
   }
   if (group) {
     group->report_finished();
@@ -607,6 +671,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
       };
       bool nodes_dead = false;
       const auto missing = group->wait_for_others(options.finish_wait, [&](const auto& nodes) {
+        if (interrupted) return true;  // the signal ended the job: it ends the wait too
         while (const auto sig = signals.next())
           if (*sig == SIGINT || *sig == SIGTERM) return true;
         nodes_dead = options.elastic && std::ranges::all_of(nodes, dead);
