@@ -248,6 +248,42 @@ TEST_F(LaunchStore, AFailureOnOneNodeStopsTheOtherThroughEtcd) {
   EXPECT_TRUE(contains(err("node0"), "node 1: rank 3 exited with code 3")) << err("node0");
 }
 
+// A second job given the running job's id would meet in its namespace: it is refused before
+// any of its workers starts, and the first job runs on untouched; once that job ended, the id
+// is free for the next one.
+TEST_F(LaunchStore, AJobIdInUseIsRefusedBeforeAnyWorkerStartsAndFreeOnceThatJobEnded) {
+  EtcdServer etcd;
+  const auto store = " --job-id shared-id --store etcd://" + etcd.endpoint();
+  // Its workers run 8 s and exit 0: long enough for the refusals below on a loaded host.
+  ShellJob first(command("first", "-n 2" + store + " -- " + TESSERA_TEST_WORKER +
+                                      " elastic no-such-worker 8000"));
+  const auto give_up = Clock::now() + 20s;
+  while (Clock::now() < give_up && !(contains(out("first"), "worker n0.w0 ran") &&
+                                     contains(out("first"), "worker n0.w1 ran")))
+    std::this_thread::sleep_for(20ms);  // the poll's period: nothing else says the job runs
+  ASSERT_TRUE(contains(out("first"), "worker n0.w1 ran")) << err("first");
+
+  // An elastic job and a plain one alike.
+  for (const std::string elastic : {"", " --elastic"}) {
+    ASSERT_EQ(run("second", "-n 1" + elastic + store + " -- " + TESSERA_TEST_WORKER + " print",
+                  20s),
+              2)
+        << err("second");
+    EXPECT_TRUE(contains(err("second"), "job id 'shared-id' is in use on etcd://" +
+                                            etcd.endpoint() + "/tessera/shared-id/"))
+        << err("second");
+    EXPECT_TRUE(contains(err("second"), "give this job another --job-id")) << err("second");
+    EXPECT_EQ(out("second"), "") << "a worker of the refused job ran";
+  }
+  // The first job was not disturbed: every worker of it ran to its end.
+  EXPECT_EQ(first.wait(20s), 0) << err("first");
+  EXPECT_EQ(err("first"), "");
+
+  ASSERT_EQ(run("third", "-n 1" + store + " -- " + TESSERA_TEST_WORKER + " print", 20s), 0)
+      << err("third");
+  EXPECT_TRUE(contains(out("third"), "first line of rank 0")) << out("third");
+}
+
 TEST_F(LaunchStore, AJoiningLauncherOpensTheRunningJobsNamespaceAndLeavesItThere) {
   EtcdServer etcd;
   // The job's own launcher removes its namespace at the end; one that joins it must not.

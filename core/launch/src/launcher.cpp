@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 
+#include "job_claim.hpp"
 #include "line_relay.hpp"
 #include "node_group.hpp"
 #include "signal_relay.hpp"
@@ -571,9 +572,14 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   std::shared_ptr<Store> store;
   std::optional<StoreUrl> job_store;
   std::string address = where && !external ? where->endpoints.front() : std::string();
+  // An etcd or file store outlives its jobs: two jobs given one id would meet in one namespace
+  // and break each other, so each launcher claims its node of the job before a worker starts.
+  std::optional<launch::JobClaim> claim;
   if (external) {
-    job_store = where->for_job(options.job_id.empty() ? job_id_from_token(token) : options.job_id);
+    const auto id = options.job_id.empty() ? job_id_from_token(token) : options.job_id;
+    job_store = where->for_job(id);
     store = external_store(registry, options, *job_store, options.store_timeout);
+    if (!options.join) claim.emplace(store, options.node_rank, id, job_store->text());
   } else if (options.join) {
     // The running job's store: dialled, not served.
     const auto [host, port] = split_store_address(address);
