@@ -255,8 +255,8 @@ TEST_F(LaunchStore, AJobIdInUseIsRefusedBeforeAnyWorkerStartsAndFreeOnceThatJobE
   EtcdServer etcd;
   const auto store = " --job-id shared-id --store etcd://" + etcd.endpoint();
   // Its workers run 8 s and exit 0: long enough for the refusals below on a loaded host.
-  ShellJob first(command("first", "-n 2" + store + " -- " + TESSERA_TEST_WORKER +
-                                      " elastic no-such-worker 8000"));
+  ShellJob first(command(
+      "first", "-n 2" + store + " -- " + TESSERA_TEST_WORKER + " elastic no-such-worker 8000"));
   const auto give_up = Clock::now() + 20s;
   while (Clock::now() < give_up && !(contains(out("first"), "worker n0.w0 ran") &&
                                      contains(out("first"), "worker n0.w1 ran")))
@@ -265,9 +265,8 @@ TEST_F(LaunchStore, AJobIdInUseIsRefusedBeforeAnyWorkerStartsAndFreeOnceThatJobE
 
   // An elastic job and a plain one alike.
   for (const std::string elastic : {"", " --elastic"}) {
-    ASSERT_EQ(run("second", "-n 1" + elastic + store + " -- " + TESSERA_TEST_WORKER + " print",
-                  20s),
-              2)
+    ASSERT_EQ(
+        run("second", "-n 1" + elastic + store + " -- " + TESSERA_TEST_WORKER + " print", 20s), 2)
         << err("second");
     EXPECT_TRUE(contains(err("second"), "job id 'shared-id' is in use on etcd://" +
                                             etcd.endpoint() + "/tessera/shared-id/"))
