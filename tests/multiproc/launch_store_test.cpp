@@ -283,6 +283,33 @@ TEST_F(LaunchStore, AJobIdInUseIsRefusedBeforeAnyWorkerStartsAndFreeOnceThatJobE
   EXPECT_TRUE(contains(out("third"), "first line of rank 0")) << out("third");
 }
 
+// etcd dies while an elastic job runs: one worker already finished (exit 0), the last one
+// then fails. Without the store nobody can regroup or finish, so the job fails, naming the
+// store, instead of counting the finished worker as the job's success.
+TEST_F(LaunchStore, AnElasticJobThatLostItsStoreFailsNamingIt) {
+  EtcdServer etcd;
+  const auto go = dir_ / "go";
+  ShellJob job(
+      command("job", "-n 2 --elastic --job-id lost-store --store-timeout 2s --store etcd://" +
+                         etcd.endpoint() + " -- " + TESSERA_TEST_WORKER + " last_fails n0.w1 3 " +
+                         go.string()));
+  const auto give_up = Clock::now() + 20s;
+  while (Clock::now() < give_up && !contains(out("job"), "[rank 1] ready"))
+    std::this_thread::sleep_for(20ms);  // the poll's period: nothing else says the job runs
+  ASSERT_TRUE(contains(out("job"), "[rank 1] ready")) << err("job");
+  etcd.kill_now();
+  std::ofstream(go) << "go\n";
+  EXPECT_EQ(job.wait(20s), 3) << err("job");
+  EXPECT_TRUE(contains(err("job"),
+                       "tessera launch: rank 1 exited with code 3 and the job's store "
+                       "etcd://" +
+                           etcd.endpoint() +
+                           "/tessera/lost-store/ does not "
+                           "answer"))
+      << err("job");
+  EXPECT_TRUE(contains(err("job"), "an elastic job cannot go on without it")) << err("job");
+}
+
 TEST_F(LaunchStore, AJoiningLauncherOpensTheRunningJobsNamespaceAndLeavesItThere) {
   EtcdServer etcd;
   // The job's own launcher removes its namespace at the end; one that joins it must not.

@@ -7,6 +7,9 @@
 //   sleep             print "ready" and wait to be stopped
 //   stop_self RANK    rank RANK prints "stopping PID" and stops itself (SIGSTOP); the others
 //                     print "ready"; all then wait to be stopped
+//   last_fails ID CODE FILE
+//                     the worker whose TESSERA_WORKER_ID is ID prints "ready", waits for FILE
+//                     to exist and exits with CODE; every other exits 0 at once
 //   leased_stop ID MS each worker holds a liveness key in the store as an elastic member does
 //                     (membership/workers/<its id>, bound to a 1 s lease renewed every 100 ms);
 //                     the one whose TESSERA_WORKER_ID is ID then stops itself (SIGSTOP), the
@@ -146,6 +149,14 @@ int main(int argc, char** argv) {
         std::cout << "ready" << std::endl;
       }
       wait_to_be_stopped();
+    }
+    if (mode == "last_fails" && argc > 4) {
+      const char* id = std::getenv("TESSERA_WORKER_ID");
+      if (id == nullptr || std::string(id) != argv[2]) return 0;
+      std::cout << "ready" << std::endl;
+      for (int i = 0; i < 3000 && ::access(argv[4], F_OK) != 0; ++i)
+        std::this_thread::sleep_for(10ms);  // a deadline poll on the file the test creates
+      return std::atoi(argv[3]);
     }
     if (mode == "leased_stop" && argc > 3)
       return leased_stop(info, argv[2], std::chrono::milliseconds(std::atoi(argv[3])));

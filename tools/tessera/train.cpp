@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "config_flags.hpp"
+#include "lost_store.hpp"
 #include "self_launch.hpp"
 #include "tessera/config/config.hpp"
 #include "tessera/elastic/elastic_options.hpp"
@@ -143,7 +144,15 @@ int run_train(const std::vector<std::string>& args) {
           Trainer trainer(options, std::move(parts));
           trainer.set_world_source(
               make_elastic_run(std::move(elastic_world), entered, replicated_state));
-          report(trainer.run(resume));
+          try {
+            report(trainer.run(resume));
+          } catch (const Error& e) {
+            // Whatever the failure looked like from inside (a regroup that timed out, a world
+            // that could not be written), a store that is gone is the cause to name.
+            if (launcher_store_answers(registry, launch)) throw;
+            throw TrainingError(
+                lost_store_message(launch.store_url, e.what(), options.checkpoint_dir));
+          }
         });
     return 0;
   }

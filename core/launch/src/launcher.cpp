@@ -232,11 +232,14 @@ class Job {
   // Starts the worker of local rank `local` with worker id `id`.
   using Spawn = std::function<WorkerProcess(int local, const std::string& id)>;
 
+  // `store`: the job's store as the elastic bookkeeping uses it (may be null), `store_url` its
+  // URL for messages.
   Job(const LaunchOptions& options, launch::NodeGroup* group, std::shared_ptr<Store> store,
-      Spawn spawn)
+      std::string store_url, Spawn spawn)
       : options_(options),
         group_(group),
         store_(std::move(store)),
+        store_url_(std::move(store_url)),
         spawn_(std::move(spawn)),
         restarts_left_(options.max_restarts),
         restarts_of_(static_cast<std::size_t>(options.processes), 0) {}
@@ -443,14 +446,20 @@ class Job {
   // restarts are left and no worker finished the run, a replacement enters as a newcomer.
   void elastic_exits(const std::vector<Exit>& failed) {
     for (const auto& exit : failed) {
-      try {
-        if (store_) mark_worker_gone(*store_, exit.id);
-      } catch (const Error& e) {
-        print(options_.stderr_fd, "elastic: could not mark worker " + exit.id +
-                                      " gone in the store (" + e.what() +
-                                      "); the others see it at its lease's end");
-      }
       const auto why = launch::describe_exit(exit.rank, exit.status);
+      try {
+        if (store_ && result_.failure.empty()) mark_worker_gone(*store_, exit.id);
+      } catch (const Error& e) {
+        // The membership lives in the store: without it nobody can regroup, admit or finish,
+        // and a worker that finished would make the job look like a success.
+        result_.failure = why + " and the job's store " + store_url_ + " does not answer (" +
+                          e.what() + "); an elastic job cannot go on without it";
+        result_.exit_code = launch::shell_exit_code(exit.status);
+        if (result_.exit_code == 0) result_.exit_code = 1;
+        stop_all();
+        continue;
+      }
+      if (!result_.failure.empty()) continue;  // the job is being stopped: nobody goes on
       last_failure_ = exit;
       const int local = exit.rank - options_.node_rank * options_.processes;
       if (restarts_left_ > 0 && finished_ == 0 && result_.failure.empty() && !interrupted_) {
@@ -500,6 +509,7 @@ class Job {
   std::map<pid_t, Clock::time_point> lease_gone_since_;
   Clock::time_point next_lease_check_{};
   std::shared_ptr<Store> store_;  // the job's, for elastic exits; may be null
+  std::string store_url_;
   Spawn spawn_;
   std::map<pid_t, std::string> ids_;  // worker ids of the live workers
   int finished_ = 0;                  // workers that exited 0
@@ -575,11 +585,17 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   // An etcd or file store outlives its jobs: two jobs given one id would meet in one namespace
   // and break each other, so each launcher claims its node of the job before a worker starts.
   std::optional<launch::JobClaim> claim;
+  // The job's etcd or file store as the launcher uses it while the job runs and at its end: a
+  // client whose requests give up after kStorePollTimeout, so that a store gone holds neither
+  // the launcher's loop (and its signal handling) nor its exit longer.
+  std::shared_ptr<Store> quick_store;
   if (external) {
     const auto id = options.job_id.empty() ? job_id_from_token(token) : options.job_id;
     job_store = where->for_job(id);
     store = external_store(registry, options, *job_store, options.store_timeout);
-    if (!options.join) claim.emplace(store, options.node_rank, id, job_store->text());
+    quick_store =
+        create_store(registry, job_store->scheme, job_store->plugin_options(), kStorePollTimeout);
+    if (!options.join) claim.emplace(quick_store, options.node_rank, id, job_store->text());
   } else if (options.join) {
     // The running job's store: dialled, not served.
     const auto [host, port] = split_store_address(address);
@@ -628,6 +644,20 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     store_env = {{"TESSERA_STORE_URL", tcp_url(address)}, {"TESSERA_STORE_ADDR", address}};
   }
 
+  // An elastic job's launcher marks failed workers gone and looks at liveness keys while the
+  // job runs, from the loop that also handles signals: its own client gives up after
+  // kStorePollTimeout, so that a store that does not answer holds the loop no longer, and that
+  // loss ends the job.
+  std::shared_ptr<Store> membership_store;
+  if (options.elastic) {
+    if (external) {
+      membership_store = quick_store;
+    } else {
+      const auto [host, port] = split_store_address(address);
+      membership_store = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+    }
+  }
+
   launch::SignalRelay signals;
   LaunchResult result;
   bool interrupted = false;
@@ -641,7 +671,8 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
           worker_environment(base_env, options, local, store_env, token, id),
           cpu_sets.empty() ? nullptr : &cpu_sets[r]);
     };
-    Job job(options, group ? &*group : nullptr, store, spawn);
+    Job job(options, group ? &*group : nullptr, membership_store, store_env.at("TESSERA_STORE_URL"),
+            spawn);
     for (int rank = 0; rank < options.processes; ++rank) {
       try {
         job.start(rank);
@@ -694,7 +725,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     }
   }
   if (external && options.node_rank == 0 && !options.join)
-    forget_job(*store, *job_store, options.stderr_fd);
+    forget_job(*quick_store, *job_store, options.stderr_fd);
   return result;
 }
 
