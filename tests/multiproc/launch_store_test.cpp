@@ -310,6 +310,36 @@ TEST_F(LaunchStore, AnElasticJobThatLostItsStoreFailsNamingIt) {
   EXPECT_TRUE(contains(err("job"), "an elastic job cannot go on without it")) << err("job");
 }
 
+// The worker's side of a lost store: an elastic worker whose store does not answer ends with an
+// error that names the store and the newest checkpoint to go on from with --resume.
+TEST_F(LaunchStore, AnElasticWorkerWithoutItsStoreNamesItAndTheCheckpointToResumeFrom) {
+  const auto checkpoints = dir_ / "checkpoints";
+  const auto flags = " --train.checkpoint_dir=" + checkpoints.string();
+  // A checkpoint of step 3, written by a run of its own.
+  ShellJob first("env -u TESSERA_STORE_URL " + kTrain + flags + " --train.max_steps=3 > " +
+                 (dir_ / "first.out").string() + " 2>&1");
+  ASSERT_EQ(first.wait(60s), 0) << read_text(dir_ / "first.out");
+  // A worker as a launcher starts it, given an etcd that is gone (nothing listens on port 1).
+  const std::string gone = "etcd://127.0.0.1:1/tessera/lost-store/";
+  ShellJob worker(
+      "env TESSERA_RANK=0 TESSERA_WORLD_SIZE=1 TESSERA_LOCAL_RANK=0 "
+      "TESSERA_LOCAL_WORLD_SIZE=1 TESSERA_NODE_RANK=0 TESSERA_NNODES=1 "
+      "TESSERA_WORKER_ID=n0.w0 TESSERA_STORE_URL=" +
+      gone + " " + kTrain + flags +
+      " --elastic.enabled=true --elastic.failure_timeout=2s --store.etcd.timeout=1s"
+      " --resume > " +
+      (dir_ / "worker.out").string() + " 2>&1");
+  EXPECT_EQ(worker.wait(30s), 1);
+  const auto text = read_text(dir_ / "worker.out");
+  EXPECT_TRUE(contains(text, "tessera: error: elastic: lost the job's store " + gone + " ("))
+      << text;
+  EXPECT_TRUE(contains(text, "the newest checkpoint is " +
+                                 (checkpoints / "step-000000000003").string() +
+                                 " (step 3): once the store runs again, go on from it with "
+                                 "`tessera train --resume`"))
+      << text;
+}
+
 TEST_F(LaunchStore, AJoiningLauncherOpensTheRunningJobsNamespaceAndLeavesItThere) {
   EtcdServer etcd;
   // The job's own launcher removes its namespace at the end; one that joins it must not.
