@@ -248,6 +248,98 @@ TEST_F(LaunchStore, AFailureOnOneNodeStopsTheOtherThroughEtcd) {
   EXPECT_TRUE(contains(err("node0"), "node 1: rank 3 exited with code 3")) << err("node0");
 }
 
+// A second job given the running job's id would meet in its namespace: it is refused before
+// any of its workers starts, and the first job runs on untouched; once that job ended, the id
+// is free for the next one.
+TEST_F(LaunchStore, AJobIdInUseIsRefusedBeforeAnyWorkerStartsAndFreeOnceThatJobEnded) {
+  EtcdServer etcd;
+  const auto store = " --job-id shared-id --store etcd://" + etcd.endpoint();
+  // Its workers run 8 s and exit 0: long enough for the refusals below on a loaded host.
+  ShellJob first(command(
+      "first", "-n 2" + store + " -- " + TESSERA_TEST_WORKER + " elastic no-such-worker 8000"));
+  const auto give_up = Clock::now() + 20s;
+  while (Clock::now() < give_up && !(contains(out("first"), "worker n0.w0 ran") &&
+                                     contains(out("first"), "worker n0.w1 ran")))
+    std::this_thread::sleep_for(20ms);  // the poll's period: nothing else says the job runs
+  ASSERT_TRUE(contains(out("first"), "worker n0.w1 ran")) << err("first");
+
+  // An elastic job and a plain one alike.
+  for (const std::string elastic : {"", " --elastic"}) {
+    ASSERT_EQ(
+        run("second", "-n 1" + elastic + store + " -- " + TESSERA_TEST_WORKER + " print", 20s), 2)
+        << err("second");
+    EXPECT_TRUE(contains(err("second"), "job id 'shared-id' is in use on etcd://" +
+                                            etcd.endpoint() + "/tessera/shared-id/"))
+        << err("second");
+    EXPECT_TRUE(contains(err("second"), "give this job another --job-id")) << err("second");
+    EXPECT_EQ(out("second"), "") << "a worker of the refused job ran";
+  }
+  // The first job was not disturbed: every worker of it ran to its end.
+  EXPECT_EQ(first.wait(20s), 0) << err("first");
+  EXPECT_EQ(err("first"), "");
+
+  ASSERT_EQ(run("third", "-n 1" + store + " -- " + TESSERA_TEST_WORKER + " print", 20s), 0)
+      << err("third");
+  EXPECT_TRUE(contains(out("third"), "first line of rank 0")) << out("third");
+}
+
+// etcd dies while an elastic job runs: one worker already finished (exit 0), the last one
+// then fails. Without the store nobody can regroup or finish, so the job fails, naming the
+// store, instead of counting the finished worker as the job's success.
+TEST_F(LaunchStore, AnElasticJobThatLostItsStoreFailsNamingIt) {
+  EtcdServer etcd;
+  const auto go = dir_ / "go";
+  ShellJob job(
+      command("job", "-n 2 --elastic --job-id lost-store --store-timeout 2s --store etcd://" +
+                         etcd.endpoint() + " -- " + TESSERA_TEST_WORKER + " last_fails n0.w1 3 " +
+                         go.string()));
+  const auto give_up = Clock::now() + 20s;
+  while (Clock::now() < give_up && !contains(out("job"), "[rank 1] ready"))
+    std::this_thread::sleep_for(20ms);  // the poll's period: nothing else says the job runs
+  ASSERT_TRUE(contains(out("job"), "[rank 1] ready")) << err("job");
+  etcd.kill_now();
+  std::ofstream(go) << "go\n";
+  EXPECT_EQ(job.wait(20s), 3) << err("job");
+  EXPECT_TRUE(contains(err("job"),
+                       "tessera launch: rank 1 exited with code 3 and the job's store "
+                       "etcd://" +
+                           etcd.endpoint() +
+                           "/tessera/lost-store/ does not "
+                           "answer"))
+      << err("job");
+  EXPECT_TRUE(contains(err("job"), "an elastic job cannot go on without it")) << err("job");
+}
+
+// The worker's side of a lost store: an elastic worker whose store does not answer ends with an
+// error that names the store and the newest checkpoint to go on from with --resume.
+TEST_F(LaunchStore, AnElasticWorkerWithoutItsStoreNamesItAndTheCheckpointToResumeFrom) {
+  const auto checkpoints = dir_ / "checkpoints";
+  const auto flags = " --train.checkpoint_dir=" + checkpoints.string();
+  // A checkpoint of step 3, written by a run of its own.
+  ShellJob first("env -u TESSERA_STORE_URL " + kTrain + flags + " --train.max_steps=3 > " +
+                 (dir_ / "first.out").string() + " 2>&1");
+  ASSERT_EQ(first.wait(60s), 0) << read_text(dir_ / "first.out");
+  // A worker as a launcher starts it, given an etcd that is gone (nothing listens on port 1).
+  const std::string gone = "etcd://127.0.0.1:1/tessera/lost-store/";
+  ShellJob worker(
+      "env TESSERA_RANK=0 TESSERA_WORLD_SIZE=1 TESSERA_LOCAL_RANK=0 "
+      "TESSERA_LOCAL_WORLD_SIZE=1 TESSERA_NODE_RANK=0 TESSERA_NNODES=1 "
+      "TESSERA_WORKER_ID=n0.w0 TESSERA_STORE_URL=" +
+      gone + " " + kTrain + flags +
+      " --elastic.enabled=true --elastic.failure_timeout=2s --store.etcd.timeout=1s"
+      " --resume > " +
+      (dir_ / "worker.out").string() + " 2>&1");
+  EXPECT_EQ(worker.wait(30s), 1);
+  const auto text = read_text(dir_ / "worker.out");
+  EXPECT_TRUE(contains(text, "tessera: error: elastic: lost the job's store " + gone + " ("))
+      << text;
+  EXPECT_TRUE(contains(text, "the newest checkpoint is " +
+                                 (checkpoints / "step-000000000003").string() +
+                                 " (step 3): once the store runs again, go on from it with "
+                                 "`tessera train --resume`"))
+      << text;
+}
+
 TEST_F(LaunchStore, AJoiningLauncherOpensTheRunningJobsNamespaceAndLeavesItThere) {
   EtcdServer etcd;
   // The job's own launcher removes its namespace at the end; one that joins it must not.

@@ -161,12 +161,27 @@ TEST(Launch, ForwardsSigtermToTheWorkersAndExitsNonZero) {
   EXPECT_LT(r.elapsed, 10s);
 }
 
-// Whether `pid` has exited and waits to be reaped by its parent.
-bool is_zombie(pid_t pid) {
+// The kernel's state letter of process `pid` (R, S, T, Z...), '?' when there is none.
+char process_state(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const auto paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+  return paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
+}
+
+// Whether `pid` has exited and waits to be reaped by its parent.
+bool is_zombie(pid_t pid) {
+  return process_state(pid) == 'Z';
+}
+
+// The pid a worker printed as "stopping PID", once that worker is stopped; -1 before.
+pid_t stopped_worker(const std::string& out) {
+  const auto at = out.find("] stopping ");
+  if (at == std::string::npos) return -1;
+  const auto end = out.find('\n', at);
+  if (end == std::string::npos) return -1;
+  const pid_t pid = std::stoi(out.substr(at + 11, end - at - 11));
+  return process_state(pid) == 'T' ? pid : -1;
 }
 
 TEST(Launch, BlamesTheRankThatFailedNotACrashBesideIt) {
@@ -200,6 +215,45 @@ TEST(Launch, BlamesTheRankThatFailedNotACrashBesideIt) {
   ASSERT_TRUE(released) << r.out << r.err;
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_TRUE(contains(r.err, "tessera launch: rank 1 exited with code 3")) << r.err;
+}
+
+// A stopped process keeps a SIGTERM pending until it is continued: forwarding the signal alone
+// left an elastic job (which does not stop the others when one ends) waiting for it forever.
+TEST(Launch, SigtermEndsAnElasticJobWithAStoppedWorkerWithinTheGracePeriod) {
+  Clock::time_point sent_at{};
+  const auto r = launch({"-n", "2", "--elastic", "--grace", "500ms", "--timeout", "15s", "--",
+                         TESSERA_TEST_WORKER, "stop_self", "1"},
+                        [&](pid_t launcher, const std::string& out) {
+                          if (sent_at != Clock::time_point{} || !contains(out, "[rank 0] ready") ||
+                              stopped_worker(out) < 0)
+                            return;
+                          ::kill(launcher, SIGTERM);
+                          sent_at = Clock::now();
+                        });
+  ASSERT_NE(sent_at, Clock::time_point{}) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_FALSE(contains(r.err, "timeout")) << r.err;
+  // The grace period (0.5 s) and the launcher's last relay of output (1 s), with room for a
+  // loaded machine: far below the job's own --timeout.
+  EXPECT_LT(Clock::now() - sent_at, 5s) << r.err;
+}
+
+// The survivors of an elastic job finish the run without a worker whose lease ended while it
+// was stopped; nothing else would ever end that worker, so the launcher stops it and the job
+// succeeds instead of waiting for it (or running into --timeout).
+TEST(Launch, AnElasticWorkerStoppedForeverIsEndedOnceTheRunFinishedWithoutIt) {
+  const auto r = launch({"-n", "3", "--elastic", "--grace", "500ms", "--timeout", "15s", "--",
+                         TESSERA_TEST_WORKER, "leased_stop", "n0.w1", "1500"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 1] stopping ")) << r.out;
+  EXPECT_TRUE(contains(r.err,
+                       "tessera launch: elastic: worker n0.w1 (rank 1) lost its lease and the run "
+                       "finished without it; stopping it\n"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "worker n0.w1 left: rank 1 was killed by signal 15 (SIGTERM)"))
+      << r.err;
+  // 1.5 s of run, then the grace period with the lease gone, then SIGTERM: far below 15 s.
+  EXPECT_LT(r.elapsed, 10s) << r.err;
 }
 
 TEST(Launch, AProgramThatDoesNotExistIsAClearError) {

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -92,15 +94,42 @@ std::string read_file(const fs::path& file) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Checks what a run that finished wrote to its metrics file: in each epoch the samples of the
+// steps add up to the data set's (30000), a redone step's record replacing the earlier one, and
+// each epoch has one evaluation.
+void expect_metrics_add_up(const fs::path& file) {
+  std::map<std::int64_t, std::map<std::int64_t, std::int64_t>> samples;  // epoch -> step -> n
+  std::map<std::int64_t, int> evaluations;                               // epoch -> count
+  std::istringstream lines(read_file(file));
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::json::parse(line);
+    const auto epoch = record["epoch"].get<std::int64_t>();
+    if (record.contains("test_accuracy")) {
+      ++evaluations[epoch];
+    } else {
+      samples[epoch][record["step"].get<std::int64_t>()] = record["samples"].get<std::int64_t>();
+    }
+  }
+  ASSERT_FALSE(samples.empty());
+  for (const auto& [epoch, steps] : samples) {
+    std::int64_t total = 0;
+    for (const auto& [step, n] : steps) total += n;
+    EXPECT_EQ(total, 30000) << "epoch " << epoch;
+    EXPECT_EQ(evaluations[epoch], 1) << "epoch " << epoch;
+  }
+}
+
 // A job of `workers` shm workers training `tessera train -n <workers>` elastic in `dir`; worker
-// n0.w1 is SIGKILLed once the run has trained 50 steps. Returns what the job printed; checks
-// its exit (0, or not 0 with expect_failure) and /dev/shm, and removes what the job wrote there
-// but the checkpoints.
+// n0.w1 gets `signal` (SIGKILL, or SIGSTOP and never a SIGCONT) once the run has trained 50
+// steps. Returns what the job printed; checks its exit (0, or not 0 with expect_failure), the
+// metrics of a run that finished and /dev/shm, and removes what the job wrote there but the
+// checkpoints.
 std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
                              bool expect_failure = false,
                              const fs::path& dir = fs::temp_directory_path() /
                                                    ("tessera-elastic-shm-" +
-                                                    std::to_string(::getpid()))) {
+                                                    std::to_string(::getpid())),
+                             int signal = SIGKILL) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   // A token only this test's job carries, so that the kill finds its worker and no other.
@@ -132,7 +161,7 @@ std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
       // Only a worker of this job: it inherited the tag.
       victim = process_with({"TESSERA_WORKER_ID=n0.w1", tag});
       if (victim > 0) {
-        EXPECT_EQ(::kill(victim, SIGKILL), 0);
+        EXPECT_EQ(::kill(victim, signal), 0);
       }
     }
     std::this_thread::sleep_for(20ms);  // the poll's period: the job says nothing when it is done
@@ -148,6 +177,7 @@ std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
   // unlink what they created; a dead worker created none it did not already unlink).
   const auto left_over = shm_names_of(job_processes);
   EXPECT_TRUE(left_over.empty()) << *left_over.begin();
+  if (!expect_failure) expect_metrics_add_up(dir / "metrics.jsonl");
   fs::remove_all(dir / "metrics.jsonl");
   fs::remove_all(dir / "summary.json");
   fs::remove_all(dir / "out.txt");
@@ -165,6 +195,26 @@ TEST(ElasticOverShm, AKilledWorkerIsDroppedAndTheOthersFinishTheRun) {
       << out;
   EXPECT_NE(out.find("(memory)"), std::string::npos) << out;
   EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+}
+
+// A worker stopped for good (SIGSTOP, never continued) is dropped at its lease's end; the
+// others finish the run, and the launcher then ends the stopped worker, so that `tessera train`
+// exits (it once waited for it forever, deaf to SIGTERM).
+TEST(ElasticOverShm, AWorkerStoppedForeverIsDroppedAndTheJobStillEnds) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = run_and_kill_one(
+      "--train.epochs=1", 3, false,
+      fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())), SIGSTOP);
+  fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
+  EXPECT_NE(out.find(" generation 2: 2 worker(s); left n0.w1; joined -; failed at step"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("elastic: worker n0.w1 (rank 1) lost its lease and the run finished "
+                     "without it; stopping it"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 60s) << out;
 }
 
 // The same kill with a sharded inner (zero2): the dead rank's shard comes back from the copy

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,15 +87,18 @@ class OneCopyOfReplicatedState final : public CheckpointWriter {
   CheckpointWriter& to_;
 };
 
-// ddp, recording completed steps, and dying in step `die_at` (0: never). copies_hold_everything:
-// false saves replicated state from rank 0 alone, so a rank's copy holds only its part.
+// ddp, recording completed steps, and dying in step `die_at` (0: never), or in the evaluation
+// that follows step `die_evaluating_after` (0: never). copies_hold_everything: false saves
+// replicated state from rank 0 alone, so a rank's copy holds only its part.
 class RecordingStrategy final : public Strategy {
  public:
   RecordingStrategy(std::shared_ptr<const RecordingDataset> data, int worker, std::int64_t die_at,
-                    JobProgress* progress = nullptr, bool copies_hold_everything = true)
+                    JobProgress* progress = nullptr, bool copies_hold_everything = true,
+                    std::int64_t die_evaluating_after = 0)
       : data_(std::move(data)),
         worker_(worker),
         die_at_(die_at),
+        die_evaluating_after_(die_evaluating_after),
         progress_(progress),
         copies_hold_everything_(copies_hold_everything) {
     ddp::DdpConfig config;
@@ -114,7 +119,11 @@ class RecordingStrategy final : public Strategy {
     }
     return stats;
   }
-  StepStats evaluate(const Batch& batch) override { return inner_->evaluate(batch); }
+  StepStats evaluate(const Batch& batch) override {
+    if (die_evaluating_after_ > 0 && !steps_.empty() && steps_.back().step == die_evaluating_after_)
+      throw Died{};
+    return inner_->evaluate(batch);
+  }
   void save(CheckpointWriter& writer) override {
     ++saves_;
     if (copies_hold_everything_) {
@@ -145,6 +154,7 @@ class RecordingStrategy final : public Strategy {
   std::shared_ptr<const RecordingDataset> data_;
   int worker_;
   std::int64_t die_at_;
+  std::int64_t die_evaluating_after_;
   JobProgress* progress_;
   bool copies_hold_everything_;
   int generation_ = 0;
@@ -244,6 +254,8 @@ struct LateStarts {
   // The strategy declares TESSERA_REPLICATED_STATE, as ddp's plugin does (no copies).
   bool replicated_state = false;
   bool share_copies_on_host = true;  // ElasticOptions'; false sends every copy
+  // Per worker: it dies in the evaluation after this step (0 or none: never).
+  std::vector<std::int64_t> die_evaluating_after;
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -277,8 +289,10 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
             testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
         if (first.finished) return;
+        const auto wi = static_cast<std::size_t>(w);
         outcome.strategy = std::make_shared<RecordingStrategy>(
-            data, w, die_at[static_cast<std::size_t>(w)], &progress, late.copies_hold_everything);
+            data, w, die_at[wi], &progress, late.copies_hold_everything,
+            wi < late.die_evaluating_after.size() ? late.die_evaluating_after[wi] : 0);
         TrainerComponents parts{first.world, testing::small_mlp(), momentum_sgd(),
                                 data,        outcome.strategy,     "ddp"};
         Trainer trainer(o, parts);
@@ -342,6 +356,39 @@ TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampl
   EXPECT_EQ(outcomes[0].result.losses, outcomes[1].result.losses);
   EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 120),
             std::vector<int>(120, 2));
+}
+
+// A worker dies in the evaluation that ends epoch 1, after the epoch's last step completed
+// everywhere: the survivors go on from that step, which their copies already count as the start
+// of epoch 2. Epoch 1 was once left without an evaluation; it gets exactly one.
+TEST(ElasticTrainer, AnEpochWhoseEvaluationAWorkerDiedInIsEvaluatedOnce) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const fs::path metrics =
+      fs::temp_directory_path() / ("tessera-elastic-eval-" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(metrics);
+  auto o = options();
+  o.metrics_file = metrics;
+  LateStarts how;
+  how.die_evaluating_after = {0, 0, 5};  // 5 steps of 24 samples at 3 ranks: epoch 1's last
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, o, data, how);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[2].died);
+  ASSERT_EQ(outcomes[0].result.world_events.size(), 1U);
+  EXPECT_EQ(outcomes[0].result.world_events[0].resumed_at_step, 5);
+
+  std::vector<std::pair<std::int64_t, std::int64_t>> evaluations;  // (epoch, step)
+  std::ifstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"test_accuracy\"") == std::string::npos) continue;
+    long long epoch = 0;
+    long long step = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "{\"step\":%lld,\"epoch\":%lld", &step, &epoch), 2) << line;
+    evaluations.emplace_back(epoch, step);
+  }
+  fs::remove(metrics);
+  // Epoch 2: 120 samples at 2 ranks, 8 steps of 16 (the last one short).
+  const std::vector<std::pair<std::int64_t, std::int64_t>> expected{{1, 5}, {2, 13}};
+  EXPECT_EQ(evaluations, expected);
 }
 
 TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {

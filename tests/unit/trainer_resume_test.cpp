@@ -7,6 +7,8 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <tuple>
 
 #include "checkpoint_test_support.hpp"
@@ -254,6 +256,34 @@ TEST_F(TrainerRuns, ARunWithoutResumeRefusesAMetricsFileThatHoldsRecordsAndAResu
   fs::remove_all(o.checkpoint_dir);
   std::ofstream(o.metrics_file, std::ios::trunc).close();
   EXPECT_EQ(run(o, false).steps, 5);
+}
+
+// Steps trained again (a resume from a checkpoint older than the last step, as after a recovery)
+// once appeared twice in metrics_file, their samples counted twice: the second record of a step
+// says it is redone, and replaces the first.
+TEST_F(TrainerRuns, AStepTrainedAgainIsMarkedRedoneInTheMetricsFile) {
+  auto o = options();
+  o.checkpoint_dir = root_ / "checkpoints";
+  o.checkpoint_every = 5;
+  o.metrics_file = root_ / "metrics.jsonl";
+  o.max_steps = 7;
+  run(o, false);
+  // The run's last checkpoint lost: the resume goes on from step 5 and trains 6 and 7 again.
+  fs::remove_all(o.checkpoint_dir / "step-000000000007");
+  o.max_steps = 9;
+  EXPECT_EQ(run(o, true).resumed_from_step, 5);
+
+  std::vector<std::pair<std::int64_t, bool>> steps;  // (step, redone) of each step record
+  std::istringstream lines(testing::read_text(o.metrics_file));
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (!record.contains("loss")) continue;  // an evaluation
+    steps.emplace_back(record["step"].get<std::int64_t>(), record.value("redone", false));
+  }
+  const std::vector<std::pair<std::int64_t, bool>> expected{
+      {1, false}, {2, false}, {3, false}, {4, false}, {5, false}, {6, false},
+      {7, false}, {6, true},  {7, true},  {8, false}, {9, false}};
+  EXPECT_EQ(steps, expected);
 }
 
 TEST_F(TrainerRuns, AResumeAtAnotherWorldSizeTrainsOnEverySampleOfTheEpochOnce) {

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "config_flags.hpp"
+#include "lost_store.hpp"
 #include "self_launch.hpp"
 #include "tessera/config/config.hpp"
 #include "tessera/elastic/elastic_options.hpp"
@@ -114,37 +115,44 @@ int run_train(const std::vector<std::string>& args) {
     if (!summary_file.empty()) write_summary_json(summary_file, result);
   };
   if (elastic) {
-    run_elastic_world(
-        config, registry, plan, launch, [&](std::shared_ptr<ElasticWorld> elastic_world) {
-          // What takes long comes first: a worker joining a running job enters it ready to
-          // receive the state, so the others wait for it no longer than that.
-          auto parts = build_trainer_components(config, registry, nullptr);
-          const auto& o = elastic_world->options();
-          const auto entered =
-              elastic_world->enter(deadline_after(o.join_timeout + o.failure_timeout));
-          if (entered.stopping) {
-            throw TrainingError("elastic: the run stopped at generation " +
-                                std::to_string(entered.generation) +
-                                " with fewer than min_workers = " + std::to_string(o.min_workers) +
-                                " workers; this worker came too late to join it (the survivors' "
-                                "checkpoint, if [train] checkpoint_dir is set, resumes with "
-                                "--resume)");
-          }
-          if (entered.finished) {
-            std::fprintf(stderr,
-                         "elastic: this worker came after the run ended (generation %lld); "
-                         "nothing left to train\n",
-                         static_cast<long long>(entered.generation));
-            return;
-          }
-          parts.world = entered.world;
-          const bool replicated_state = parts.strategy_capabilities.replicated_state;
-          Trainer trainer(options, std::move(parts));
-          trainer.set_world_source(
-              make_elastic_run(std::move(elastic_world), entered, replicated_state));
-          report(trainer.run(resume));
-        });
-    return 0;
+    try {
+      run_elastic_world(
+          config, registry, plan, launch, [&](std::shared_ptr<ElasticWorld> elastic_world) {
+            // What takes long comes first: a worker joining a running job enters it ready to
+            // receive the state, so the others wait for it no longer than that.
+            auto parts = build_trainer_components(config, registry, nullptr);
+            const auto& o = elastic_world->options();
+            const auto entered =
+                elastic_world->enter(deadline_after(o.join_timeout + o.failure_timeout));
+            if (entered.stopping) {
+              throw TrainingError(
+                  "elastic: the run stopped at generation " + std::to_string(entered.generation) +
+                  " with fewer than min_workers = " + std::to_string(o.min_workers) +
+                  " workers; this worker came too late to join it (the survivors' "
+                  "checkpoint, if [train] checkpoint_dir is set, resumes with "
+                  "--resume)");
+            }
+            if (entered.finished) {
+              std::fprintf(stderr,
+                           "elastic: this worker came after the run ended (generation %lld); "
+                           "nothing left to train\n",
+                           static_cast<long long>(entered.generation));
+              return;
+            }
+            parts.world = entered.world;
+            const bool replicated_state = parts.strategy_capabilities.replicated_state;
+            Trainer trainer(options, std::move(parts));
+            trainer.set_world_source(
+                make_elastic_run(std::move(elastic_world), entered, replicated_state));
+            report(trainer.run(resume));
+          });
+      return 0;
+    } catch (const Error& e) {
+      // Whatever the failure looked like from inside (a regroup that timed out, a world that
+      // could not be written, a lease not granted), a store that is gone is the cause to name.
+      if (launcher_store_answers(registry, launch)) throw;
+      throw TrainingError(lost_store_message(launch.store_url, e.what(), options.checkpoint_dir));
+    }
   }
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {
     Trainer trainer(options, build_trainer_components(config, registry, std::move(world)));

@@ -499,4 +499,8 @@ bool any_worker_alive(Store& job_store, const std::string& id_prefix) {
   return !job_store.list(std::string(kPrefix) + "/" + worker_key(id_prefix)).empty();
 }
 
+bool worker_alive(Store& job_store, const std::string& id) {
+  return job_store.check(std::string(kPrefix) + "/" + worker_key(id));
+}
+
 }  // namespace tessera

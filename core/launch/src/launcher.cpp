@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 
+#include "job_claim.hpp"
 #include "line_relay.hpp"
 #include "node_group.hpp"
 #include "signal_relay.hpp"
@@ -231,11 +232,14 @@ class Job {
   // Starts the worker of local rank `local` with worker id `id`.
   using Spawn = std::function<WorkerProcess(int local, const std::string& id)>;
 
+  // `store`: the job's store as the elastic bookkeeping uses it (may be null), `store_url` its
+  // URL for messages.
   Job(const LaunchOptions& options, launch::NodeGroup* group, std::shared_ptr<Store> store,
-      Spawn spawn)
+      std::string store_url, Spawn spawn)
       : options_(options),
         group_(group),
         store_(std::move(store)),
+        store_url_(std::move(store_url)),
         spawn_(std::move(spawn)),
         restarts_left_(options.max_restarts),
         restarts_of_(static_cast<std::size_t>(options.processes), 0) {}
@@ -272,6 +276,7 @@ class Job {
       }
       for (auto& r : relays_) r.pump();
       reap();
+      stop_workers_left_behind();
       check_other_nodes();
       check_deadlines(started);
       if (live_.empty() && !drain_until) drain_until = Clock::now() + kDrainAfterExit;
@@ -286,6 +291,9 @@ class Job {
     return result_;
   }
 
+  // Whether SIGINT or SIGTERM reached the launcher while the workers ran.
+  [[nodiscard]] bool interrupted() const noexcept { return interrupted_.has_value(); }
+
  private:
   bool any_relay_open() const {
     return std::any_of(relays_.begin(), relays_.end(), [](const LineRelay& r) { return r.open(); });
@@ -298,15 +306,24 @@ class Job {
       if (r.open()) fds.push_back({r.source(), POLLIN, 0});
     auto wake = Clock::now() + kPollInterval;
     if (kill_at_) wake = std::min(wake, *kill_at_);
+    for (const auto& [pid, when] : kill_one_at_) wake = std::min(wake, when);
     if (options_.timeout) wake = std::min(wake, started + *options_.timeout);
     if (drain_until) wake = std::min(wake, *drain_until);
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
     ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(ms, 0)));
   }
 
+  // A stopped worker keeps a SIGTERM pending until it is continued, so it is continued too; one
+  // that ignores or outlives the signal is killed after the grace period, as when the launcher
+  // stops the job itself. This bounds the launcher's exit after SIGINT/SIGTERM by the grace
+  // period plus kDrainAfterExit.
   void forward(int sig) {
-    for (const auto& w : live_) ::kill(-w.pid, sig);
+    for (const auto& w : live_) {
+      ::kill(-w.pid, sig);
+      ::kill(-w.pid, SIGCONT);
+    }
     if (!interrupted_) interrupted_ = sig;
+    if (!kill_at_ && !live_.empty()) kill_at_ = Clock::now() + options_.grace_period;
   }
 
   struct Exit {
@@ -327,6 +344,8 @@ class Job {
       const int rank = it->rank;
       const auto id = ids_[it->pid];
       ids_.erase(it->pid);
+      kill_one_at_.erase(it->pid);
+      lease_gone_since_.erase(it->pid);
       it = live_.erase(it);
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -378,6 +397,48 @@ class Job {
       for (const auto& w : live_) ::kill(-w.pid, SIGKILL);
       kill_at_.reset();
     }
+    for (auto it = kill_one_at_.begin(); it != kill_one_at_.end();) {
+      if (now < it->second) {
+        ++it;
+        continue;
+      }
+      ::kill(-it->first, SIGKILL);
+      it = kill_one_at_.erase(it);
+    }
+  }
+
+  // A worker whose lease ended while it was stopped (SIGSTOP) or hung was left out of the worlds
+  // the others formed, and nothing tells it when they finish the run: it would keep the job
+  // alive forever. Once a worker finished the run, a live worker whose lease has been gone for
+  // the grace period is stopped: SIGTERM (and SIGCONT, which a stopped one needs to act on it),
+  // SIGKILL after another grace period. The grace period spares a member that left the
+  // membership at the end of the run and is still writing its last files.
+  void stop_workers_left_behind() {
+    if (!options_.elastic || finished_ == 0 || !store_) return;
+    const auto now = Clock::now();
+    if (now < next_lease_check_) return;
+    next_lease_check_ = now + kPollInterval;
+    for (const auto& w : live_) {
+      if (kill_one_at_.contains(w.pid)) continue;
+      const auto& id = ids_[w.pid];
+      bool alive = true;
+      try {
+        alive = worker_alive(*store_, id);
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): asked again next poll
+      }
+      if (alive) {
+        lease_gone_since_.erase(w.pid);
+        continue;
+      }
+      const auto since = lease_gone_since_.try_emplace(w.pid, now).first->second;
+      if (now - since < options_.grace_period) continue;
+      print(options_.stderr_fd, "elastic: worker " + id + " (rank " + std::to_string(w.rank) +
+                                    ") lost its lease and the run finished without it; "
+                                    "stopping it");
+      ::kill(-w.pid, SIGTERM);
+      ::kill(-w.pid, SIGCONT);
+      kill_one_at_[w.pid] = now + options_.grace_period;
+    }
   }
 
   // An elastic job goes on without the failed workers: each is reported, and its liveness key
@@ -385,14 +446,20 @@ class Job {
   // restarts are left and no worker finished the run, a replacement enters as a newcomer.
   void elastic_exits(const std::vector<Exit>& failed) {
     for (const auto& exit : failed) {
-      try {
-        if (store_) mark_worker_gone(*store_, exit.id);
-      } catch (const Error& e) {
-        print(options_.stderr_fd, "elastic: could not mark worker " + exit.id +
-                                      " gone in the store (" + e.what() +
-                                      "); the others see it at its lease's end");
-      }
       const auto why = launch::describe_exit(exit.rank, exit.status);
+      try {
+        if (store_ && result_.failure.empty()) mark_worker_gone(*store_, exit.id);
+      } catch (const Error& e) {
+        // The membership lives in the store: without it nobody can regroup, admit or finish,
+        // and a worker that finished would make the job look like a success.
+        result_.failure = why + " and the job's store " + store_url_ + " does not answer (" +
+                          e.what() + "); an elastic job cannot go on without it";
+        result_.exit_code = launch::shell_exit_code(exit.status);
+        if (result_.exit_code == 0) result_.exit_code = 1;
+        stop_all();
+        continue;
+      }
+      if (!result_.failure.empty()) continue;  // the job is being stopped: nobody goes on
       last_failure_ = exit;
       const int local = exit.rank - options_.node_rank * options_.processes;
       if (restarts_left_ > 0 && finished_ == 0 && result_.failure.empty() && !interrupted_) {
@@ -436,7 +503,13 @@ class Job {
   std::vector<LineRelay> relays_;
   LaunchResult result_;
   std::optional<Clock::time_point> kill_at_;
+  // Elastic: workers left behind by the run (stop_workers_left_behind), and since when each
+  // live worker's lease has been seen gone.
+  std::map<pid_t, Clock::time_point> kill_one_at_;
+  std::map<pid_t, Clock::time_point> lease_gone_since_;
+  Clock::time_point next_lease_check_{};
   std::shared_ptr<Store> store_;  // the job's, for elastic exits; may be null
+  std::string store_url_;
   Spawn spawn_;
   std::map<pid_t, std::string> ids_;  // worker ids of the live workers
   int finished_ = 0;                  // workers that exited 0
@@ -509,9 +582,20 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
   std::shared_ptr<Store> store;
   std::optional<StoreUrl> job_store;
   std::string address = where && !external ? where->endpoints.front() : std::string();
+  // An etcd or file store outlives its jobs: two jobs given one id would meet in one namespace
+  // and break each other, so each launcher claims its node of the job before a worker starts.
+  std::optional<launch::JobClaim> claim;
+  // The job's etcd or file store as the launcher uses it while the job runs and at its end: a
+  // client whose requests give up after kStorePollTimeout, so that a store gone holds neither
+  // the launcher's loop (and its signal handling) nor its exit longer.
+  std::shared_ptr<Store> quick_store;
   if (external) {
-    job_store = where->for_job(options.job_id.empty() ? job_id_from_token(token) : options.job_id);
+    const auto id = options.job_id.empty() ? job_id_from_token(token) : options.job_id;
+    job_store = where->for_job(id);
     store = external_store(registry, options, *job_store, options.store_timeout);
+    quick_store =
+        create_store(registry, job_store->scheme, job_store->plugin_options(), kStorePollTimeout);
+    if (!options.join) claim.emplace(quick_store, options.node_rank, id, job_store->text());
   } else if (options.join) {
     // The running job's store: dialled, not served.
     const auto [host, port] = split_store_address(address);
@@ -560,8 +644,23 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     store_env = {{"TESSERA_STORE_URL", tcp_url(address)}, {"TESSERA_STORE_ADDR", address}};
   }
 
+  // An elastic job's launcher marks failed workers gone and looks at liveness keys while the
+  // job runs, from the loop that also handles signals: its own client gives up after
+  // kStorePollTimeout, so that a store that does not answer holds the loop no longer, and that
+  // loss ends the job.
+  std::shared_ptr<Store> membership_store;
+  if (options.elastic) {
+    if (external) {
+      membership_store = quick_store;
+    } else {
+      const auto [host, port] = split_store_address(address);
+      membership_store = tcp_store(registry, false, host, port, token, kStorePollTimeout);
+    }
+  }
+
   launch::SignalRelay signals;
   LaunchResult result;
+  bool interrupted = false;
   {
     const auto cpu_sets =
         launch::worker_cpu_sets(options.processes, options.binding == CpuBinding::automatic);
@@ -572,7 +671,8 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
           worker_environment(base_env, options, local, store_env, token, id),
           cpu_sets.empty() ? nullptr : &cpu_sets[r]);
     };
-    Job job(options, group ? &*group : nullptr, store, spawn);
+    Job job(options, group ? &*group : nullptr, membership_store, store_env.at("TESSERA_STORE_URL"),
+            spawn);
     for (int rank = 0; rank < options.processes; ++rank) {
       try {
         job.start(rank);
@@ -583,6 +683,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
       }
     }
     result = job.run(signals);
+    interrupted = job.interrupted();
   }
   if (group) {
     group->report_finished();
@@ -607,6 +708,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
       };
       bool nodes_dead = false;
       const auto missing = group->wait_for_others(options.finish_wait, [&](const auto& nodes) {
+        if (interrupted) return true;  // the signal ended the job: it ends the wait too
         while (const auto sig = signals.next())
           if (*sig == SIGINT || *sig == SIGTERM) return true;
         nodes_dead = options.elastic && std::ranges::all_of(nodes, dead);
@@ -623,7 +725,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     }
   }
   if (external && options.node_rank == 0 && !options.join)
-    forget_job(*store, *job_store, options.stderr_fd);
+    forget_job(*quick_store, *job_store, options.stderr_fd);
   return result;
 }
 

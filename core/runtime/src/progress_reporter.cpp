@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -27,6 +28,21 @@ std::string format_duration(double seconds) {
     std::snprintf(text, sizeof text, "%lld:%02lld", s / 60, s % 60);
   }
   return text;
+}
+
+// The newest step that `file` holds a step record of (one with a "loss"), -1 if none: another
+// process (the rank 0 of an earlier world, the run --resume continues) may have written it. A
+// line that does not parse (a record cut by a crash) is passed over.
+std::int64_t newest_recorded_step(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::int64_t newest = -1;
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || !record.contains("loss") || !record.contains("step")) continue;
+    if (const auto& step = record["step"]; step.is_number_integer())
+      newest = std::max(newest, step.get<std::int64_t>());
+  }
+  return newest;
 }
 
 }  // namespace
@@ -55,6 +71,7 @@ void ProgressReporter::open_metrics() {
   std::error_code ignored;  // a missing folder is reported by the open below
   if (metrics_path_.has_parent_path())
     std::filesystem::create_directories(metrics_path_.parent_path(), ignored);
+  newest_recorded_step_ = std::max(newest_recorded_step_, newest_recorded_step(metrics_path_));
   metrics_fd_ = ::open(metrics_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (metrics_fd_ < 0) {
     throw ConfigError("[train] metrics_file " + metrics_path_.string() +
@@ -146,6 +163,9 @@ void ProgressReporter::step(const StepReport& r) {
     line["lr"] = r.learning_rate;
     line["grad_norm"] = r.stats.grad_norm;
     if (r.stats.skipped) line["skipped"] = true;
+    // A step trained again after a recovery or a resume: this record replaces the earlier
+    // one, whose samples must not be counted twice.
+    if (r.step <= newest_recorded_step_) line["redone"] = true;
     line["samples"] = r.samples;
     line["samples_per_s"] = samples_per_s();
     if (tokens_per_sample_ > 0) {
@@ -155,6 +175,7 @@ void ProgressReporter::step(const StepReport& r) {
     line["wall_time"] =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     write_metrics(line.dump() + "\n", "step " + std::to_string(r.step));
+    newest_recorded_step_ = std::max(newest_recorded_step_, r.step);
   }
   // A terminal gets ~10 updates a second; a log file a line every 5 s and at each epoch's end.
   const auto now = Clock::now();

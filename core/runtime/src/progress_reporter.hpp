@@ -78,6 +78,8 @@ class ProgressReporter {
   Clock::time_point last_print_{};
   std::filesystem::path metrics_path_;
   int metrics_fd_ = -1;
+  // The newest step the metrics file holds a record of, whoever wrote it; -1 if none.
+  std::int64_t newest_recorded_step_ = -1;
 };
 
 }  // namespace tessera::trainer

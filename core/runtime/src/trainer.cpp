@@ -326,7 +326,8 @@ void Trainer::evaluate_into(Run& run, std::int64_t epoch) {
   run.result.test_accuracy = accuracy;
   run.result.test_loss = loss;
   run.last_evaluated = run.at.step;
-  run.reporter->evaluation(run.at.step, epoch, accuracy, loss);
+  // A newcomer evaluates in the change that admits it before its reporter exists.
+  if (run.reporter) run.reporter->evaluation(run.at.step, epoch, accuracy, loss);
 }
 
 DataParallelPlacement Trainer::checked_placement() {
@@ -367,10 +368,16 @@ Trainer::AfterStep Trainer::apply(Run& run, WorldChange change) {
   reconfigure(std::move(change.world), *change.state);
   if (change.position) run.at = *change.position;
   // The schedule keeps the length it had at the start; a newcomer learns it from rank 0, a
-  // member of the world before.
-  std::int64_t length = schedule_.total_steps;
-  broadcast_host(*parts_.world, parts_.allocator.get(), {&length, 1, DType::i64, Device::cpu()}, 0);
-  schedule_.total_steps = length;
+  // member of the world before. So does whether the epoch that ended at this position still
+  // owes its evaluation: the failure came after its last step (in that evaluation, say), and
+  // the position, already the next epoch's start, would pass it over.
+  const bool epoch_ended_here = run.at.samples == 0 && run.at.epoch > 0;
+  std::int64_t agreed[2] = {
+      schedule_.total_steps,
+      options_.eval_every == 0 && epoch_ended_here && run.last_evaluated != run.at.step ? 1 : 0};
+  broadcast_host(*parts_.world, parts_.allocator.get(), {agreed, 2, DType::i64, Device::cpu()}, 0);
+  schedule_.total_steps = agreed[0];
+  const bool owes_evaluation = agreed[1] != 0;
   // This run's losses are kept for the steps the state is of; redone steps are logged again.
   auto& losses = run.result.losses;
   const auto first_step = std::max<std::int64_t>(run.result.resumed_from_step, 0);
@@ -383,6 +390,8 @@ Trainer::AfterStep Trainer::apply(Run& run, WorldChange change) {
   if (change.event) run.result.world_events.push_back(std::move(*change.event));
   if (run.reporter) run.reporter->hand_over(parts_.world->rank() == 0);
   run.total_steps = planned_total_steps(run.at);
+  // Every member evaluates (a collective), a newcomer entering in this change too.
+  if (owes_evaluation) evaluate_into(run, run.at.epoch - 1);
   return AfterStep::world_changed;
 }
 

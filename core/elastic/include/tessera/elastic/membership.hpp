@@ -183,5 +183,7 @@ class Membership {
 void mark_worker_gone(Store& job_store, const std::string& id);
 // Whether any worker whose id starts with `id_prefix` (e.g. a node's "n1.w") holds a live lease.
 [[nodiscard]] bool any_worker_alive(Store& job_store, const std::string& id_prefix);
+// Whether worker `id` holds a live lease (is registered and has not left or been marked gone).
+[[nodiscard]] bool worker_alive(Store& job_store, const std::string& id);
 
 }  // namespace tessera
