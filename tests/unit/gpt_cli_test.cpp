@@ -1,0 +1,125 @@
+// A language model end to end as a user runs it: `tessera data prepare` on a small text,
+// `tessera train` of a tiny gpt on it, then `tessera sample` from the checkpoint; and what the
+// sampler refuses (a checkpoint of another shape, a model that is not a language model).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class GptCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-gpt-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `tessera ARGS` in the scratch folder, stdout and stderr captured.
+  CliRun tessera(const std::string& args) {
+    const auto err_file = dir_ / "stderr.txt";
+    const std::string command = "cd '" + dir_.string() + "' && " + TESSERA_CLI_PATH + " " +
+                                args + " 2>'" + err_file.string() + "'";
+    CliRun run;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buffer[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
+    const int status = ::pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream in(err_file);
+    run.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return run;
+  }
+
+  // A text of short repeated sentences, its token file, and a config training a gpt of one
+  // block on it for 60 steps with a checkpoint at the end.
+  void prepare_and_train() {
+    {
+      std::ofstream text(dir_ / "story.txt", std::ios::binary);
+      for (int i = 0; i < 300; ++i) text << "the cat sat on the mat. the dog ran to the house.\n";
+    }
+    const CliRun prepare = tessera("data prepare story.txt --output story.tokens");
+    ASSERT_EQ(prepare.exit_code, 0) << prepare.err;
+    std::ofstream ini(dir_ / "gpt.ini");
+    ini << "[runtime]\ntransport = local\nworld_size = 1\n"
+           "[train]\nstrategy = ddp\nmodel = gpt\noptimizer = adam\ndataset = text\n"
+           "epochs = 10\nmax_steps = 60\nbatch_size = 8\nlr = 0.01\nseed = 3\n"
+           "checkpoint_dir = checkpoints\nprogress = off\neval_samples = 16\n"
+           "[model.gpt]\nlayers = 1\nheads = 2\nwidth = 16\ncontext = 12\n"
+           "[dataset.text]\npath = story.tokens\ncontext = 12\n";
+    ini.close();
+    const CliRun train = tessera("train --config gpt.ini");
+    ASSERT_EQ(train.exit_code, 0) << train.err;
+    EXPECT_NE(train.out.find("perplexity"), std::string::npos) << train.out;
+    EXPECT_NE(train.out.find("bits/byte"), std::string::npos) << train.out;
+    EXPECT_NE(train.out.find("tokens/s"), std::string::npos) << train.out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(GptCli, ATrainedModelContinuesAPromptTheSameWayForTheSameSeed) {
+  prepare_and_train();
+  const std::string sample =
+      "sample --config gpt.ini --checkpoint checkpoints --prompt 'the cat ' --tokens 40 ";
+  const CliRun greedy = tessera(sample + "--temperature 0");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  ASSERT_EQ(greedy.out.size(), std::string("the cat ").size() + 40 + 1) << greedy.out;
+  EXPECT_EQ(greedy.out.substr(0, 8), "the cat ");
+  // 60 steps on one repeated pair of sentences: the continuation uses the text's own letters.
+  for (const char c : greedy.out.substr(8, 40)) {
+    EXPECT_NE(std::string("abcdefghijklmnopqrstuvwxyz .\n").find(c), std::string::npos)
+        << "byte " << static_cast<int>(static_cast<unsigned char>(c)) << " in " << greedy.out;
+  }
+  EXPECT_NE(greedy.err.find("from the checkpoint of step 60"), std::string::npos) << greedy.err;
+  const CliRun drawn = tessera(sample + "--temperature 1 --top-k 0 --seed 5");
+  const CliRun again = tessera(sample + "--temperature 1 --top-k 0 --seed 5");
+  ASSERT_EQ(drawn.exit_code, 0) << drawn.err;
+  EXPECT_EQ(drawn.out, again.out);
+}
+
+TEST_F(GptCli, ACheckpointOfAnotherShapeIsRefusedNamingTheParameter) {
+  prepare_and_train();
+  const CliRun run = tessera(
+      "sample --config gpt.ini --checkpoint checkpoints --model.gpt.width=32 --tokens 5");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("holds 0.wte [256x16], the model's wte is 256x32; sample with the [model] "
+                         "options it was trained with"),
+            std::string::npos)
+      << run.err;
+}
+
+TEST_F(GptCli, AModelThatIsNotALanguageModelIsRefused) {
+  std::ofstream ini(dir_ / "mlp.ini");
+  ini << "[train]\nmodel = mlp\n";
+  ini.close();
+  fs::create_directories(dir_ / "empty");
+  const CliRun run = tessera("sample --config mlp.ini --checkpoint empty");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("tessera sample needs a language model (token ids in, the next token "
+                         "out)"),
+            std::string::npos)
+      << run.err;
+}
+
+}  // namespace
+}  // namespace tessera
