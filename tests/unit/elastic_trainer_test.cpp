@@ -244,6 +244,9 @@ struct LateStarts {
   // The strategy declares TESSERA_REPLICATED_STATE, as ddp's plugin does (no copies).
   bool replicated_state = false;
   bool share_copies_on_host = true;  // ElasticOptions'; false sends every copy
+  // Each worker's own max_workers (a `tessera launch --join -n 1` worker's is 1); empty: the
+  // number of workers.
+  std::vector<int> max_workers;
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -271,8 +274,9 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         // failure_timeout for more (the settle time).
         auto elastic = make_elastic_world(
             transport, store,
-            elastic_options(workers, copies, late.min_workers, late.join_timeout,
-                            late.share_copies_on_host),
+            elastic_options(
+                late.max_workers.empty() ? workers : late.max_workers[static_cast<std::size_t>(w)],
+                copies, late.min_workers, late.join_timeout, late.share_copies_on_host),
             late.ids.empty() ? "w" + std::to_string(w) : late.ids[static_cast<std::size_t>(w)],
             testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
@@ -344,6 +348,31 @@ TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampl
             std::vector<int>(120, 2));
 }
 
+// Worker `newcomer`, admitted in the run's one world change (generation 2), went on from the
+// members' step with their state: the same steps, losses and parameters from there on, and every
+// one of `samples` samples trained once per epoch (2 epochs).
+void expect_newcomer_follows_the_members(const std::vector<WorkerOutcome>& outcomes,
+                                         std::size_t newcomer, std::size_t samples) {
+  const auto& members = outcomes[0].result;
+  ASSERT_EQ(members.world_events.size(), 1U);
+  const auto& event = members.world_events[0];
+  const auto& joiner = outcomes[newcomer].result;
+  ASSERT_EQ(joiner.world_events.size(), 1U);
+  EXPECT_EQ(joiner.world_events[0].generation, 2);
+  EXPECT_EQ(joiner.resumed_from_step, event.resumed_at_step);
+  EXPECT_EQ(joiner.steps, members.steps);
+  EXPECT_EQ(joiner.rank, static_cast<int>(newcomer));
+  const std::vector<double> after_admission(
+      members.losses.begin() + static_cast<std::ptrdiff_t>(event.resumed_at_step),
+      members.losses.end());
+  EXPECT_EQ(joiner.losses, after_admission);
+  for (std::size_t w = 1; w < outcomes.size(); ++w) {
+    EXPECT_EQ(outcomes[w].strategy->parameters(), outcomes[0].strategy->parameters())
+        << "worker " << w;
+  }
+  EXPECT_EQ(counted_samples(outcomes, members.world_events, samples), std::vector<int>(samples, 2));
+}
+
 TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
   LateStarts late;
@@ -364,21 +393,7 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   EXPECT_GE(event.resumed_at_step, 3);
   EXPECT_EQ(members.ranks.size(), 3U);
 
-  // The newcomer went on from the members' step with their state: the same steps, losses and
-  // parameters from there on.
-  const auto& joiner = outcomes[2].result;
-  ASSERT_EQ(joiner.world_events.size(), 1U);
-  EXPECT_EQ(joiner.world_events[0].generation, 2);
-  EXPECT_EQ(joiner.resumed_from_step, event.resumed_at_step);
-  EXPECT_EQ(joiner.steps, members.steps);
-  EXPECT_EQ(joiner.rank, 2);
-  const std::vector<double> after_admission(
-      members.losses.begin() + static_cast<std::ptrdiff_t>(event.resumed_at_step),
-      members.losses.end());
-  EXPECT_EQ(joiner.losses, after_admission);
-  EXPECT_EQ(outcomes[2].strategy->parameters(), outcomes[0].strategy->parameters());
-  EXPECT_EQ(outcomes[1].strategy->parameters(), outcomes[0].strategy->parameters());
-  EXPECT_EQ(counted_samples(outcomes, members.world_events, 480), std::vector<int>(480, 2));
+  expect_newcomer_follows_the_members(outcomes, 2, 480);
 
   // A worker that comes after the run ended is told so instead of starting one of its own.
   auto late_worker = make_elastic_world(local_transport(), late.store, elastic_options(3, 1), "w3",
@@ -386,6 +401,21 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   const auto entered = late_worker->enter(deadline_after(testing::kTestTimeout));
   EXPECT_TRUE(entered.finished);
   EXPECT_EQ(entered.world, nullptr);
+}
+
+// A `tessera launch --elastic --join -n 1` worker counts only itself: its own max_workers is 1.
+// The room it sees in the job, and so whether it takes part in the members' per-step question
+// about newcomers, must be the job's, or its collectives fall out of step with theirs.
+TEST(ElasticTrainer, ANewcomerStartedWithASmallerMaxWorkersKeepsInStepWithTheJobsLimits) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.max_workers = {4, 4, 1};
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  EXPECT_EQ(outcomes[0].result.world_events.at(0).joined, std::vector<std::string>{"w2"});
+  expect_newcomer_follows_the_members(outcomes, 2, 480);
 }
 
 // `ranks` ranks resume from the newest checkpoint in `folder` and train up to max_steps (0: the

@@ -84,7 +84,7 @@ class MembershipWorld final : public ElasticWorld {
     {
       std::lock_guard lock(mutex_);
       TESSERA_CHECK(view_.is_member(), "elastic: newcomers_waiting before enter");
-      if (view_.size() >= options_.max_workers) return false;
+      if (view_.size() >= view_.limits.max_workers) return false;
       world = world_;
       waiting = joiners_seen_for_.load() == view_.generation ? 1 : 0;
     }
@@ -210,7 +210,7 @@ class MembershipWorld final : public ElasticWorld {
       std::string reason;
       try {
         // Rank 0 looks for newcomers; it tells the others at the next step boundary.
-        if (view.rank == 0 && view.size() < options_.max_workers) {
+        if (view.rank == 0 && view.size() < view.limits.max_workers) {
           if (membership_.joiners_waiting(view.generation)) joiners_seen_for_ = view.generation;
         }
         if (membership_.lease_lost()) {
