@@ -126,9 +126,12 @@ class RecordingStrategy final : public Strategy {
   }
   void load(const CheckpointReader& reader) override { inner_->load(reader); }
   void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state) override {
+    if (die_in_reconfigure_) throw Died{};
     ++generation_;
     inner_->reconfigure(std::move(world), state);
   }
+  // Dies in the first reconfiguration: while the survivors of a failure move onto their world.
+  void die_in_reconfigure() { die_in_reconfigure_ = true; }
   [[nodiscard]] DataParallelPlacement data_parallel_placement() const override {
     return inner_->data_parallel_placement();
   }
@@ -147,6 +150,7 @@ class RecordingStrategy final : public Strategy {
   std::int64_t die_at_;
   JobProgress* progress_;
   bool copies_hold_everything_;
+  bool die_in_reconfigure_ = false;
   int generation_ = 0;
   int saves_ = 0;
   std::shared_ptr<ddp::DdpStrategy> inner_;
@@ -247,6 +251,7 @@ struct LateStarts {
   // Each worker's own max_workers (a `tessera launch --join -n 1` worker's is 1); empty: the
   // number of workers.
   std::vector<int> max_workers;
+  std::vector<int> die_in_reconfigure;  // workers that die in their first reconfiguration
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -283,6 +288,9 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         if (first.finished) return;
         outcome.strategy = std::make_shared<RecordingStrategy>(
             data, w, die_at[static_cast<std::size_t>(w)], &progress, late.copies_hold_everything);
+        if (std::ranges::count(late.die_in_reconfigure, w) != 0) {
+          outcome.strategy->die_in_reconfigure();
+        }
         TrainerComponents parts{first.world, testing::small_mlp(), momentum_sgd(),
                                 data,        outcome.strategy,     "ddp"};
         Trainer trainer(o, parts);
@@ -371,6 +379,31 @@ void expect_newcomer_follows_the_members(const std::vector<WorkerOutcome>& outco
         << "worker " << w;
   }
   EXPECT_EQ(counted_samples(outcomes, members.world_events, samples), std::vector<int>(samples, 2));
+}
+
+// A second failure while the survivors of the first move onto their new world: worker 2 dies
+// in step 4, worker 1 while the state is being rebuilt. Worker 0 folds the second failure into
+// the regroup and trains on alone, every sample once per epoch.
+TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  constexpr std::int64_t kDieAt = 4;
+  LateStarts late;
+  late.die_in_reconfigure = {1};
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[1].died);
+  ASSERT_TRUE(outcomes[2].died);
+  const auto& result = outcomes[0].result;
+  ASSERT_EQ(result.world_events.size(), 1U);
+  const auto& event = result.world_events[0];
+  EXPECT_EQ(event.world_size, 1);
+  EXPECT_EQ(event.left, (std::vector<std::string>{"w2", "w1"}));
+  EXPECT_EQ(event.state_from, "memory");
+  EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
+  // Epoch 1: 3 steps of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.
+  EXPECT_EQ(result.steps, 3 + 6 + 15);
+  EXPECT_EQ(result.ranks.size(), 1U);
+  EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
 }
 
 TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {

@@ -32,6 +32,10 @@ bool Regrouping::joins_running_job() const {
 
 namespace {
 
+// A world of live members connects in well under a second; this much is allowed however short
+// failure_timeout is.
+constexpr Duration kLeastConnectTimeout{2000};
+
 std::string listed(const std::vector<std::string>& ids) {
   std::string text;
   for (const auto& id : ids) text += (text.empty() ? "" : ", ") + id;
@@ -182,19 +186,36 @@ class MembershipWorld final : public ElasticWorld {
         }
       }
     }
+    // This worker is a member of the new generation from now on, connected or not: should a
+    // member die before it connects, the next regroup forms the generation after it.
+    const auto generation = view.generation;
+    const int rank = *view.rank;
+    const int size = view.size();
+    {
+      std::lock_guard lock(mutex_);
+      world_.reset();
+      side_.reset();
+      aborted_ = true;  // nothing for the watcher to abort until the world is connected
+      view_ = std::move(view);
+    }
     // Each generation meets under its own prefix: no key of a world that failed is read again.
-    auto rendezvous =
-        std::make_shared<PrefixStore>("gen/" + std::to_string(view.generation), store_);
-    out.world = transport_->connect(std::move(rendezvous), *view.rank, view.size(), timeout_);
+    auto rendezvous = std::make_shared<PrefixStore>("gen/" + std::to_string(generation), store_);
+    out.world = transport_->connect(std::move(rendezvous), rank, size, connect_timeout());
     {
       std::lock_guard lock(mutex_);
       world_ = out.world;
-      side_.reset();
       aborted_ = false;
-      view_ = std::move(view);
     }
     wake_.notify_all();
     return out;
+  }
+
+  // Every member of a generation was alive and ready when it was formed, so its world connects
+  // within moments; one that dies before it attaches would otherwise hold the others for the
+  // transport's whole timeout. failure_timeout bounds the wait: a Timeout then makes the
+  // survivors regroup without it.
+  [[nodiscard]] Duration connect_timeout() const {
+    return std::min(timeout_, std::max(options_.failure_timeout, kLeastConnectTimeout));
   }
 
   // Aborts the current world once a member's lease is gone, so that nobody waits on it for the
