@@ -397,7 +397,7 @@ TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
   ASSERT_EQ(result.world_events.size(), 1U);
   const auto& event = result.world_events[0];
   EXPECT_EQ(event.world_size, 1);
-  EXPECT_EQ(event.left, (std::vector<std::string>{"w2", "w1"}));
+  EXPECT_EQ(event.left, (std::vector<std::string>{"w1", "w2"}));
   EXPECT_EQ(event.state_from, "memory");
   EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
   // Epoch 1: 3 steps of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.

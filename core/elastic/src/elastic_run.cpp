@@ -106,7 +106,11 @@ class ElasticRun final : public WorldSource {
         ring_(new_ring()),
         copies_generation_(entered.generation),
         adopting_generation_(entered.generation) {
-    if (entered.joins_running_job()) joining_ = entered;
+    if (entered.joins_running_job()) {
+      joining_ = entered;
+    } else {
+      adopted_members_ = entered.members;
+    }
   }
 
   std::shared_ptr<Communicator> setup_world(std::shared_ptr<Communicator> given) override {
@@ -173,7 +177,7 @@ class ElasticRun final : public WorldSource {
     }
     old_ring->clear();
     copies_generation_ = adopting_generation_;
-    left_since_adopted_.clear();
+    adopted_members_ = std::move(adopting_members_);
     if (event == nullptr) return;
     event->seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     if (run.world()->rank() == 0) print_event(*event);
@@ -262,14 +266,13 @@ class ElasticRun final : public WorldSource {
     WorldEvent event;
     event.failed_at_step = failed_at_step;
     event.generation = regroup.generation;
-    // Who left since the world that was last adopted, through every generation in between.
-    for (const auto& id : regroup.left) {
-      if (std::find(left_since_adopted_.begin(), left_since_adopted_.end(), id) ==
-          left_since_adopted_.end()) {
-        left_since_adopted_.push_back(id);
-      }
+    adopting_members_ = regroup.members;
+    // Who left since the world last adopted, through every generation formed in between (a
+    // newcomer adopted none: the membership's previous world).
+    event.left = adopted_members_.empty() ? regroup.left : std::vector<std::string>{};
+    for (const auto& id : adopted_members_) {
+      if (std::ranges::count(regroup.members, id) == 0) event.left.push_back(id);
     }
-    event.left = left_since_adopted_;
     event.joined = regroup.joined;
     event.world_size = regroup.world->size();
     const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
@@ -383,8 +386,9 @@ class ElasticRun final : public WorldSource {
   std::unique_ptr<elastic::CopyRing> ring_;
   std::int64_t copies_generation_;    // of the world whose state ring_'s copies are
   std::int64_t adopting_generation_;  // of the world being moved onto
-  // Workers of the world last adopted that left in the generations formed since (WorldEvent).
-  std::vector<std::string> left_since_adopted_;
+  // The members of the world whose state ring_'s copies are, and of the one being moved onto.
+  std::vector<std::string> adopted_members_;
+  std::vector<std::string> adopting_members_;
   std::optional<Regrouping> joining_;  // the running job's world this worker entered
   Clock::time_point started_;          // of the change being adopted
 };

@@ -25,9 +25,9 @@ std::string failure_domain_of(const std::string& worker_id) {
 
 bool Regrouping::joins_running_job() const {
   if (!world) return false;
-  const bool members =
+  const bool members_hold_state =
       std::any_of(previous_rank.begin(), previous_rank.end(), [](int rank) { return rank >= 0; });
-  return members && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
+  return members_hold_state && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
 }
 
 namespace {
@@ -167,6 +167,7 @@ class MembershipWorld final : public ElasticWorld {
       return out;
     }
     out.joined = view.joined;
+    out.members = view.members;
     const auto previous =
         view.generation > 1 ? membership_.world(view.generation - 1) : std::nullopt;
     for (const auto& member : view.members) {
