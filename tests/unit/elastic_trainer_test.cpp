@@ -451,6 +451,33 @@ TEST(ElasticTrainer, ANewcomerStartedWithASmallerMaxWorkersKeepsInStepWithTheJob
   expect_newcomer_follows_the_members(outcomes, 2, 480);
 }
 
+// A newcomer that dies right after its admission, while the members move onto the world that
+// takes it in: the members regroup without it and go on from the state they held, every sample
+// once per epoch.
+TEST(ElasticTrainer, ANewcomerKilledRightAfterItsAdmissionLeavesTheMembersTraining) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.die_in_reconfigure = {2};
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[2].died);
+  for (std::size_t w = 0; w < 2; ++w) {
+    const auto& result = outcomes[w].result;
+    ASSERT_FALSE(result.world_events.empty()) << "worker " << w;
+    const auto& last = result.world_events.back();
+    EXPECT_EQ(last.world_size, 2) << "worker " << w;
+    EXPECT_TRUE(last.left.empty()) << "worker " << w;  // both members of the world adopted last
+    EXPECT_EQ(last.state_from, "memory") << "worker " << w;
+    EXPECT_EQ(result.ranks.size(), 2U) << "worker " << w;
+  }
+  EXPECT_EQ(outcomes[0].result.losses, outcomes[1].result.losses);
+  EXPECT_EQ(outcomes[0].strategy->parameters(), outcomes[1].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 480),
+            std::vector<int>(480, 2));
+}
+
 // `ranks` ranks resume from the newest checkpoint in `folder` and train up to max_steps (0: the
 // whole run); rank 0's parameters at the end (ddp: every rank's).
 std::vector<float> resumed_parameters(const std::shared_ptr<RecordingDataset>& data,

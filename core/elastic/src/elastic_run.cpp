@@ -249,11 +249,22 @@ class ElasticRun final : public WorldSource {
     return ranks;
   }
 
+  // Who left since the world last adopted, through every generation formed in between (a
+  // newcomer adopted none, and a worker left out of the world knows none of its members: the
+  // membership's previous world).
+  [[nodiscard]] std::vector<std::string> left_since_adopted(const Regrouping& regroup) const {
+    if (adopted_members_.empty() || regroup.members.empty()) return regroup.left;
+    std::vector<std::string> left;
+    for (const auto& id : adopted_members_) {
+      if (std::ranges::count(regroup.members, id) == 0) left.push_back(id);
+    }
+    return left;
+  }
+
   // The change onto `regroup`'s world, the members and newcomers of it together: the state of
   // the world before, from memory or else the newest checkpoint.
   WorldChange adopt(RunControl& run, Regrouping regroup, std::int64_t failed_at_step,
                     Clock::time_point started) {
-    if (regroup.world) regroup.previous_rank = ranks_in_copied_world(run, *regroup.world);
     if (regroup.stopping) stop_below_min_workers(run, regroup, failed_at_step);
     if (regroup.finished) {
       throw TrainingError(
@@ -267,14 +278,10 @@ class ElasticRun final : public WorldSource {
     event.failed_at_step = failed_at_step;
     event.generation = regroup.generation;
     adopting_members_ = regroup.members;
-    // Who left since the world last adopted, through every generation formed in between (a
-    // newcomer adopted none: the membership's previous world).
-    event.left = adopted_members_.empty() ? regroup.left : std::vector<std::string>{};
-    for (const auto& id : adopted_members_) {
-      if (std::ranges::count(regroup.members, id) == 0) event.left.push_back(id);
-    }
+    event.left = left_since_adopted(regroup);
     event.joined = regroup.joined;
     event.world_size = regroup.world->size();
+    regroup.previous_rank = ranks_in_copied_world(run, *regroup.world);
     const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
     if (recovered.state) {
       event.state_from = "memory";
@@ -308,13 +315,14 @@ class ElasticRun final : public WorldSource {
     const auto& options = elastic_->options();
     const auto& dir = run.checkpoint_dir();
     const auto seconds = std::chrono::duration<double>(options.join_timeout).count();
+    const auto left = left_since_adopted(regroup);
     const std::string why =
         "elastic: the run stopped" +
         (failed_at_step >= 0 ? " after step " + std::to_string(failed_at_step) : std::string()) +
         ": " +
         (regroup.world ? std::to_string(regroup.world->size()) + " worker(s) left"
                        : std::string("too few workers left")) +
-        (regroup.left.empty() ? std::string() : " (gone: " + listed(regroup.left) + ")") +
+        (left.empty() ? std::string() : " (gone: " + listed(left) + ")") +
         ", fewer than min_workers = " + std::to_string(options.min_workers) +
         ", and no newcomer came within join_timeout = " + format_number(seconds) + " s; ";
     const std::string next_time =
@@ -343,7 +351,8 @@ class ElasticRun final : public WorldSource {
     };
     std::string outcome;
     try {
-      const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
+      const auto recovered = ring_->recover(
+          *regroup.world, ranks_in_copied_world(run, *regroup.world), run.strategy());
       if (!recovered.state) {
         outcome = why + "no consistent checkpoint could be made from memory: " +
                   lost_state(recovered, options.copies) + "; " + newest_checkpoint_note(dir) +
