@@ -178,6 +178,7 @@ class ElasticRun final : public WorldSource {
     old_ring->clear();
     copies_generation_ = adopting_generation_;
     adopted_members_ = std::move(adopting_members_);
+    regroup_deadline_.reset();
     if (event == nullptr) return;
     event->seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     if (run.world()->rank() == 0) print_event(*event);
@@ -215,7 +216,13 @@ class ElasticRun final : public WorldSource {
   WorldChange regroup_and_adopt(RunControl& run, std::string reason, std::int64_t failed_at_step,
                                 Clock::time_point started) {
     const auto& options = elastic_->options();
-    const Deadline deadline = deadline_after(options.failure_timeout + options.join_timeout);
+    // One bound for a failure and every failure folded into it, also those that strike after
+    // this returned, while the trainer moves onto the world (it asks again): until a world is
+    // adopted, the first regroup's deadline holds.
+    if (!regroup_deadline_) {
+      regroup_deadline_ = deadline_after(options.failure_timeout + options.join_timeout);
+    }
+    const Deadline deadline = *regroup_deadline_;
     for (;;) {
       try {
         return adopt(run, elastic_->regroup(reason, deadline), failed_at_step, started);
@@ -398,8 +405,9 @@ class ElasticRun final : public WorldSource {
   // The members of the world whose state ring_'s copies are, and of the one being moved onto.
   std::vector<std::string> adopted_members_;
   std::vector<std::string> adopting_members_;
-  std::optional<Regrouping> joining_;  // the running job's world this worker entered
-  Clock::time_point started_;          // of the change being adopted
+  std::optional<Deadline> regroup_deadline_;  // of the regroups since the world last adopted
+  std::optional<Regrouping> joining_;         // the running job's world this worker entered
+  Clock::time_point started_;                 // of the change being adopted
 };
 
 }  // namespace
