@@ -119,16 +119,17 @@ void expect_metrics_add_up(const fs::path& file) {
   }
 }
 
-// A job of `workers` shm workers training `tessera train -n <workers>` elastic in `dir`; worker
-// n0.w1 gets `signal` (SIGKILL, or SIGSTOP and never a SIGCONT) once the run has trained 50
-// steps. Returns what the job printed; checks its exit (0, or not 0 with expect_failure), the
-// metrics of a run that finished and /dev/shm, and removes what the job wrote there but the
-// checkpoints.
+// A job of `workers` shm workers training `tessera train -n <workers>` elastic in `dir`; the
+// workers named `victims` (n0.w1 alone unless said) get `signal` back to back (SIGKILL, or
+// SIGSTOP and never a SIGCONT) once the run has trained 50 steps. Returns what the job printed;
+// checks its exit (0, or not 0 with expect_failure), the metrics of a run that finished and
+// /dev/shm, and removes what the job wrote there but the checkpoints.
 std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
                              bool expect_failure = false,
                              const fs::path& dir = fs::temp_directory_path() /
                                                    ("tessera-elastic-shm-" +
                                                     std::to_string(::getpid())),
+                             const std::vector<std::string>& victims = {"n0.w1"},
                              int signal = SIGKILL) {
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -149,26 +150,30 @@ std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
   });
 
   // Every process of the job (launcher, workers, a replacement), seen while it runs: the names
-  // it may leave in /dev/shm carry their pids. Kill worker n0.w1 (world rank 1) once the run
-  // has trained 50 steps.
+  // it may leave in /dev/shm carry their pids. Kill the victims once the run has trained 50
+  // steps.
   std::set<pid_t> job_processes;
   const auto give_up = std::chrono::steady_clock::now() + 120s;
-  pid_t victim = -1;
+  bool killed = false;
   while (!job_over) {
     job_processes.merge(processes_with({tag}));
-    if (victim < 0 && std::chrono::steady_clock::now() < give_up &&
+    if (!killed && std::chrono::steady_clock::now() < give_up &&
         lines_of(dir / "metrics.jsonl") >= 50) {
-      // Only a worker of this job: it inherited the tag.
-      victim = process_with({"TESSERA_WORKER_ID=n0.w1", tag});
-      if (victim > 0) {
-        EXPECT_EQ(::kill(victim, signal), 0);
+      killed = true;
+      for (const auto& id : victims) {
+        // Only a worker of this job: it inherited the tag.
+        const pid_t victim = process_with({"TESSERA_WORKER_ID=" + id, tag});
+        EXPECT_GT(victim, 0) << "worker " << id << " was gone before its kill";
+        if (victim > 0) {
+          EXPECT_EQ(::kill(victim, signal), 0);
+        }
       }
     }
     std::this_thread::sleep_for(20ms);  // the poll's period: the job says nothing when it is done
   }
   job.join();
-  if (victim <= 0) {
-    ADD_FAILURE() << "the job never reached step 50 (or its worker n0.w1 was gone)";
+  if (!killed) {
+    ADD_FAILURE() << "the job never reached step 50";
   }
   EXPECT_GE(job_processes.size(), static_cast<std::size_t>(workers) + 1) << "launcher and workers";
 
@@ -204,7 +209,8 @@ TEST(ElasticOverShm, AWorkerStoppedForeverIsDroppedAndTheJobStillEnds) {
   const auto started = std::chrono::steady_clock::now();
   const auto out = run_and_kill_one(
       "--train.epochs=1", 3, false,
-      fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())), SIGSTOP);
+      fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())), {"n0.w1"},
+      SIGSTOP);
   fs::remove_all(fs::temp_directory_path() / ("tessera-elastic-shm-" + std::to_string(::getpid())));
   EXPECT_NE(out.find(" generation 2: 2 worker(s); left n0.w1; joined -; failed at step"),
             std::string::npos)
@@ -235,6 +241,30 @@ TEST(ElasticOverShm, AKilledWorkersShardComesBackFromItsCopyOnAnotherRank) {
   std::printf("failed at step %ld, going on from step %ld\n", failed, resumed);
   EXPECT_GE(resumed, 0) << out;
   EXPECT_LE(failed - resumed, 1) << out;  // the promise: at most one step lost
+  EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
+}
+
+// Two of four zero2 workers killed back to back: the second dies while the survivors regroup
+// after the first (or just before), and the regroup takes it in. Their shards come back from
+// the copies the survivors hold (the ring 0 -> 1 -> 2 -> 3 keeps w1's on w2 and w3's on w0), and
+// the run ends at two workers.
+TEST(ElasticOverShm, ASecondWorkerKilledDuringTheRegroupIsFoldedIntoIt) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-elastic-shm-twice-" + std::to_string(::getpid()));
+  const auto out = run_and_kill_one("--train.epochs=1 --train.strategy=zero2", 4, false, dir,
+                                    {"n0.w1", "n0.w3"});
+  fs::remove_all(dir);
+  for (const auto& id : {"n0.w1", "n0.w3"}) {
+    EXPECT_NE(out.find(std::string("elastic: worker ") + id + " left:"), std::string::npos)
+        << id << "\n"
+        << out;
+  }
+  // The last world: the two survivors, rebuilt from memory.
+  const auto last = out.rfind(" generation ");
+  ASSERT_NE(last, std::string::npos) << out;
+  const auto line = out.substr(last, out.find('\n', last) - last);
+  EXPECT_NE(line.find(": 2 worker(s); left "), std::string::npos) << out;
+  EXPECT_NE(line.find("(memory)"), std::string::npos) << out;
   EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;
 }
 

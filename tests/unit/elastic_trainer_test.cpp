@@ -135,9 +135,12 @@ class RecordingStrategy final : public Strategy {
   }
   void load(const CheckpointReader& reader) override { inner_->load(reader); }
   void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state) override {
+    if (die_in_reconfigure_) throw Died{};
     ++generation_;
     inner_->reconfigure(std::move(world), state);
   }
+  // Dies in the first reconfiguration: while the survivors of a failure move onto their world.
+  void die_in_reconfigure() { die_in_reconfigure_ = true; }
   [[nodiscard]] DataParallelPlacement data_parallel_placement() const override {
     return inner_->data_parallel_placement();
   }
@@ -157,6 +160,7 @@ class RecordingStrategy final : public Strategy {
   std::int64_t die_evaluating_after_;
   JobProgress* progress_;
   bool copies_hold_everything_;
+  bool die_in_reconfigure_ = false;
   int generation_ = 0;
   int saves_ = 0;
   std::shared_ptr<ddp::DdpStrategy> inner_;
@@ -256,6 +260,10 @@ struct LateStarts {
   bool share_copies_on_host = true;  // ElasticOptions'; false sends every copy
   // Per worker: it dies in the evaluation after this step (0 or none: never).
   std::vector<std::int64_t> die_evaluating_after;
+  // Each worker's own max_workers (a `tessera launch --join -n 1` worker's is 1); empty: the
+  // number of workers.
+  std::vector<int> max_workers;
+  std::vector<int> die_in_reconfigure;  // workers that die in their first reconfiguration
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -283,8 +291,9 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         // failure_timeout for more (the settle time).
         auto elastic = make_elastic_world(
             transport, store,
-            elastic_options(workers, copies, late.min_workers, late.join_timeout,
-                            late.share_copies_on_host),
+            elastic_options(
+                late.max_workers.empty() ? workers : late.max_workers[static_cast<std::size_t>(w)],
+                copies, late.min_workers, late.join_timeout, late.share_copies_on_host),
             late.ids.empty() ? "w" + std::to_string(w) : late.ids[static_cast<std::size_t>(w)],
             testing::kTestTimeout);
         auto first = elastic->enter(deadline_after(testing::kTestTimeout));
@@ -293,6 +302,9 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
         outcome.strategy = std::make_shared<RecordingStrategy>(
             data, w, die_at[wi], &progress, late.copies_hold_everything,
             wi < late.die_evaluating_after.size() ? late.die_evaluating_after[wi] : 0);
+        if (std::ranges::count(late.die_in_reconfigure, w) != 0) {
+          outcome.strategy->die_in_reconfigure();
+        }
         TrainerComponents parts{first.world, testing::small_mlp(), momentum_sgd(),
                                 data,        outcome.strategy,     "ddp"};
         Trainer trainer(o, parts);
@@ -391,6 +403,56 @@ TEST(ElasticTrainer, AnEpochWhoseEvaluationAWorkerDiedInIsEvaluatedOnce) {
   EXPECT_EQ(evaluations, expected);
 }
 
+// Worker `newcomer`, admitted in the run's one world change (generation 2), went on from the
+// members' step with their state: the same steps, losses and parameters from there on, and every
+// one of `samples` samples trained once per epoch (2 epochs).
+void expect_newcomer_follows_the_members(const std::vector<WorkerOutcome>& outcomes,
+                                         std::size_t newcomer, std::size_t samples) {
+  const auto& members = outcomes[0].result;
+  ASSERT_EQ(members.world_events.size(), 1U);
+  const auto& event = members.world_events[0];
+  const auto& joiner = outcomes[newcomer].result;
+  ASSERT_EQ(joiner.world_events.size(), 1U);
+  EXPECT_EQ(joiner.world_events[0].generation, 2);
+  EXPECT_EQ(joiner.resumed_from_step, event.resumed_at_step);
+  EXPECT_EQ(joiner.steps, members.steps);
+  EXPECT_EQ(joiner.rank, static_cast<int>(newcomer));
+  const std::vector<double> after_admission(
+      members.losses.begin() + static_cast<std::ptrdiff_t>(event.resumed_at_step),
+      members.losses.end());
+  EXPECT_EQ(joiner.losses, after_admission);
+  for (std::size_t w = 1; w < outcomes.size(); ++w) {
+    EXPECT_EQ(outcomes[w].strategy->parameters(), outcomes[0].strategy->parameters())
+        << "worker " << w;
+  }
+  EXPECT_EQ(counted_samples(outcomes, members.world_events, samples), std::vector<int>(samples, 2));
+}
+
+// A second failure while the survivors of the first move onto their new world: worker 2 dies
+// in step 4, worker 1 while the state is being rebuilt. Worker 0 folds the second failure into
+// the regroup and trains on alone, every sample once per epoch.
+TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  constexpr std::int64_t kDieAt = 4;
+  LateStarts late;
+  late.die_in_reconfigure = {1};
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[1].died);
+  ASSERT_TRUE(outcomes[2].died);
+  const auto& result = outcomes[0].result;
+  ASSERT_EQ(result.world_events.size(), 1U);
+  const auto& event = result.world_events[0];
+  EXPECT_EQ(event.world_size, 1);
+  EXPECT_EQ(event.left, (std::vector<std::string>{"w1", "w2"}));
+  EXPECT_EQ(event.state_from, "memory");
+  EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
+  // Epoch 1: 3 steps of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.
+  EXPECT_EQ(result.steps, 3 + 6 + 15);
+  EXPECT_EQ(result.ranks.size(), 1U);
+  EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
+}
+
 TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
   LateStarts late;
@@ -411,21 +473,7 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   EXPECT_GE(event.resumed_at_step, 3);
   EXPECT_EQ(members.ranks.size(), 3U);
 
-  // The newcomer went on from the members' step with their state: the same steps, losses and
-  // parameters from there on.
-  const auto& joiner = outcomes[2].result;
-  ASSERT_EQ(joiner.world_events.size(), 1U);
-  EXPECT_EQ(joiner.world_events[0].generation, 2);
-  EXPECT_EQ(joiner.resumed_from_step, event.resumed_at_step);
-  EXPECT_EQ(joiner.steps, members.steps);
-  EXPECT_EQ(joiner.rank, 2);
-  const std::vector<double> after_admission(
-      members.losses.begin() + static_cast<std::ptrdiff_t>(event.resumed_at_step),
-      members.losses.end());
-  EXPECT_EQ(joiner.losses, after_admission);
-  EXPECT_EQ(outcomes[2].strategy->parameters(), outcomes[0].strategy->parameters());
-  EXPECT_EQ(outcomes[1].strategy->parameters(), outcomes[0].strategy->parameters());
-  EXPECT_EQ(counted_samples(outcomes, members.world_events, 480), std::vector<int>(480, 2));
+  expect_newcomer_follows_the_members(outcomes, 2, 480);
 
   // A worker that comes after the run ended is told so instead of starting one of its own.
   auto late_worker = make_elastic_world(local_transport(), late.store, elastic_options(3, 1), "w3",
@@ -433,6 +481,48 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   const auto entered = late_worker->enter(deadline_after(testing::kTestTimeout));
   EXPECT_TRUE(entered.finished);
   EXPECT_EQ(entered.world, nullptr);
+}
+
+// A `tessera launch --elastic --join -n 1` worker counts only itself: its own max_workers is 1.
+// The room it sees in the job, and so whether it takes part in the members' per-step question
+// about newcomers, must be the job's, or its collectives fall out of step with theirs.
+TEST(ElasticTrainer, ANewcomerStartedWithASmallerMaxWorkersKeepsInStepWithTheJobsLimits) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.max_workers = {4, 4, 1};
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  EXPECT_EQ(outcomes[0].result.world_events.at(0).joined, std::vector<std::string>{"w2"});
+  expect_newcomer_follows_the_members(outcomes, 2, 480);
+}
+
+// A newcomer that dies right after its admission, while the members move onto the world that
+// takes it in: the members regroup without it and go on from the state they held, every sample
+// once per epoch.
+TEST(ElasticTrainer, ANewcomerKilledRightAfterItsAdmissionLeavesTheMembersTraining) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.die_in_reconfigure = {2};
+  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[2].died);
+  for (std::size_t w = 0; w < 2; ++w) {
+    const auto& result = outcomes[w].result;
+    ASSERT_FALSE(result.world_events.empty()) << "worker " << w;
+    const auto& last = result.world_events.back();
+    EXPECT_EQ(last.world_size, 2) << "worker " << w;
+    EXPECT_TRUE(last.left.empty()) << "worker " << w;  // both members of the world adopted last
+    EXPECT_EQ(last.state_from, "memory") << "worker " << w;
+    EXPECT_EQ(result.ranks.size(), 2U) << "worker " << w;
+  }
+  EXPECT_EQ(outcomes[0].result.losses, outcomes[1].result.losses);
+  EXPECT_EQ(outcomes[0].strategy->parameters(), outcomes[1].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, outcomes[0].result.world_events, 480),
+            std::vector<int>(480, 2));
 }
 
 // `ranks` ranks resume from the newest checkpoint in `folder` and train up to max_steps (0: the

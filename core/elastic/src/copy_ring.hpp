@@ -122,6 +122,8 @@ class CopyRing {
                const TrainingPosition& position);
   // Whether the copies are the strategy's live state (no side channel, no saves).
   [[nodiscard]] bool replicated_state() const noexcept { return live_; }
+  // This rank's rank in the world whose state the copies are of; -1 before the first refresh.
+  [[nodiscard]] int rank_of_copies() const noexcept { return own_.empty() ? -1 : rank_; }
 
   // Collective over `world`, the next world; previous_rank[r] is new rank r's rank in the world
   // of the refreshes, -1 for a newcomer (which holds nothing). Every rank returns the same

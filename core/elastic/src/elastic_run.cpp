@@ -3,9 +3,11 @@
 // below min_workers (docs/training.md, "Elastic training").
 #include "tessera/elastic/elastic_run.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -100,9 +102,15 @@ class ElasticRun final : public WorldSource {
   ElasticRun(std::shared_ptr<ElasticWorld> elastic, const Regrouping& entered,
              bool replicated_state)
       : elastic_(std::move(elastic)),
-        ring_(elastic_->options().copies, elastic_->failure_domain(), replicated_state,
-              elastic_->options().share_copies_on_host) {
-    if (entered.joins_running_job()) joining_ = entered;
+        replicated_state_(replicated_state),
+        ring_(new_ring()),
+        copies_generation_(entered.generation),
+        adopting_generation_(entered.generation) {
+    if (entered.joins_running_job()) {
+      joining_ = entered;
+    } else {
+      adopted_members_ = entered.members;
+    }
   }
 
   std::shared_ptr<Communicator> setup_world(std::shared_ptr<Communicator> given) override {
@@ -113,7 +121,16 @@ class ElasticRun final : public WorldSource {
   [[nodiscard]] bool joins_running_run() const override { return joining_.has_value(); }
 
   std::optional<WorldChange> start(RunControl& run, const TrainingPosition& at) override {
-    if (joining_) return adopt(run, *std::exchange(joining_, std::nullopt), -1, Clock::now());
+    if (joining_) {
+      const auto started = Clock::now();
+      try {
+        return adopt(run, *std::exchange(joining_, std::nullopt), -1, started);
+      } catch (const TransportError& e) {
+        return regroup_and_adopt(run, e.what(), -1, started);
+      } catch (const Timeout& e) {
+        return regroup_and_adopt(run, e.what(), -1, started);
+      }
+    }
     refresh(run, at, true);  // the first copies, and the side channel they travel on
     return std::nullopt;
   }
@@ -142,21 +159,26 @@ class ElasticRun final : public WorldSource {
         dynamic_cast<const Timeout*>(&failure) == nullptr) {
       throw;  // NOLINT(misc-throw-by-value-catch-by-reference): the failure being handled
     }
-    const auto started = Clock::now();
     const trace::Span span("elastic_recovery", "run", {{"step", at.step}});
-    const auto& options = elastic_->options();
-    // Below min_workers the survivors wait for newcomers up to join_timeout.
-    return adopt(run,
-                 elastic_->regroup(failure.what(),
-                                   deadline_after(options.failure_timeout + options.join_timeout)),
-                 at.step, started);
+    return regroup_and_adopt(run, failure.what(), at.step, Clock::now());
   }
 
   void adopted(RunControl& run, const TrainingPosition& at, WorldEvent* event) override {
-    // The copies of the old world are no use any more; the new world's are made at once, so that
-    // a second failure right away finds them.
-    ring_.clear();
-    refresh(run, at, true);
+    // The new world's copies are made at once, so that a second failure right away finds them.
+    // Until every part of them is made, the old world's stay: a member that dies during this
+    // first refresh leaves the others the copies they recovered from.
+    auto old_ring = std::exchange(ring_, new_ring());
+    try {
+      refresh(run, at, true);
+    } catch (...) {
+      ring_->clear();
+      ring_ = std::move(old_ring);
+      throw;
+    }
+    old_ring->clear();
+    copies_generation_ = adopting_generation_;
+    adopted_members_ = std::move(adopting_members_);
+    regroup_deadline_.reset();
     if (event == nullptr) return;
     event->seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     if (run.world()->rank() == 0) print_event(*event);
@@ -172,13 +194,78 @@ class ElasticRun final : public WorldSource {
   // force); for a strategy with replicated state, notes the step its live state is of, every
   // time (nothing is copied).
   void refresh(RunControl& run, const TrainingPosition& at, bool force) {
-    if (ring_.replicated_state()) {
-      ring_.refresh(run.strategy(), run.world(), ring_position(at));
+    if (ring_->replicated_state()) {
+      ring_->refresh(run.strategy(), run.world(), ring_position(at));
       return;
     }
     if (!force && at.step % elastic_->options().copy_every != 0) return;
     const trace::Span span("copy_refresh", "run", {{"step", at.step}});
-    ring_.refresh(run.strategy(), elastic_->side_channel(), ring_position(at));
+    ring_->refresh(run.strategy(), elastic_->side_channel(), ring_position(at));
+  }
+
+  [[nodiscard]] std::unique_ptr<elastic::CopyRing> new_ring() const {
+    const auto& options = elastic_->options();
+    return std::make_unique<elastic::CopyRing>(options.copies, elastic_->failure_domain(),
+                                               replicated_state_, options.share_copies_on_host);
+  }
+
+  // Regroups the survivors after `reason` and moves onto their world. A member that fails while
+  // that world is connected or the state is gathered (a second failure, a newcomer killed right
+  // after its admission) is folded in: the others regroup again without it, until the deadline
+  // (failure_timeout + join_timeout, within which the below-min_workers stop also falls).
+  WorldChange regroup_and_adopt(RunControl& run, std::string reason, std::int64_t failed_at_step,
+                                Clock::time_point started) {
+    const auto& options = elastic_->options();
+    // One bound for a failure and every failure folded into it, also those that strike after
+    // this returned, while the trainer moves onto the world (it asks again): until a world is
+    // adopted, the first regroup's deadline holds.
+    if (!regroup_deadline_) {
+      regroup_deadline_ = deadline_after(options.failure_timeout + options.join_timeout);
+    }
+    const Deadline deadline = *regroup_deadline_;
+    for (;;) {
+      try {
+        return adopt(run, elastic_->regroup(reason, deadline), failed_at_step, started);
+      } catch (const TransportError& e) {
+        if (Clock::now() >= deadline) throw;
+        reason = e.what();
+      } catch (const Timeout& e) {
+        if (Clock::now() >= deadline) throw;
+        reason = e.what();
+      }
+    }
+  }
+
+  // For each rank of `world`, its rank in the world whose state the copies are of (-1: it holds
+  // none, a newcomer). Asked of the ranks themselves rather than read from the membership:
+  // generations formed in between that failed before they were adopted (a member died while
+  // they connected or gathered the state) hold no state and do not count.
+  [[nodiscard]] std::vector<int> ranks_in_copied_world(RunControl& run, Communicator& world) const {
+    std::int64_t mine[2] = {ring_->rank_of_copies() < 0 ? -1 : copies_generation_,
+                            ring_->rank_of_copies()};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world.size()));
+    all_gather_host(world, run.memory(), {mine, 2, DType::i64, Device::cpu()},
+                    {all.data(), all.size(), DType::i64, Device::cpu()});
+    std::int64_t newest = -1;
+    for (std::size_t r = 0; r < all.size(); r += 2) newest = std::max(newest, all[r]);
+    std::vector<int> ranks;
+    for (std::size_t r = 0; r < all.size(); r += 2) {
+      // A copy of an older world than the others' is no part of the state they go on from.
+      ranks.push_back(all[r] == newest && newest >= 0 ? static_cast<int>(all[r + 1]) : -1);
+    }
+    return ranks;
+  }
+
+  // Who left since the world last adopted, through every generation formed in between (a
+  // newcomer adopted none, and a worker left out of the world knows none of its members: the
+  // membership's previous world).
+  [[nodiscard]] std::vector<std::string> left_since_adopted(const Regrouping& regroup) const {
+    if (adopted_members_.empty() || regroup.members.empty()) return regroup.left;
+    std::vector<std::string> left;
+    for (const auto& id : adopted_members_) {
+      if (std::ranges::count(regroup.members, id) == 0) left.push_back(id);
+    }
+    return left;
   }
 
   // The change onto `regroup`'s world, the members and newcomers of it together: the state of
@@ -192,14 +279,17 @@ class ElasticRun final : public WorldSource {
           std::to_string(regroup.generation));
     }
     started_ = started;
+    adopting_generation_ = regroup.generation;
     const auto& options = elastic_->options();
     WorldEvent event;
     event.failed_at_step = failed_at_step;
     event.generation = regroup.generation;
-    event.left = regroup.left;
+    adopting_members_ = regroup.members;
+    event.left = left_since_adopted(regroup);
     event.joined = regroup.joined;
     event.world_size = regroup.world->size();
-    const auto recovered = ring_.recover(*regroup.world, regroup.previous_rank, run.strategy());
+    regroup.previous_rank = ranks_in_copied_world(run, *regroup.world);
+    const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
     if (recovered.state) {
       event.state_from = "memory";
       return {regroup.world, recovered.state, run_position(recovered.position), std::move(event)};
@@ -232,13 +322,14 @@ class ElasticRun final : public WorldSource {
     const auto& options = elastic_->options();
     const auto& dir = run.checkpoint_dir();
     const auto seconds = std::chrono::duration<double>(options.join_timeout).count();
+    const auto left = left_since_adopted(regroup);
     const std::string why =
         "elastic: the run stopped" +
         (failed_at_step >= 0 ? " after step " + std::to_string(failed_at_step) : std::string()) +
         ": " +
         (regroup.world ? std::to_string(regroup.world->size()) + " worker(s) left"
                        : std::string("too few workers left")) +
-        (regroup.left.empty() ? std::string() : " (gone: " + listed(regroup.left) + ")") +
+        (left.empty() ? std::string() : " (gone: " + listed(left) + ")") +
         ", fewer than min_workers = " + std::to_string(options.min_workers) +
         ", and no newcomer came within join_timeout = " + format_number(seconds) + " s; ";
     const std::string next_time =
@@ -267,7 +358,8 @@ class ElasticRun final : public WorldSource {
     };
     std::string outcome;
     try {
-      const auto recovered = ring_.recover(*regroup.world, regroup.previous_rank, run.strategy());
+      const auto recovered = ring_->recover(
+          *regroup.world, ranks_in_copied_world(run, *regroup.world), run.strategy());
       if (!recovered.state) {
         outcome = why + "no consistent checkpoint could be made from memory: " +
                   lost_state(recovered, options.copies) + "; " + newest_checkpoint_note(dir) +
@@ -306,9 +398,16 @@ class ElasticRun final : public WorldSource {
   }
 
   std::shared_ptr<ElasticWorld> elastic_;
-  elastic::CopyRing ring_;
-  std::optional<Regrouping> joining_;  // the running job's world this worker entered
-  Clock::time_point started_;          // of the change being adopted
+  bool replicated_state_;
+  std::unique_ptr<elastic::CopyRing> ring_;
+  std::int64_t copies_generation_;    // of the world whose state ring_'s copies are
+  std::int64_t adopting_generation_;  // of the world being moved onto
+  // The members of the world whose state ring_'s copies are, and of the one being moved onto.
+  std::vector<std::string> adopted_members_;
+  std::vector<std::string> adopting_members_;
+  std::optional<Deadline> regroup_deadline_;  // of the regroups since the world last adopted
+  std::optional<Regrouping> joining_;         // the running job's world this worker entered
+  Clock::time_point started_;                 // of the change being adopted
 };
 
 }  // namespace

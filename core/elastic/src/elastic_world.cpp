@@ -25,12 +25,16 @@ std::string failure_domain_of(const std::string& worker_id) {
 
 bool Regrouping::joins_running_job() const {
   if (!world) return false;
-  const bool members =
+  const bool members_hold_state =
       std::any_of(previous_rank.begin(), previous_rank.end(), [](int rank) { return rank >= 0; });
-  return members && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
+  return members_hold_state && previous_rank.at(static_cast<std::size_t>(world->rank())) < 0;
 }
 
 namespace {
+
+// A world of live members connects in well under a second; this much is allowed however short
+// failure_timeout is.
+constexpr Duration kLeastConnectTimeout{2000};
 
 std::string listed(const std::vector<std::string>& ids) {
   std::string text;
@@ -84,7 +88,7 @@ class MembershipWorld final : public ElasticWorld {
     {
       std::lock_guard lock(mutex_);
       TESSERA_CHECK(view_.is_member(), "elastic: newcomers_waiting before enter");
-      if (view_.size() >= options_.max_workers) return false;
+      if (view_.size() >= view_.limits.max_workers) return false;
       world = world_;
       waiting = joiners_seen_for_.load() == view_.generation ? 1 : 0;
     }
@@ -163,6 +167,7 @@ class MembershipWorld final : public ElasticWorld {
       return out;
     }
     out.joined = view.joined;
+    out.members = view.members;
     const auto previous =
         view.generation > 1 ? membership_.world(view.generation - 1) : std::nullopt;
     for (const auto& member : view.members) {
@@ -182,19 +187,36 @@ class MembershipWorld final : public ElasticWorld {
         }
       }
     }
+    // This worker is a member of the new generation from now on, connected or not: should a
+    // member die before it connects, the next regroup forms the generation after it.
+    const auto generation = view.generation;
+    const int rank = *view.rank;
+    const int size = view.size();
+    {
+      std::lock_guard lock(mutex_);
+      world_.reset();
+      side_.reset();
+      aborted_ = true;  // nothing for the watcher to abort until the world is connected
+      view_ = std::move(view);
+    }
     // Each generation meets under its own prefix: no key of a world that failed is read again.
-    auto rendezvous =
-        std::make_shared<PrefixStore>("gen/" + std::to_string(view.generation), store_);
-    out.world = transport_->connect(std::move(rendezvous), *view.rank, view.size(), timeout_);
+    auto rendezvous = std::make_shared<PrefixStore>("gen/" + std::to_string(generation), store_);
+    out.world = transport_->connect(std::move(rendezvous), rank, size, connect_timeout());
     {
       std::lock_guard lock(mutex_);
       world_ = out.world;
-      side_.reset();
       aborted_ = false;
-      view_ = std::move(view);
     }
     wake_.notify_all();
     return out;
+  }
+
+  // Every member of a generation was alive and ready when it was formed, so its world connects
+  // within moments; one that dies before it attaches would otherwise hold the others for the
+  // transport's whole timeout. failure_timeout bounds the wait: a Timeout then makes the
+  // survivors regroup without it.
+  [[nodiscard]] Duration connect_timeout() const {
+    return std::min(timeout_, std::max(options_.failure_timeout, kLeastConnectTimeout));
   }
 
   // Aborts the current world once a member's lease is gone, so that nobody waits on it for the
@@ -210,7 +232,7 @@ class MembershipWorld final : public ElasticWorld {
       std::string reason;
       try {
         // Rank 0 looks for newcomers; it tells the others at the next step boundary.
-        if (view.rank == 0 && view.size() < options_.max_workers) {
+        if (view.rank == 0 && view.size() < view.limits.max_workers) {
           if (membership_.joiners_waiting(view.generation)) joiners_seen_for_ = view.generation;
         }
         if (membership_.lease_lost()) {

@@ -80,17 +80,40 @@ std::vector<std::string> split_ids(std::string_view text) {
 
 // The last line of a world formed below min_workers (WorldView::stopping).
 constexpr std::string_view kStoppingLine = "stop=below_min_workers\n";
+constexpr std::string_view kLimitsField = "limits=";
 
 std::string encode_world(const std::vector<std::string>& members,
-                         const std::vector<std::string>& joined, bool stopping = false) {
+                         const std::vector<std::string>& joined, const JobLimits& limits,
+                         bool stopping = false) {
   return "members=" + join_ids(members, ",") + "\njoined=" + join_ids(joined, ",") + "\n" +
+         std::string(kLimitsField) + std::to_string(limits.min_workers) + "," +
+         std::to_string(limits.max_workers) + "\n" +
          (stopping ? std::string(kStoppingLine) : std::string());
+}
+
+// "limits=MIN,MAX": both whole numbers with 1 <= MIN <= MAX.
+std::optional<JobLimits> decode_limits(std::string_view text) {
+  const auto comma = text.find(',');
+  if (comma == std::string_view::npos) return std::nullopt;
+  JobLimits limits;
+  const auto number = [](std::string_view digits, int& value) {
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return ec == std::errc() && end == digits.data() + digits.size();
+  };
+  if (!number(text.substr(0, comma), limits.min_workers) ||
+      !number(text.substr(comma + 1), limits.max_workers) || limits.min_workers < 1 ||
+      limits.max_workers < limits.min_workers) {
+    return std::nullopt;
+  }
+  return limits;
 }
 
 // A generation stored as this value ends the job (Membership::finish).
 constexpr std::string_view kFinishedWorld = "finished\n";
 
-WorldView decode_world(std::int64_t generation, const std::string& value, const std::string& self) {
+// `own`: the limits of a world stored without them (by an older tessera).
+WorldView decode_world(std::int64_t generation, const std::string& value, const std::string& self,
+                       const JobLimits& own) {
   const auto malformed = [&] {
     return Error("membership: the store's key 'membership/" + world_key(generation) + "' holds '" +
                  value +
@@ -109,6 +132,15 @@ WorldView decode_world(std::int64_t generation, const std::string& value, const 
     if (!rest.starts_with(field) || end == std::string_view::npos) throw malformed();
     auto ids = split_ids(rest.substr(field.size(), end - field.size()));
     (field == "members=" ? view.members : view.joined) = std::move(ids);
+    rest.remove_prefix(end + 1);
+  }
+  view.limits = own;
+  if (rest.starts_with(kLimitsField)) {
+    const auto end = rest.find('\n');
+    if (end == std::string_view::npos) throw malformed();
+    const auto limits = decode_limits(rest.substr(kLimitsField.size(), end - kLimitsField.size()));
+    if (!limits) throw malformed();
+    view.limits = *limits;
     rest.remove_prefix(end + 1);
   }
   if (rest == kStoppingLine) {
@@ -248,7 +280,8 @@ std::optional<WorldView> Membership::stored_world(std::int64_t generation) {
   const auto key = world_key(generation);
   if (!store_->check(key)) return std::nullopt;
   // Worlds are never removed: the get returns at once.
-  return decode_world(generation, store_->get(key, options_.failure_timeout), options_.worker_id);
+  return decode_world(generation, store_->get(key, options_.failure_timeout), options_.worker_id,
+                      {options_.min_workers, options_.max_workers});
 }
 
 void Membership::advance_generation_pointer(std::int64_t generation) {
@@ -327,7 +360,7 @@ std::vector<std::string> Membership::departed(const WorldView& world) {
 bool Membership::joiners_waiting(std::int64_t current) {
   throw_if_lease_lost();
   const auto world = stored_world(current);
-  if (!world || world->size() >= options_.max_workers) return false;
+  if (!world || world->size() >= world->limits.max_workers) return false;
   const auto ready = listed_ids(*store_, ready_prefix(current + 1));
   return std::any_of(ready.begin(), ready.end(),
                      [](const auto& entry) { return entry.second == kNewcomerRole; });
@@ -366,8 +399,12 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
                                          : std::nullopt;
   const std::set<std::string> failed_ids(failed.begin(), failed.end());
   const auto settle_end = std::min(start + options_.settle_time, deadline);
-  const auto min_workers = static_cast<std::size_t>(options_.min_workers);
-  const auto max_workers = static_cast<std::size_t>(options_.max_workers);
+  // The job's limits are its first world's, whatever a later worker was started with (a --join
+  // launcher's workers count only themselves): every member must see the same room.
+  const JobLimits limits =
+      previous ? previous->limits : JobLimits{options_.min_workers, options_.max_workers};
+  const auto min_workers = static_cast<std::size_t>(limits.min_workers);
+  const auto max_workers = static_cast<std::size_t>(limits.max_workers);
   std::optional<std::string> seen_changes;
   // Each member's beat counter as this worker last saw it change, and when: one whose counter
   // stood still for regroup_silence while the others regroup is not waited for (its lease may
@@ -435,7 +472,7 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
         members.push_back(worker);
         joined.push_back(worker);
       }
-      (void)store_->compare_set(world_key(generation), "", encode_world(members, joined));
+      (void)store_->compare_set(world_key(generation), "", encode_world(members, joined, limits));
       store_->add(changes_key(generation), 1);
       continue;  // adopt what is stored, ours or not
     }
@@ -450,7 +487,7 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
         if (it != ready.end() && it->second == kMemberRole) members.push_back(member);
       }
       if (!members.empty()) {
-        (void)store_->compare_set(world_key(generation), "", encode_world(members, {}, true));
+        (void)store_->compare_set(world_key(generation), "", encode_world(members, {}, limits, true));
         store_->add(changes_key(generation), 1);
         continue;  // adopt what is stored, ours or not
       }
@@ -461,20 +498,20 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
       if (!survivors_of) store_->remove(ready_key);
       if (may_propose) {
         throw Timeout("membership: generation " + g_text(generation) +
-                      " needs min_workers = " + std::to_string(options_.min_workers) +
+                      " needs min_workers = " + std::to_string(limits.min_workers) +
                       " but only " + std::to_string(ready.size()) + " worker(s) are ready (" +
                       describe(ready_ids) + "; alive but not ready: " + describe(awaited) +
                       ") after waiting " + std::to_string(ms_since(start)) +
                       " ms for more; start more workers (tessera launch --join) or lower "
                       "--min-workers ([elastic] min_workers)");
       }
-      const bool full = previous->size() >= options_.max_workers;
+      const bool full = previous->size() >= limits.max_workers;
       throw Timeout(
           "membership: worker '" + id + "' was not admitted within " +
           std::to_string(ms_since(start)) + " ms: generation " + g_text(generation - 1) +
           " runs with " + std::to_string(previous->size()) + " member(s) (" +
           describe(previous->members) +
-          ") of max_workers = " + std::to_string(options_.max_workers) +
+          ") of max_workers = " + std::to_string(limits.max_workers) +
           (full ? ", so there is no room until one leaves; raise --max-workers "
                   "([elastic] max_workers) to let more in"
                 : ", and they formed no next world; members admit newcomers at step boundaries "

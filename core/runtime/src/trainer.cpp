@@ -652,11 +652,23 @@ TrainResult Trainer::train(bool resume) {
       return std::move(run.result);
     } catch (const Error& e) {
       if (recorder_) recorder_->set_active(true);  // what follows a failure is always recorded
-      if (apply(run, source_->failed(*control_, e, run.at)) == AfterStep::left) {
+      if (go_on_after(run, e) == AfterStep::left) {
         throw TrainingError(std::string("this rank was left out of the run's new world after: ") +
                             e.what());
       }
     }
+  }
+}
+
+Trainer::AfterStep Trainer::go_on_after(Run& run, const Error& failure) {
+  // Called inside the handler of `failure`: the source rethrows what it cannot go on from.
+  auto change = source_->failed(*control_, failure, run.at);
+  try {
+    return apply(run, std::move(change));
+  } catch (const Error& again) {
+    // The new world failed too while the run moved onto it (a member died during the
+    // reconfiguration or the first copies): the source is asked again.
+    return go_on_after(run, again);
   }
 }
 

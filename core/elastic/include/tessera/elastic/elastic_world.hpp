@@ -20,7 +20,8 @@ struct Regrouping {
   std::int64_t generation = 0;
   // For each rank of the new world, its rank in the previous one; -1 for a newcomer.
   std::vector<int> previous_rank;
-  std::vector<std::string> left;    // worker ids of the previous world not in this one
+  std::vector<std::string> members;  // worker ids, in rank order
+  std::vector<std::string> left;     // worker ids of the previous world not in this one
   std::vector<std::string> joined;  // newcomers
   // The job's run ended (ElasticWorld::finish) before this worker got into a world.
   bool finished = false;

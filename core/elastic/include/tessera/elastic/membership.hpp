@@ -43,6 +43,13 @@ struct MembershipOptions {
 // beating from its own thread and is waited for up to settle_time as before.
 [[nodiscard]] Duration regroup_silence(const MembershipOptions& options);
 
+// The bounds on a job's world size. The first world's are the job's: every later world is
+// stored with them, so that every member, however it was started, sees the same room.
+struct JobLimits {
+  int min_workers = 1;
+  int max_workers = 1;
+};
+
 // One generation's world as stored: the same on every worker.
 struct WorldView {
   std::int64_t generation = 0;
@@ -58,6 +65,8 @@ struct WorldView {
   // this generation. Its members only save the state; nobody is admitted to it or after it
   // (join() returns it, without a rank, to a newcomer).
   bool stopping = false;
+  // The job's, as its first world was formed with (MembershipOptions of whoever formed it).
+  JobLimits limits;
 
   [[nodiscard]] bool is_member() const noexcept { return rank.has_value(); }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(members.size()); }

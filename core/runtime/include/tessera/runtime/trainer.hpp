@@ -86,6 +86,9 @@ class Trainer {
   void finish(Run& run);
   // Moves the run onto `change` (see set_world_source).
   AfterStep apply(Run& run, WorldChange change);
+  // Inside the handler of `failure`: the world the source hands, applied; a failure while it is
+  // applied goes back to the source in turn.
+  AfterStep go_on_after(Run& run, const Error& failure);
   void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state);
   void save_checkpoint(const TrainingPosition& next, TrainResult& result);
   void evaluate_into(Run& run, std::int64_t epoch);

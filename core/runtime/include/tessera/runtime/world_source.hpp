@@ -118,8 +118,10 @@ class WorldSource {
                                                                const TrainingPosition& next,
                                                                bool inside_epoch);
   // A step, or its checkpoint or evaluation, threw `failure` while the run was at `at` (the
-  // position after the last step that completed on this rank). Called inside the handler:
-  // returns the world to go on in, or rethrows (`throw;`), which the default does.
+  // position after the last step that completed on this rank); or moving onto the world a
+  // change handed did (a member of it failed during the reconfiguration or adopted()). Called
+  // inside the handler: returns the world to go on in, or rethrows (`throw;`), which the
+  // default does.
   [[nodiscard]] virtual WorldChange failed(RunControl& run, const Error& failure,
                                            const TrainingPosition& at);
   // The run moved onto a new world, whose position is `at`, and the strategy was reconfigured
