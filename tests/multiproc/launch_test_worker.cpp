@@ -41,12 +41,12 @@ int rendezvous(const tessera::LaunchInfo& info) {
   registry.scan(tessera::PluginRegistry::default_search_path());
   // The launcher's store as TESSERA_STORE_URL names it (tcp, etcd or file); the tcp store takes
   // its token from TESSERA_STORE_TOKEN.
-  const auto url = tessera::parse_store_url(info.store_url, "TESSERA_STORE_URL");
-  const auto defaults = registry.default_options(tessera::PluginKind::store, url.scheme);
+  const auto url = tessera::parse_store_url(registry, info.store_url, "TESSERA_STORE_URL");
+  const auto defaults = registry.default_options(tessera::PluginKind::store, url.store);
   auto values = defaults.values();
   for (const auto& [key, value] : url.plugin_options()) values[key] = value;
   auto store = registry.create<tessera::Store>(
-      url.scheme, tessera::Options(defaults.section(), defaults.specs(), values));
+      url.store, tessera::Options(defaults.section(), defaults.specs(), values));
   std::cout << "store " << url.text() << "\n";
   const auto arrived = store->add("arrived", 1);
   store->set("rank/" + std::to_string(info.rank), std::to_string(::getpid()));

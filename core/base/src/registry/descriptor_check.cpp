@@ -18,8 +18,11 @@ constexpr std::size_t kMaxAliases = 64;
 constexpr std::uint32_t kMaxOptions = 1024;
 
 // The sizes of ABI 2.0's descriptor and option entry: a plugin of this major has at least
-// these; a later minor appends fields, which this host does not read.
-constexpr std::size_t kV2_0Size = sizeof(tessera_plugin_descriptor);
+// these; a later minor appends fields, which a host reads only when struct_size covers them.
+constexpr std::size_t kV2_0Size = offsetof(tessera_plugin_descriptor, url_scheme);
+// ABI 2.4 appended a store's URL scheme and its factory.
+constexpr std::size_t kV2_4Size = offsetof(tessera_plugin_descriptor, create_url_scheme) +
+                                  sizeof(tessera_plugin_descriptor::create_url_scheme);
 constexpr std::size_t kV2_0OptionSize = sizeof(tessera_option_desc);
 
 std::string quoted(const char* text) {
@@ -56,6 +59,7 @@ class DescriptorCheck {
     info.options = check_options();
     info.capabilities = check_capabilities(info.kind);
     if (d_.create == nullptr) refuse("create is NULL: the plugin has no factory");
+    info.url_scheme = check_url_scheme(info.kind);
     return info;
   }
 
@@ -133,6 +137,31 @@ class DescriptorCheck {
     if ((c.devices & TESSERA_DEVICE_CPU) != 0) out.devices.push_back(DeviceType::cpu);
     if ((c.devices & TESSERA_DEVICE_CUDA) != 0) out.devices.push_back(DeviceType::cuda);
     return out;
+  }
+
+  // "" for a plugin older than ABI 2.4 (its descriptor ends before the field) or one that
+  // declares no scheme.
+  std::string check_url_scheme(PluginKind kind) const {
+    if (d_.struct_size < kV2_4Size) return {};
+    if ((d_.url_scheme == nullptr) != (d_.create_url_scheme == nullptr)) {
+      refuse(d_.url_scheme == nullptr
+                 ? std::string("url_scheme is NULL but create_url_scheme is set; declare both")
+                 : "url_scheme is " + quoted(d_.url_scheme) +
+                       " but create_url_scheme is NULL: nothing can read its URLs");
+    }
+    if (d_.url_scheme == nullptr) return {};
+    if (kind != PluginKind::store) {
+      refuse("url_scheme is " + quoted(d_.url_scheme) + ", but only a store is named by URL");
+    }
+    const std::string scheme(d_.url_scheme);
+    const bool valid =
+        !scheme.empty() && scheme.front() >= 'a' && scheme.front() <= 'z' &&
+        scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+-.") == std::string::npos;
+    if (!valid) {
+      refuse("url_scheme is " + quoted(d_.url_scheme) +
+             ": a scheme is a lower-case letter, then lower-case letters, digits, '+', '-', '.'");
+    }
+    return scheme;
   }
 
   PluginKind check_kind() const {

@@ -23,7 +23,10 @@
  * adds the strategy flag TESSERA_REPLICATED_STATE; a 2.1 host refuses a 2.2 plugin. ABI 2.3 lets a
  * strategy declare the devices its state may live on (TESSERA_DEVICE_*; none: the host's memory
  * only), so that a host refuses [runtime] device = cuda for a strategy that cannot keep its state
- * on a GPU before any rank starts; a 2.2 host refuses a 2.3 plugin.
+ * on a GPU before any rank starts; a 2.2 host refuses a 2.3 plugin. ABI 2.4 appends url_scheme and
+ * create_url_scheme: a store names the URL scheme it serves and reads its own URLs
+ * (store_url_scheme.hpp), so that the core knows no store's URL or options; a 2.3 host refuses a
+ * 2.4 plugin, and a 2.4 host loads a 2.3 store as one no URL names.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -35,7 +38,7 @@ extern "C" {
 #endif
 
 #define TESSERA_PLUGIN_ABI_MAJOR 2
-#define TESSERA_PLUGIN_ABI_MINOR 3
+#define TESSERA_PLUGIN_ABI_MINOR 4
 
 #define TESSERA_PLUGIN_ABI_STR2(x) #x
 #define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)
@@ -113,6 +116,13 @@ typedef struct tessera_plugin_descriptor {
   /* Creates the plugin object: returns a pointer to the kind's interface (tessera::Transport*
    * for "transport", ...) that the host owns, or NULL with *error set. */
   void* (*create)(const tessera_factory_args* args);
+  /* ABI 2.4, stores only. The scheme of the URLs that name this store ("etcd" for
+   * etcd://HOST:PORT, as `tessera launch --store` and TESSERA_STORE_URL write it): lower-case
+   * letters, digits, '+', '-', '.'; NULL for a store no URL names. Unique among loaded stores. */
+  const char* url_scheme;
+  /* ABI 2.4: creates the tessera::StoreUrlScheme* that reads this store's URLs, owned by the
+   * host; args->options is NULL. NULL exactly when url_scheme is. Errors as for create. */
+  void* (*create_url_scheme)(const tessera_factory_args* args);
 } tessera_plugin_descriptor;
 
 #ifdef __cplusplus
