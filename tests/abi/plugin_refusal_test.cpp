@@ -210,14 +210,14 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
     refused.push_back(failure.file.filename().string());
     EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
   }
-  EXPECT_EQ(refused, (std::vector<std::string>{
-                         "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
-                         "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
-                         "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
-                         "libnot_a_library.so", "liboptimizer_replicated_state.so",
-                         "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
-                         "libscheme_without_factory.so", "libwrong_build_id.so",
-                         "libwrong_kind.so"}));
+  EXPECT_EQ(refused,
+            (std::vector<std::string>{
+                "libabi_major_field_one.so", "libabi_major_three.so", "libabi_one.so",
+                "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
+                "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
+                "libnot_a_library.so", "liboptimizer_replicated_state.so",
+                "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
+                "libscheme_without_factory.so", "libwrong_build_id.so", "libwrong_kind.so"}));
 }
 
 TEST(PluginRefusal, AStoreBuiltForAbi2_3StillLoadsAndNoUrlNamesIt) {

@@ -306,21 +306,21 @@ TEST_P(Collectives, ANullBufferIsRefusedAtIssueTimeByEveryOperation) {
   };
   EXPECT_NE(refused([&] { (void)rank0.all_reduce(null, ReduceOp::sum); }).find("all_reduce: null"),
             std::string::npos);
-  EXPECT_NE(refused([&] { (void)rank0.reduce_scatter(host, null, ReduceOp::sum); })
-                .find("reduce_scatter: null"),
+  EXPECT_NE(refused([&] {
+              (void)rank0.reduce_scatter(host, null, ReduceOp::sum);
+            }).find("reduce_scatter: null"),
             std::string::npos);
   EXPECT_NE(refused([&] { (void)rank0.all_gather(null, host); }).find("all_gather: null"),
             std::string::npos);
-  EXPECT_NE(refused([&] { (void)rank0.all_gather(block, {nullptr, host.count, DType::f32, Device::cpu()}); })
-                .find("all_gather: null"),
+  EXPECT_NE(refused([&] {
+              (void)rank0.all_gather(block, {nullptr, host.count, DType::f32, Device::cpu()});
+            }).find("all_gather: null"),
             std::string::npos);
   EXPECT_NE(refused([&] { (void)rank0.broadcast(null, 0); }).find("broadcast: null"),
             std::string::npos);
   if (size() > 1) {
-    EXPECT_NE(refused([&] { (void)rank0.send(null, 1, 0); }).find("send: null"),
-              std::string::npos);
-    EXPECT_NE(refused([&] { (void)rank0.recv(null, 1, 0); }).find("recv: null"),
-              std::string::npos);
+    EXPECT_NE(refused([&] { (void)rank0.send(null, 1, 0); }).find("send: null"), std::string::npos);
+    EXPECT_NE(refused([&] { (void)rank0.recv(null, 1, 0); }).find("recv: null"), std::string::npos);
   }
 }
 

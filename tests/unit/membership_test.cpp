@@ -4,7 +4,6 @@
 //
 // Timing: a loaded machine makes threads late, never early. Lower bounds are asserted exactly,
 // upper bounds with kLate of room.
-#include "memory_store.hpp"
 #include "tessera/elastic/membership.hpp"
 
 #include <gtest/gtest.h>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "membership_test_support.hpp"
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {

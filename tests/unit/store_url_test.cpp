@@ -102,16 +102,17 @@ TEST(StoreUrl, MalformedUrlsAreRefusedNamingWhereTheyCameFrom) {
 
 TEST(StoreUrl, AnUnknownSchemeListsTheFormOfEveryStoreThatServesUrls) {
   const auto error = parse_error("redis://h:1");
-  EXPECT_TRUE(contains(error, "; write HOST:PORT or tcp://HOST:PORT (tessera's tcp store), "
-                              "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (an etcd v3 server"));
+  EXPECT_TRUE(contains(error,
+                       "; write HOST:PORT or tcp://HOST:PORT (tessera's tcp store), "
+                       "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (an etcd v3 server"));
   EXPECT_TRUE(contains(error, ", or file:///ABSOLUTE/PATH (a folder every host sees)"));
   // `memory` keeps its keys in one process: no URL names it.
   EXPECT_EQ(stores().find_url_scheme("memory"), nullptr);
 }
 
 TEST(StoreUrl, ForgettingAFileStoresJobRemovesItsFolder) {
-  const auto root = std::filesystem::temp_directory_path() /
-                    ("tessera-store-url-" + std::to_string(::getpid()));
+  const auto root =
+      std::filesystem::temp_directory_path() / ("tessera-store-url-" + std::to_string(::getpid()));
   const auto job = parse_store_url("file://" + root.string(), "--store").for_job("j1");
   const auto defaults = stores().default_options(PluginKind::store, job.store);
   auto values = defaults.values();
@@ -137,8 +138,8 @@ TEST(StoreUrl, ForgettingAJobByDefaultRemovesEveryKeyOfItsNamespace) {
   other_job.set("nodes/0", "there");
   job.forget_job(this_job);
   EXPECT_TRUE(this_job.list("").empty());
-  EXPECT_EQ(other_job.list(""), (std::vector<std::pair<std::string, std::string>>{
-                                    {"nodes/0", "there"}}));
+  EXPECT_EQ(other_job.list(""),
+            (std::vector<std::pair<std::string, std::string>>{{"nodes/0", "there"}}));
 }
 
 TEST(StoreUrl, JobIdsAreNamesOfOneSegment) {

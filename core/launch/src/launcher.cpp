@@ -87,8 +87,8 @@ std::shared_ptr<Store> external_store(const PluginRegistry& registry, const Laun
   } catch (const PluginError& e) {
     throw PluginError(lead + "no " + job.store + " store plugin to open it (" + e.what() + ")");
   } catch (const std::exception& e) {
-    throw Error(lead + "the job's " + job.store + " store at " + job.text() +
-                " does not answer (" + e.what() + "); start it there or point --store at one " +
+    throw Error(lead + "the job's " + job.store + " store at " + job.text() + " does not answer (" +
+                e.what() + "); start it there or point --store at one " +
                 "that runs (--store-timeout bounds the wait)");
   }
 }

@@ -43,8 +43,7 @@ StoreUrl parse_store_url(const PluginRegistry& registry, const std::string& text
   const auto separator = text.find("://");
   StoreUrl url;
   url.scheme = separator == std::string::npos ? kLauncherStoreScheme : text.substr(0, separator);
-  const std::string location =
-      separator == std::string::npos ? text : text.substr(separator + 3);
+  const std::string location = separator == std::string::npos ? text : text.substr(separator + 3);
   const auto* plugin = registry.find_url_scheme(url.scheme);
   if (plugin == nullptr)
     throw ConfigError(lead + "unknown scheme '" + url.scheme + "'; " + served_forms(registry));

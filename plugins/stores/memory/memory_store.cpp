@@ -77,7 +77,7 @@ std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
 }
 
 std::string MemoryStore::compare_set(const std::string& key, const std::string& expected,
-                        const std::string& desired) {
+                                     const std::string& desired) {
   std::lock_guard lock(mutex_);
   expire_leases();
   const auto it = values_.find(key);
@@ -104,8 +104,8 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Duration timeout) {
 }
 
 std::optional<std::string> MemoryStore::wait_for_change(const std::string& key,
-                                           const std::optional<std::string>& known,
-                                           Duration timeout) {
+                                                        const std::optional<std::string>& known,
+                                                        Duration timeout) {
   std::unique_lock lock(mutex_);
   const auto current = [&]() -> std::optional<std::string> {
     const auto it = values_.find(key);
@@ -122,8 +122,8 @@ std::vector<std::pair<std::string, std::string>> MemoryStore::list(const std::st
   std::lock_guard lock(mutex_);
   expire_leases();
   std::vector<std::pair<std::string, std::string>> found;
-  for (auto it = values_.lower_bound(prefix);
-       it != values_.end() && it->first.starts_with(prefix); ++it)
+  for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.starts_with(prefix);
+       ++it)
     found.emplace_back(it->first, it->second.value);
   return found;
 }
@@ -171,7 +171,6 @@ void MemoryStore::revoke_lease(LeaseId lease) {
   end_lease(it);
 }
 
-
 LeaseExpired MemoryStore::expired(const std::string& what, LeaseId lease) {
   return LeaseExpired("memory store: " + what + " under lease " +
                           std::to_string(static_cast<std::int64_t>(lease)) +
@@ -184,8 +183,7 @@ LeaseExpired MemoryStore::expired(const std::string& what, LeaseId lease) {
 MemoryStore::Entry& MemoryStore::bind(const std::string& key, LeaseId lease) {
   auto& entry = values_[key];
   if (entry.lease == lease) return entry;
-  if (const auto old = leases_.find(entry.lease); old != leases_.end())
-    old->second.keys.erase(key);
+  if (const auto old = leases_.find(entry.lease); old != leases_.end()) old->second.keys.erase(key);
   if (const auto next = leases_.find(lease); next != leases_.end()) next->second.keys.insert(key);
   entry.lease = lease;
   return entry;
@@ -217,7 +215,6 @@ MemoryStore::Clock::time_point MemoryStore::next_lease_deadline() const {
   for (const auto& [id, lease] : leases_) next = std::min(next, lease.deadline);
   return next;
 }
-
 
 MemoryStore::MemoryStore(const Options& /*options: none*/) : MemoryStore() {}
 

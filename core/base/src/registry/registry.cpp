@@ -285,13 +285,14 @@ const PluginRegistry::Loaded& PluginRegistry::loaded(PluginKind kind, std::strin
     if (entry->answers_to(kind, name)) return *entry;
   }
   (void)find(kind, name);  // throws the error with suggestions
-  throw PluginError("no " + std::string(plugin_kind_name(kind)) + " plugin '" +
-                    std::string(name) + "'");
+  throw PluginError("no " + std::string(plugin_kind_name(kind)) + " plugin '" + std::string(name) +
+                    "'");
 }
 
 const PluginInfo* PluginRegistry::find_url_scheme(std::string_view scheme) const noexcept {
   for (const auto& entry : loaded_) {
-    if (entry->info.kind == PluginKind::store && !scheme.empty() && entry->info.url_scheme == scheme)
+    if (entry->info.kind == PluginKind::store && !scheme.empty() &&
+        entry->info.url_scheme == scheme)
       return &entry->info;
   }
   return nullptr;

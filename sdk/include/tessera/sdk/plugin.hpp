@@ -135,8 +135,12 @@ void* create(const tessera_factory_args* args) noexcept {
 }
 
 // A store's URL scheme (store_url_scheme.hpp), when its class names one as UrlScheme.
+template <class Concrete>
+concept has_url_scheme = requires {
+  typename Concrete::UrlScheme;
+};
 template <PluginKind kind, class Concrete>
-concept names_url_scheme = kind == PluginKind::store && requires { typename Concrete::UrlScheme; };
+inline constexpr bool names_url_scheme = (kind == PluginKind::store) && has_url_scheme<Concrete>;
 
 template <class Scheme>
 void* create_url_scheme(const tessera_factory_args* args) noexcept {
