@@ -91,6 +91,18 @@ TEST(CliPlugins, TransportsStoresAndStrategiesShowTheirCapabilities) {
   EXPECT_TRUE(contains(stores.out, "store.memory 1.0.0\n"));
   EXPECT_TRUE(contains(stores.out, "  capabilities: one process only\n"));
   EXPECT_TRUE(contains(stores.out, "  capabilities: spans processes, spans hosts\n"));
+  // The URL scheme a store reads itself (ABI 3.0); the memory store has none.
+  EXPECT_TRUE(contains(stores.out, "  named by URL: file://\n")) << stores.out;
+  const auto store_listing =
+      nlohmann::ordered_json::parse(run_cli("plugins --kind store --json").out).at("plugins");
+  const auto scheme_of = [&](const std::string& name) {
+    const auto it = std::find_if(store_listing.begin(), store_listing.end(),
+                                 [&](const auto& p) { return p.at("name") == name; });
+    return it == store_listing.end() ? nlohmann::ordered_json("absent") : it->at("url_scheme");
+  };
+  EXPECT_EQ(scheme_of("tcp"), "tcp");
+  EXPECT_EQ(scheme_of("file"), "file");
+  EXPECT_EQ(scheme_of("memory"), nlohmann::ordered_json(nullptr));
   // ddp declares TESSERA_REPLICATED_STATE (the elastic runtime keeps no copies of it); zero2's
   // state is sharded.
   const auto strategies = run_cli("plugins --kind strategy --json");

@@ -5,6 +5,7 @@
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/optimizer.hpp"
 #include "tessera/registry/registry.hpp"
+#include "tessera/runtime/store_url.hpp"
 
 namespace tessera {
 namespace {
@@ -220,14 +221,37 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
     refused.push_back(failure.file.filename().string());
     EXPECT_TRUE(contains(failure.reason, failure.file.string() + ": "));
   }
-  EXPECT_EQ(refused, (std::vector<std::string>{
-                         "libabi_major_field_one.so", "libabi_major_four.so", "libabi_one.so",
-                         "libabi_two.so",
-                         "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
-                         "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
-                         "libnot_a_library.so", "liboptimizer_replicated_state.so",
-                         "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
-                         "libwrong_build_id.so", "libwrong_kind.so"}));
+  EXPECT_EQ(refused,
+            (std::vector<std::string>{
+                "libabi_major_field_one.so", "libabi_major_four.so", "libabi_one.so",
+                "libabi_two.so", "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
+                "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
+                "libnot_a_library.so", "liboptimizer_replicated_state.so",
+                "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
+                "libscheme_without_factory.so", "libwrong_build_id.so", "libwrong_kind.so"}));
+}
+
+TEST(PluginRefusal, AStoreThatDeclaresNoUrlSchemeLoadsAndNoUrlNamesIt) {
+  PluginRegistry registry;
+  const auto& info = registry.load_file(plugin_file("store_without_scheme"));
+  EXPECT_EQ(info.url_scheme, "");
+  EXPECT_EQ(registry.find_url_scheme("abiold"), nullptr);
+  try {
+    (void)parse_store_url(registry, "abiold://h:1", "--store");
+    ADD_FAILURE() << "a URL named a store that declares no scheme";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "--store abiold://h:1: unknown scheme 'abiold'"));
+    EXPECT_TRUE(contains(e.what(), "the stores abi_store_without_scheme (" +
+                                       plugin_file("store_without_scheme").string() +
+                                       ") declare no URL scheme, so no URL names them"))
+        << e.what();
+  }
+}
+
+TEST(PluginRefusal, AUrlSchemeWithoutItsFactoryIsRefused) {
+  EXPECT_EQ(refusal_of("scheme_without_factory"),
+            prefix("scheme_without_factory") +
+                "url_scheme is 'abiold' but create_url_scheme is NULL: nothing can read its URLs");
 }
 
 TEST(PluginRefusal, MissingFolderIsSkippedSilently) {

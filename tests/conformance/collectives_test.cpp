@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "reference.hpp"
@@ -285,6 +286,42 @@ TEST_P(Collectives, ABufferOnADeviceTheTransportDoesNotMoveIsRefusedAtIssueTime)
   }
   wait_all(works);
   for (float v : values) EXPECT_EQ(v, 2.0F * static_cast<float>(size()));
+}
+
+// The core checks every argument once, for every transport alike (docs/architecture.md): a null
+// buffer of a non-zero count is refused when issued, by each operation, and nothing is issued.
+TEST_P(Collectives, ANullBufferIsRefusedAtIssueTimeByEveryOperation) {
+  const BufferView null{nullptr, 4, DType::f32, Device::cpu()};
+  std::vector<float> host_values(4 * static_cast<std::size_t>(size()), 1.0F);
+  const BufferView host{host_values.data(), host_values.size(), DType::f32, Device::cpu()};
+  const BufferView block{host_values.data(), 4, DType::f32, Device::cpu()};
+  auto& rank0 = world_->rank(0);
+  const auto refused = [](const std::function<void()>& issue) {
+    try {
+      issue();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused([&] { (void)rank0.all_reduce(null, ReduceOp::sum); }).find("all_reduce: null"),
+            std::string::npos);
+  EXPECT_NE(refused([&] {
+              (void)rank0.reduce_scatter(host, null, ReduceOp::sum);
+            }).find("reduce_scatter: null"),
+            std::string::npos);
+  EXPECT_NE(refused([&] { (void)rank0.all_gather(null, host); }).find("all_gather: null"),
+            std::string::npos);
+  EXPECT_NE(refused([&] {
+              (void)rank0.all_gather(block, {nullptr, host.count, DType::f32, Device::cpu()});
+            }).find("all_gather: null"),
+            std::string::npos);
+  EXPECT_NE(refused([&] { (void)rank0.broadcast(null, 0); }).find("broadcast: null"),
+            std::string::npos);
+  if (size() > 1) {
+    EXPECT_NE(refused([&] { (void)rank0.send(null, 1, 0); }).find("send: null"), std::string::npos);
+    EXPECT_NE(refused([&] { (void)rank0.recv(null, 1, 0); }).find("recv: null"), std::string::npos);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Collectives, ::testing::ValuesIn(every_transport_and_size()),

@@ -6,6 +6,7 @@
 #include <regex>
 #include <string>
 
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 #include "world.hpp"
@@ -35,7 +36,7 @@ bool names_rank_two(const std::string& what) {
 
 TEST_P(MissingRank, ConnectOfTwoOutOfThreeRanksTimesOutNamingTheAbsentRank) {
   auto transport = load_transport(GetParam(), kShort);
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   const auto start = steady_clock::now();
   const auto errors =
       run_on_ranks(2, [&](int r) { (void)transport->connect(store, r, 3, kShort); });

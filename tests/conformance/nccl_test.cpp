@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "memory_store.hpp"
 #include "reference.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/device_memory_source.hpp"
@@ -35,7 +36,7 @@ TEST(NcclTransport, WithoutAGpuConnectRefusesSayingWhatIsMissingAndWhatToDo) {
   if (has_gpu()) GTEST_SKIP() << "a GPU is visible: the suites over nccl run instead";
   auto transport = load_transport("nccl", milliseconds(2000));
   try {
-    (void)transport->connect(make_memory_store(), 0, 1, milliseconds(2000));
+    (void)transport->connect(memory::make_memory_store(), 0, 1, milliseconds(2000));
     FAIL() << "connected without a GPU";
   } catch (const Error& e) {
     const std::string what = e.what();
@@ -59,7 +60,7 @@ class NcclOnAGpu : public ::testing::Test {
     std::string why;
     if (!has_gpu(&why)) GTEST_SKIP() << why;
     transport_ = load_transport("nccl", kTimeout);
-    world_ = transport_->connect(make_memory_store(), 0, 1, kTimeout);
+    world_ = transport_->connect(memory::make_memory_store(), 0, 1, kTimeout);
     memory_ = memory_for(*transport_, Device::cuda(0));
   }
   std::shared_ptr<Transport> transport_;
@@ -118,7 +119,7 @@ TEST_F(NcclOnAGpu, WaitOnStreamOrdersTheDefaultStreamAfterTheOperation) {
 TEST_F(NcclOnAGpu, ConnectShortOfARankTimesOutNamingIt) {
   const auto start = std::chrono::steady_clock::now();
   try {
-    (void)transport_->connect(make_memory_store(), 0, 2, milliseconds(1500));
+    (void)transport_->connect(memory::make_memory_store(), 0, 2, milliseconds(1500));
     FAIL() << "connected without rank 1";
   } catch (const Timeout& e) {
     EXPECT_NE(std::string(e.what()).find("never arrived: 1"), std::string::npos) << e.what();

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 
+#include "memory_store.hpp"
 #include "staged.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/device_memory_source.hpp"
@@ -99,7 +100,7 @@ World::World(const std::string& transport, int size, Duration op_timeout,
              const TransportOptions& options)
     : transport_(load_transport(transport, op_timeout, options)),
       communicators_(static_cast<std::size_t>(size)) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   const auto errors = run_on_ranks(size, [&](int r) {
     communicators_[static_cast<std::size_t>(r)] = transport_->connect(store, r, size, kTimeout);
   });

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fault_test_support.hpp"
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/transport.hpp"
@@ -27,7 +28,7 @@ class ShmAbortTest : public ::testing::Test {
     auto transport = registry_.create<Transport>(
         "shm",
         fault_test::options_for(registry_, PluginKind::transport, "shm", {{"timeout", "20s"}}));
-    auto store = make_memory_store();
+    auto store = memory::make_memory_store();
     std::vector<std::future<std::shared_ptr<Communicator>>> pending;
     for (int r = 0; r < size; ++r)
       pending.push_back(std::async(std::launch::async,

@@ -50,18 +50,20 @@ void wait_to_be_stopped() {
 std::shared_ptr<tessera::Store> job_store(const tessera::LaunchInfo& info,
                                           tessera::PluginRegistry& registry) {
   registry.scan(tessera::PluginRegistry::default_search_path());
-  const auto url = tessera::parse_store_url(info.store_url, "TESSERA_STORE_URL");
-  const auto defaults = registry.default_options(tessera::PluginKind::store, url.scheme);
+  const auto url = tessera::parse_store_url(registry, info.store_url, "TESSERA_STORE_URL");
+  const auto defaults = registry.default_options(tessera::PluginKind::store, url.store);
   auto values = defaults.values();
   for (const auto& [key, value] : url.plugin_options()) values[key] = value;
   return registry.create<tessera::Store>(
-      url.scheme, tessera::Options(defaults.section(), defaults.specs(), values));
+      url.store, tessera::Options(defaults.section(), defaults.specs(), values));
 }
 
 int rendezvous(const tessera::LaunchInfo& info) {
   tessera::PluginRegistry registry;
   const auto store = job_store(info, registry);
-  std::cout << "store " << info.store_url << "\n";
+  // The URL as the store plugin reads it back (its canonical text).
+  std::cout << "store " << tessera::parse_store_url(registry, info.store_url, "TESSERA_STORE_URL").text()
+            << "\n";
   const auto arrived = store->add("arrived", 1);
   store->set("rank/" + std::to_string(info.rank), std::to_string(::getpid()));
   if (arrived == info.world_size) store->set("everyone", "here");

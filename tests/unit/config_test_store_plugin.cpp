@@ -1,5 +1,6 @@
 // A small in-memory store plugin, so that the config tests can select a store by name
 // (runtime.store) without depending on other plugins. It forwards to the core's memory store.
+#include "memory_store.hpp"
 #include "tessera/sdk/plugin.hpp"
 
 namespace {
@@ -40,7 +41,7 @@ class ConfigTestStore final : public tessera::Store {
   void revoke_lease(tessera::LeaseId lease) override { inner_->revoke_lease(lease); }
 
  private:
-  std::shared_ptr<tessera::Store> inner_ = tessera::make_memory_store();
+  std::shared_ptr<tessera::Store> inner_ = tessera::memory::make_memory_store();
 };
 
 }  // namespace

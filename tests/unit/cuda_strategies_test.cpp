@@ -19,6 +19,7 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "memory_store.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/device_memory_source.hpp"
@@ -47,7 +48,7 @@ std::optional<Gpu> one_gpu(std::string& why) {
   try {
     Gpu gpu;
     gpu.memory = memory_for(*transport, Device::cuda(0));
-    gpu.world = transport->connect(make_memory_store(), 0, 1, testing::kTestTimeout);
+    gpu.world = transport->connect(memory::make_memory_store(), 0, 1, testing::kTestTimeout);
     return gpu;
   } catch (const Error& e) {
     why = e.what();

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "memory_store.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/store.hpp"
 #include "tessera/plugin/transport.hpp"
@@ -39,7 +40,7 @@ inline void run_ranks(int ranks, const std::function<void(std::shared_ptr<Commun
   values["timeout"] = "30s";
   auto transport =
       registry.create<Transport>("local", Options(defaults.section(), defaults.specs(), values));
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {

@@ -22,6 +22,7 @@
 #include "copy_ring.hpp"
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "memory_store.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/elastic/elastic_run.hpp"
@@ -272,7 +273,7 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
                                        const std::shared_ptr<RecordingDataset>& data,
                                        const LateStarts& late = {}) {
   const auto transport = local_transport();
-  const auto store = late.store ? late.store : make_memory_store();
+  const auto store = late.store ? late.store : memory::make_memory_store();
   JobProgress progress;
   progress.step_pause = late.step_pause;
   std::vector<WorkerOutcome> out(static_cast<std::size_t>(workers));
@@ -458,7 +459,7 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   LateStarts late;
   late.start_after = {0, 0, 3};
   late.step_pause = std::chrono::milliseconds(10);
-  late.store = make_memory_store();
+  late.store = memory::make_memory_store();
   const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
   rethrow_errors(outcomes);
   const auto& members = outcomes[0].result;

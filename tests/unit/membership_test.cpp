@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "membership_test_support.hpp"
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera {
@@ -31,7 +32,7 @@ using membership_test::ProposalGate;
 
 struct Job {
   MembershipOptions defaults;
-  std::shared_ptr<Store> store = make_memory_store();
+  std::shared_ptr<Store> store = memory::make_memory_store();
   std::map<std::string, std::shared_ptr<HeartbeatSwitchStore>> views;
   std::map<std::string, std::unique_ptr<Membership>> workers;
 
@@ -448,7 +449,7 @@ TEST(Membership, RefusesOptionsItCannotHonour) {
     MembershipOptions options;
     options.worker_id = "w0";
     change(options);
-    return Membership(make_memory_store(), options);
+    return Membership(memory::make_memory_store(), options);
   };
   EXPECT_NO_THROW(make([](MembershipOptions&) {}));
   EXPECT_THROW(make([](MembershipOptions& o) { o.worker_id = "a/b"; }), InvalidArgument);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "blocked_call.hpp"
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 
@@ -15,7 +16,7 @@ namespace {
 using std::chrono::milliseconds;
 
 TEST(MemoryStore, SetThenGetReturnsTheValueIncludingBinaryBytes) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   const std::string binary("a\0b", 3);
   store->set("k", binary);
   EXPECT_EQ(store->get("k", milliseconds(10)), binary);
@@ -24,7 +25,7 @@ TEST(MemoryStore, SetThenGetReturnsTheValueIncludingBinaryBytes) {
 }
 
 TEST(MemoryStore, GetWaitsForAKeySetByAnotherThread) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   testing::BlockedCall get;
   std::thread setter([&] {
     EXPECT_TRUE(get.wait_until_blocked()) << "the get did not wait for the key";
@@ -37,7 +38,7 @@ TEST(MemoryStore, GetWaitsForAKeySetByAnotherThread) {
 }
 
 TEST(MemoryStore, GetOfAMissingKeyThrowsTimeoutNamingTheKey) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   const auto start = std::chrono::steady_clock::now();
   try {
     (void)store->get("never", milliseconds(50));
@@ -49,7 +50,7 @@ TEST(MemoryStore, GetOfAMissingKeyThrowsTimeoutNamingTheKey) {
 }
 
 TEST(MemoryStore, WaitThrowsTimeoutNamingOnlyTheMissingKeys) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   store->set("present", "1");
   try {
     store->wait({"present", "gone1", "gone2"}, milliseconds(20));
@@ -65,7 +66,7 @@ TEST(MemoryStore, WaitThrowsTimeoutNamingOnlyTheMissingKeys) {
 }
 
 TEST(MemoryStore, AddIsAtomicAcrossThreads) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
@@ -79,14 +80,14 @@ TEST(MemoryStore, AddIsAtomicAcrossThreads) {
 }
 
 TEST(MemoryStore, AddOnANonIntegerValueIsRefused) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   store->set("text", "abc");
   EXPECT_THROW(store->add("text", 1), InvalidArgument);
   EXPECT_EQ(store->get("text", milliseconds(0)), "abc");
 }
 
 TEST(MemoryStore, CompareSetSwapsOnlyWhenTheExpectedValueMatches) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   EXPECT_EQ(store->compare_set("k", "x", "y"), "");  // absent does not match "x"
   EXPECT_FALSE(store->check("k"));
   EXPECT_EQ(store->compare_set("k", "", "first"), "first");  // absent matches ""
@@ -95,7 +96,7 @@ TEST(MemoryStore, CompareSetSwapsOnlyWhenTheExpectedValueMatches) {
 }
 
 TEST(MemoryStore, CheckAndRemoveReportExistence) {
-  auto store = make_memory_store();
+  auto store = memory::make_memory_store();
   EXPECT_FALSE(store->check("k"));
   EXPECT_FALSE(store->remove("k"));
   store->set("k", "v");

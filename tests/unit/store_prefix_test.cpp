@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 
+#include "memory_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/store.hpp"
 
@@ -12,7 +13,7 @@ namespace {
 using std::chrono::milliseconds;
 
 TEST(PrefixStore, KeysLandUnderThePrefixInTheInnerStore) {
-  auto inner = make_memory_store();
+  auto inner = memory::make_memory_store();
   PrefixStore job("job7", inner);
   job.set("addr", "x");
   EXPECT_EQ(inner->get("job7/addr", milliseconds(0)), "x");
@@ -25,7 +26,7 @@ TEST(PrefixStore, KeysLandUnderThePrefixInTheInnerStore) {
 }
 
 TEST(PrefixStore, TwoPrefixesOverOneStoreDoNotCollide) {
-  auto inner = make_memory_store();
+  auto inner = memory::make_memory_store();
   auto a = std::make_shared<PrefixStore>("a", inner);
   PrefixStore b("b", inner);
   a->set("k", "from a");
@@ -36,7 +37,7 @@ TEST(PrefixStore, TwoPrefixesOverOneStoreDoNotCollide) {
 }
 
 TEST(PrefixStore, WaitTimesOutNamingThePrefixedMissingKey) {
-  PrefixStore store("grp", make_memory_store());
+  PrefixStore store("grp", memory::make_memory_store());
   store.set("here", "1");
   try {
     store.wait({"here", "absent"}, milliseconds(10));

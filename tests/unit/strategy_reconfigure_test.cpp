@@ -18,6 +18,7 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "memory_store.hpp"
 #include "tessera/runtime/checkpoint.hpp"
 #include "tessera/strategy_kit/memory_state.hpp"
 #include "zero3_strategy.hpp"
@@ -125,8 +126,8 @@ TEST_P(Reconfigure, ThreeRanksShrunkToTwoContinueAsATwoRankRunLoadedFromTheSameS
   const auto model = testing::zero_test_mlp();
   const std::size_t total = FlatLayout::of(*model).total;
   const auto transport = local_transport();
-  const auto old_store = make_memory_store();
-  const auto new_store = make_memory_store();
+  const auto old_store = memory::make_memory_store();
+  const auto new_store = memory::make_memory_store();
 
   // 3 ranks train, save the state into memory and to disk, then ranks 0 and 1 go on as a world
   // of 2 and rank 2 leaves.
@@ -159,7 +160,7 @@ TEST_P(Reconfigure, ThreeRanksShrunkToTwoContinueAsATwoRankRunLoadedFromTheSameS
 
   // The reference: a fresh world of 2 loads the checkpoint and takes the same step.
   std::vector<std::vector<float>> loaded(2);
-  const auto ref_store = make_memory_store();
+  const auto ref_store = memory::make_memory_store();
   run_threads(2, [&](int rank) {
     auto world = transport->connect(ref_store, rank, 2, kTestTimeout);
     auto strategy = make(kind);

@@ -10,6 +10,7 @@
 
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "memory_store.hpp"
 #include "mlp/mlp_model.hpp"
 #include "sgd/sgd.hpp"
 #include "tessera/base/error.hpp"
@@ -147,7 +148,7 @@ TEST(TrainerWorldChange, ThreeRanksBecomingTwoMidEpochSeeEverySampleOncePerEpoch
   const auto& registry = testing::test_registry();
   auto defaults = registry.default_options(PluginKind::transport, "local");
   const auto transport = registry.create<Transport>("local", defaults);
-  const auto new_store = make_memory_store();
+  const auto new_store = memory::make_memory_store();
   constexpr std::int64_t kChangeAfter = 2;
 
   std::vector<TrainResult> results(3);

@@ -36,7 +36,8 @@ std::shared_ptr<Communicator> group_of_one() {
   registry.scan(PluginRegistry::default_search_path());
   auto transport =
       registry.create<Transport>("local", registry.default_options(PluginKind::transport, "local"));
-  return transport->connect(make_memory_store(), 0, 1, Duration{std::chrono::seconds(60)});
+  return transport->connect(registry.create<Store>("memory", Options()), 0, 1,
+                            Duration{std::chrono::seconds(60)});
 }
 
 int consolidate(const std::filesystem::path& source, const std::filesystem::path& destination) {

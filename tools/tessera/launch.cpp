@@ -80,7 +80,8 @@ int parse_count(const std::string& flag, const std::string& text, int minimum) {
   return value;
 }
 
-LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
+LaunchOptions parse(const std::vector<std::string>& args, const PluginRegistry& registry,
+                    bool& help) {
   LaunchOptions options;
   bool have_n = false;
   bool have_bind_host = false;
@@ -163,16 +164,16 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
   if (!options.store_url.empty()) {
     StoreUrl url;
     try {
-      url = parse_store_url(options.store_url, "launch: --store");
+      url = parse_store_url(registry, options.store_url, "launch: --store");
     } catch (const ConfigError& e) {
       throw UsageError(e.what());
     }
-    if (url.scheme != "tcp" && (have_bind_host || have_bind_port))
+    if (url.scheme != kLauncherStoreScheme && (have_bind_host || have_bind_port))
       throw UsageError(
           "launch: --store-host and --store-port bind the tcp store the launcher "
           "serves; with --store " +
           options.store_url + " nothing is served");
-    if (url.scheme == "tcp" && !have_bind_host) {
+    if (url.scheme == kLauncherStoreScheme && !have_bind_host) {
       // Bind exactly the address the other nodes dial: nothing else on the host is exposed.
       options.store_host = url.plugin_options().at("host");
     }
@@ -199,15 +200,16 @@ LaunchOptions parse(const std::vector<std::string>& args, bool& help) {
 
 int run_launch(const std::vector<std::string>& args) {
   bool help = false;
-  const auto options = parse(args, help);
+  // Before the arguments: the store plugins read the --store URL.
+  PluginRegistry registry;
+  registry.scan(PluginRegistry::default_search_path());
+  const auto options = parse(args, registry, help);
   if (help) {
     std::cout << kUsage;
     return 0;
   }
   // Refused before the store starts or a worker forks: fork would otherwise fail part-way.
   check_host_can_run(options.processes, true, "launch: -n " + std::to_string(options.processes));
-  PluginRegistry registry;
-  registry.scan(PluginRegistry::default_search_path());
   return launch_workers(options, registry).exit_code;
 }
 

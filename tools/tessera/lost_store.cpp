@@ -17,17 +17,18 @@ constexpr const char* kAnswerWithin = "3s";
 bool launcher_store_answers(const PluginRegistry& registry, const LaunchInfo& launch) {
   if (launch.store_url.empty()) return true;
   try {
-    const auto url = parse_store_url(launch.store_url, "TESSERA_STORE_URL");
-    const auto defaults = registry.default_options(PluginKind::store, url.scheme);
+    const auto url = parse_store_url(registry, launch.store_url, "TESSERA_STORE_URL");
+    const auto defaults = registry.default_options(PluginKind::store, url.store);
     auto values = defaults.values();
     for (const auto& [key, value] : url.plugin_options()) values[key] = value;
-    if (url.scheme == "tcp") {
+    if (url.scheme == kLauncherStoreScheme) {
+      // A client of the store the launcher serves, not a second server.
       values["serve"] = "false";
       values["token"] = launch.store_token;
     }
     values["timeout"] = kAnswerWithin;
     const auto store =
-        registry.create<Store>(url.scheme, Options(defaults.section(), defaults.specs(), values));
+        registry.create<Store>(url.store, Options(defaults.section(), defaults.specs(), values));
     (void)store->check("membership/generation");
     return true;
   } catch (const std::exception&) {

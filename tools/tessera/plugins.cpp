@@ -66,6 +66,7 @@ void print_text(const std::vector<const PluginInfo*>& plugins) {
     if (const auto words = capability_words(*p); !words.empty()) {
       std::cout << "  capabilities: " << join(words, ", ") << "\n";
     }
+    if (!p->url_scheme.empty()) std::cout << "  named by URL: " << p->url_scheme << "://\n";
     if (p->options.empty()) std::cout << "  no options\n";
     std::size_t width = 0;
     for (const auto& o : p->options) width = std::max(width, o.name.size());
@@ -112,14 +113,16 @@ void print_json(const std::vector<const PluginInfo*>& plugins,
                          {"minimum", optional(o.minimum)},
                          {"maximum", optional(o.maximum)}});
     }
-    out["plugins"].push_back({{"kind", plugin_kind_name(p->kind)},
-                              {"name", p->name},
-                              {"aliases", p->aliases},
-                              {"version", p->version},
-                              {"description", p->description},
-                              {"file", p->file.string()},
-                              {"capabilities", std::move(capabilities)},
-                              {"options", std::move(options)}});
+    out["plugins"].push_back(
+        {{"kind", plugin_kind_name(p->kind)},
+         {"name", p->name},
+         {"aliases", p->aliases},
+         {"version", p->version},
+         {"description", p->description},
+         {"file", p->file.string()},
+         {"capabilities", std::move(capabilities)},
+         {"url_scheme", p->url_scheme.empty() ? Json(nullptr) : Json(p->url_scheme)},
+         {"options", std::move(options)}});
   }
   out["failures"] = Json::array();
   for (const auto& f : failures) {

@@ -102,8 +102,10 @@ Bytes reference(const std::vector<Bytes>& inputs, DType dtype, ReduceOp op, std:
   return acc;
 }
 
-std::vector<std::shared_ptr<Communicator>> connect_all(Transport& transport, int ranks) {
-  auto store = make_memory_store();
+// The ranks are threads of this process: they meet in the in-process `memory` store.
+std::vector<std::shared_ptr<Communicator>> connect_all(const PluginRegistry& registry,
+                                                       Transport& transport, int ranks) {
+  auto store = registry.create<Store>("memory", Options());
   std::vector<std::shared_ptr<Communicator>> communicators(static_cast<std::size_t>(ranks));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
   std::vector<std::thread> threads;
@@ -137,7 +139,7 @@ int run_selfcheck(const std::vector<std::string>& args) {
   const auto& info = registry.find(PluginKind::transport, parsed.transport);
   auto transport =
       registry.create<Transport>(info.name, registry.default_options(info.kind, info.name));
-  auto communicators = connect_all(*transport, parsed.ranks);
+  auto communicators = connect_all(registry, *transport, parsed.ranks);
 
   int failures = 0;
   int checks = 0;

@@ -33,7 +33,8 @@ void run_elastic_world(const Config& config, const PluginRegistry& registry, con
         store, launch.worker_id.empty() ? "rank" + std::to_string(plan.rank) : launch.worker_id);
     return;
   }
-  auto store = make_memory_store();
+  // Every rank thread meets in one store object: runtime.store, by default the in-process one.
+  auto store = open_job_store(config, registry, plan);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(plan.size));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < plan.size; ++rank) {

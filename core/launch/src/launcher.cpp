@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -74,28 +73,30 @@ std::shared_ptr<Store> tcp_store(const PluginRegistry& registry, bool serve,
                       timeout);
 }
 
-// Opens the job's etcd or file store and reads from it once, so that a store that does not
-// answer fails here, naming --store, rather than in every worker.
+// Opens the job's store that runs without the launchers (etcd, file, a third party's) and reads
+// from it once, so that a store that does not answer fails here, naming --store, rather than in
+// every worker.
 std::shared_ptr<Store> external_store(const PluginRegistry& registry, const LaunchOptions& options,
                                       const StoreUrl& job, std::optional<Duration> timeout) {
   const auto lead = "launch: --store " + options.store_url + ": ";
   try {
-    auto store = create_store(registry, job.scheme, job.plugin_options(), timeout);
+    auto store = create_store(registry, job.store, job.plugin_options(), timeout);
     (void)store->check("tessera.launch/nnodes");
     return store;
   } catch (const ConfigError& e) {
     throw ConfigError(lead + e.what());
   } catch (const PluginError& e) {
-    throw PluginError(lead + "no " + job.scheme + " store plugin to open it (" + e.what() + ")");
+    throw PluginError(lead + "no " + job.store + " store plugin to open it (" + e.what() + ")");
   } catch (const std::exception& e) {
-    throw Error(lead + "the job's " + job.scheme + " store at " + job.text() +
-                " does not answer (" + e.what() + "); start it there or point --store at one " +
-                "that runs" + (job.scheme == "etcd" ? " (--store-timeout bounds the wait)" : ""));
+    throw Error(lead + "the job's " + job.store + " store at " + job.text() + " does not answer (" +
+                e.what() + "); start it there or point --store at one " +
+                "that runs (--store-timeout bounds the wait)");
   }
 }
 
-// Removes an etcd or file store's job namespace once the job is over: what is left would only
-// stop a later job with the same id (the same token) from claiming its node ranks.
+// Removes the job's namespace from a store that outlives the launchers once the job is over, as
+// its plugin knows how: what is left would only stop a later job with the same id (the same
+// token) from claiming its node ranks.
 void forget_job(Store& store, const StoreUrl& job, int stderr_fd);
 
 // "tcp://host:port", an IPv6 host in brackets.
@@ -526,11 +527,7 @@ namespace {
 
 void forget_job(Store& store, const StoreUrl& job, int stderr_fd) {
   try {
-    if (job.scheme == "file") {
-      std::filesystem::remove_all(job.path);
-    } else {
-      for (const auto& [key, value] : store.list("")) store.remove(key);
-    }
+    job.forget_job(store);
   } catch (const std::exception& e) {
     print(stderr_fd, "could not remove the job's keys from " + job.text() + " (" + e.what() +
                          "); a later job with the same id may find them");
@@ -573,15 +570,17 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
 
   check_nodes(options);
   std::optional<StoreUrl> where;
-  if (!options.store_url.empty()) where = parse_store_url(options.store_url, "launch: --store");
-  const bool external = where && where->scheme != "tcp";
+  if (!options.store_url.empty())
+    where = parse_store_url(registry, options.store_url, "launch: --store");
+  const bool external = where && where->scheme != kLauncherStoreScheme;
   const auto token = job_token(options, base_env, external);
 
-  // tcp: node 0 serves, the other nodes only dial. etcd, file: every node opens the job's
-  // namespace of a store that runs without the launchers. All keep their store to the end.
+  // tcp: node 0 serves, the other nodes only dial. Any other store (etcd, file): every node
+  // opens the job's namespace of a store that runs without the launchers. All keep their store
+  // to the end.
   std::shared_ptr<Store> store;
   std::optional<StoreUrl> job_store;
-  std::string address = where && !external ? where->endpoints.front() : std::string();
+  std::string address = where && !external ? where->location : std::string();
   // An etcd or file store outlives its jobs: two jobs given one id would meet in one namespace
   // and break each other, so each launcher claims its node of the job before a worker starts.
   std::optional<launch::JobClaim> claim;
@@ -594,7 +593,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     job_store = where->for_job(id);
     store = external_store(registry, options, *job_store, options.store_timeout);
     quick_store =
-        create_store(registry, job_store->scheme, job_store->plugin_options(), kStorePollTimeout);
+        create_store(registry, job_store->store, job_store->plugin_options(), kStorePollTimeout);
     if (!options.join) claim.emplace(quick_store, options.node_rank, id, job_store->text());
   } else if (options.join) {
     // The running job's store: dialled, not served.
@@ -614,7 +613,7 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
     std::string lost;
     if (external) {
       poll = external_store(registry, options, *job_store, kStorePollTimeout);
-      lost = job_store->scheme + " store " + job_store->text() + " does not answer";
+      lost = job_store->store + " store " + job_store->text() + " does not answer";
     } else {
       const auto [host, port] = split_store_address(address);
       poll = tcp_store(registry, false, host, port, token, kStorePollTimeout);

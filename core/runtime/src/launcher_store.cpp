@@ -24,12 +24,13 @@ std::string raw_value(const Options& options, const std::string& key) {
 std::optional<LauncherStore> launcher_store(const Config& config, const PluginRegistry& registry,
                                             const LaunchInfo& launch) {
   if (launch.store_url.empty()) return std::nullopt;
-  const auto url = parse_store_url(launch.store_url, "environment " + std::string(kVariable));
-  const std::string given = "the launcher gives this worker the " + url.scheme + " store " +
+  const auto url =
+      parse_store_url(registry, launch.store_url, "environment " + std::string(kVariable));
+  const std::string given = "the launcher gives this worker the " + url.store + " store " +
                             url.text() + " (" + kVariable + ", from tessera launch --store)";
   const auto configured = config.section("runtime").get_string("store");
   const auto& store_origin = config.origin("runtime", "store").text;
-  if (set_by_a_source(config, "runtime", "store") && configured != url.scheme) {
+  if (set_by_a_source(config, "runtime", "store") && configured != url.store) {
     const bool tcp_means_launcher = configured == "tcp" &&
                                     !set_by_a_source(config, "store.tcp", "host") &&
                                     !set_by_a_source(config, "store.tcp", "port");
@@ -39,11 +40,9 @@ std::optional<LauncherStore> launcher_store(const Config& config, const PluginRe
                         "to meet in the launcher's store, or launch with --store naming the " +
                         configured + " store");
   }
-  // The launcher's plugin must be here to be opened; registry.find says which are.
-  const auto& plugin = registry.find(PluginKind::store, url.scheme);
-  LauncherStore chosen{plugin.name, url.plugin_options()};
-  const std::string section = "store." + plugin.name;
-  if (configured == url.scheme) {
+  LauncherStore chosen{url.store, url.plugin_options()};
+  const std::string section = "store." + url.store;
+  if (configured == url.store) {
     const auto& options = config.section(section);
     for (const auto& [key, value] : chosen.options) {
       if (!set_by_a_source(config, section, key) || raw_value(options, key) == value) continue;
@@ -53,7 +52,7 @@ std::optional<LauncherStore> launcher_store(const Config& config, const PluginRe
                         "; remove " + section + "." + key + " to meet in the launcher's store");
     }
   }
-  if (plugin.name == "tcp" && !launch.store_token.empty() &&
+  if (url.scheme == kLauncherStoreScheme && !launch.store_token.empty() &&
       raw_value(config.section(section), "token").empty())
     chosen.options["token"] = launch.store_token;
   return chosen;

@@ -13,7 +13,7 @@
 namespace tessera::detail {
 
 struct LauncherStore {
-  std::string plugin;                          // "tcp", "etcd" or "file"
+  std::string plugin;                          // the store plugin that serves its URL
   std::map<std::string, std::string> options;  // the values the launcher's URL sets
 };
 
@@ -21,7 +21,7 @@ struct LauncherStore {
 // runtime.store left at its default, and over `tcp` whose host and port no source set (that
 // has always meant "the launcher's store"); a runtime.store naming the launcher's plugin keeps
 // its other options. Throws ConfigError naming both sides when the config names another store,
-// or sets an option that locates the store (tcp host/port, etcd endpoints/prefix, file path) to
+// or sets an option that locates the store (those the store plugin reads from its URL) to
 // another value, and for a malformed TESSERA_STORE_URL.
 [[nodiscard]] std::optional<LauncherStore> launcher_store(const Config& config,
                                                           const PluginRegistry& registry,

@@ -2,9 +2,7 @@
 
 #include <boost/uuid/name_generator_sha1.hpp>
 #include <boost/uuid/uuid.hpp>
-#include <charconv>
-#include <filesystem>
-#include <optional>
+#include <vector>
 
 #include "tessera/base/error.hpp"
 
@@ -12,119 +10,66 @@ namespace tessera {
 
 namespace {
 
-constexpr const char* kForms =
-    "write HOST:PORT or tcp://HOST:PORT (tessera's tcp store), etcd://HOST:PORT[,HOST:PORT...] "
-    "(an etcd v3 server), or file:///ABSOLUTE/PATH (a folder every host sees)";
-constexpr const char* kDefaultEtcdRoot = "tessera/";
-constexpr const char* kEtcdDefaultPort = "2379";
-
-// "host:port" with a port in 1-65535 ("[v6]:port" for IPv6); `default_port` fills a missing
-// one. Returns it with the port normalised.
-std::string endpoint(const std::string& item, const std::string& default_port,
-                     const std::string& fail_lead) {
-  const auto bad = [&](const std::string& why) {
-    return ConfigError(fail_lead + "'" + item + "' " + why + "; " + kForms);
-  };
-  std::string host;
-  std::optional<std::string> port;  // none: no ':PORT' at all
-  if (!item.empty() && item.front() == '[') {
-    const auto close = item.find(']');
-    if (close == std::string::npos || close == 1) throw bad("is not [IPV6]:PORT");
-    host = item.substr(0, close + 1);
-    if (close + 1 < item.size()) {
-      if (item[close + 1] != ':') throw bad("is not [IPV6]:PORT");
-      port = item.substr(close + 2);
+// "write tcp://... (...), etcd://... (...), or ...": every form a loaded store serves, and the
+// stores that no URL can name because they predate URL schemes.
+std::string served_forms(const PluginRegistry& registry) {
+  std::vector<std::string> forms;
+  std::string unnamed;
+  for (const auto* store : registry.plugins(PluginKind::store)) {
+    if (!store->url_scheme.empty()) {
+      // The launcher's own store first: its form is the one without a scheme.
+      const auto at = store->url_scheme == kLauncherStoreScheme ? forms.begin() : forms.end();
+      forms.insert(at, registry.create_url_scheme(store->name)->forms());
+    } else if (store->capabilities.spans_processes) {
+      unnamed += (unnamed.empty() ? "" : ", ") + store->name + " (" + store->file.string() + ")";
     }
-  } else {
-    const auto colon = item.rfind(':');
-    host = item.substr(0, colon);
-    if (colon != std::string::npos) port = item.substr(colon + 1);
-    if (host.find(':') != std::string::npos) throw bad("is an IPv6 address without [ ]");
   }
-  if (host.empty()) throw bad("has no host");
-  if (!port) port = default_port;
-  int number = 0;
-  const auto [end, ec] = std::from_chars(port->data(), port->data() + port->size(), number);
-  if (port->empty() || ec != std::errc() || end != port->data() + port->size() || number < 1 ||
-      number > 65535)
-    throw bad("has no port 1-65535");
-  return host + ":" + std::to_string(number);
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
-  return out;
+  std::string text = forms.empty() ? "no loaded store plugin is named by a URL" : "write ";
+  for (std::size_t i = 0; i < forms.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == forms.size() ? ", or " : ", ") + forms[i];
+  if (!unnamed.empty())
+    text += "; the stores " + unnamed +
+            " declare no URL scheme, so no URL names them (a store plugin declares url_scheme "
+            "and create_url_scheme: docs/plugin-guide.md, \"Writing a store\")";
+  return text;
 }
 
 }  // namespace
 
-StoreUrl parse_store_url(const std::string& text, const std::string& what) {
+StoreUrl parse_store_url(const PluginRegistry& registry, const std::string& text,
+                         const std::string& what) {
+  if (text.empty()) throw ConfigError(what + ": empty; " + served_forms(registry));
   const std::string lead = what + " " + text + ": ";
-  StoreUrl url;
   const auto separator = text.find("://");
-  const std::string rest = separator == std::string::npos ? text : text.substr(separator + 3);
-  url.scheme = separator == std::string::npos ? "tcp" : text.substr(0, separator);
-  if (text.empty()) throw ConfigError(what + ": empty; " + kForms);
-  if (url.scheme == "tcp") {
-    if (rest.find('/') != std::string::npos)
-      throw ConfigError(lead + "a tcp store URL has no path; " + kForms);
-    url.endpoints.push_back(endpoint(rest, "", lead));
-  } else if (url.scheme == "etcd") {
-    const auto slash = rest.find('/');
-    const auto hosts = rest.substr(0, slash);
-    std::size_t begin = 0;
-    while (begin <= hosts.size()) {
-      auto comma = hosts.find(',', begin);
-      if (comma == std::string::npos) comma = hosts.size();
-      url.endpoints.push_back(endpoint(hosts.substr(begin, comma - begin), kEtcdDefaultPort, lead));
-      begin = comma + 1;
-    }
-    if (slash != std::string::npos) {
-      url.path = rest.substr(slash + 1);
-      if (!url.path.empty() && url.path.back() != '/') url.path += '/';
-    }
-  } else if (url.scheme == "file") {
-    if (rest.empty() || rest.front() != '/')
-      throw ConfigError(lead +
-                        "a file store URL takes an absolute path, after three slashes "
-                        "(file:///shared/rendezvous); a relative path would name another folder "
-                        "in every process that starts elsewhere");
-    url.path = std::filesystem::path(rest).lexically_normal().string();
-    if (url.path.size() > 1 && url.path.back() == '/') url.path.pop_back();
-  } else if (url.scheme == "etcds" || url.scheme == "https" || url.scheme == "etcd+https") {
-    throw ConfigError(
-        lead +
-        "the etcd store speaks neither TLS nor etcd's authentication; serve "
-        "etcd's client URL over http on a trusted network and write etcd://HOST:PORT");
-  } else {
-    throw ConfigError(lead + "unknown scheme '" + url.scheme + "'; " + kForms);
+  StoreUrl url;
+  url.scheme = separator == std::string::npos ? kLauncherStoreScheme : text.substr(0, separator);
+  const std::string location = separator == std::string::npos ? text : text.substr(separator + 3);
+  const auto* plugin = registry.find_url_scheme(url.scheme);
+  if (plugin == nullptr)
+    throw ConfigError(lead + "unknown scheme '" + url.scheme + "'; " + served_forms(registry));
+  url.store = plugin->name;
+  url.reader = registry.create_url_scheme(plugin->name);
+  try {
+    url.location = url.reader->canonical(location);
+  } catch (const ConfigError& e) {
+    throw ConfigError(lead + e.what());
   }
   return url;
-}
-
-std::string StoreUrl::text() const {
-  if (scheme == "file") return "file://" + path;
-  if (scheme == "etcd") return "etcd://" + join(endpoints) + (path.empty() ? "" : "/" + path);
-  return scheme + "://" + join(endpoints);
 }
 
 StoreUrl StoreUrl::for_job(const std::string& job_id) const {
   check_job_id(job_id, "the job id");
   StoreUrl job = *this;
-  if (scheme == "etcd") job.path = (path.empty() ? kDefaultEtcdRoot : path) + job_id + "/";
-  if (scheme == "file") job.path = (std::filesystem::path(path) / job_id).string();
+  job.location = reader->for_job(location, job_id);
   return job;
 }
 
 std::map<std::string, std::string> StoreUrl::plugin_options() const {
-  if (scheme == "etcd") return {{"endpoints", join(endpoints)}, {"prefix", path}};
-  if (scheme == "file") return {{"path", path}};
-  const auto& address = endpoints.at(0);
-  const auto colon = address.rfind(':');
-  auto host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {{"host", host}, {"port", address.substr(colon + 1)}};
+  return reader->options(location);
+}
+
+void StoreUrl::forget_job(Store& opened) const {
+  reader->forget_job(location, opened);
 }
 
 std::string job_id_from_token(const std::string& token) {
@@ -149,7 +94,7 @@ void check_job_id(const std::string& id, const std::string& what) {
   if (!valid)
     throw ConfigError(what + " '" + id +
                       "' must be 1-64 letters, digits, '.', '_' or '-': it names the job's keys "
-                      "in etcd and its folder in a file store");
+                      "or folder in the job's store");
 }
 
 }  // namespace tessera

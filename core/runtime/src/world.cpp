@@ -21,10 +21,10 @@ const PluginInfo& selected(const Config& config, const PluginRegistry& registry,
   return registry.find(kind, config.section("runtime").get_string(key));
 }
 
-// Ranks as threads: one Transport object, one in-memory store, one thread per rank.
-void run_threads(std::shared_ptr<Transport> transport, int size, Duration timeout,
-                 const RankBody& body) {
-  auto store = make_memory_store();
+// Ranks as threads: one Transport object, one store object (runtime.store, by default the
+// in-process `memory`), one thread per rank.
+void run_threads(std::shared_ptr<Transport> transport, const std::shared_ptr<Store>& store,
+                 int size, Duration timeout, const RankBody& body) {
   std::mutex mutex;
   std::vector<std::shared_ptr<Communicator>> worlds(static_cast<std::size_t>(size));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
@@ -164,7 +164,8 @@ void run_world(const Config& config, const PluginRegistry& registry, const World
   const Duration timeout = runtime.get_duration("timeout");
   auto transport = config.create<Transport>(registry, "runtime", "transport");
   if (plan.layout == WorldPlan::Layout::threads) {
-    run_threads(std::move(transport), plan.size, timeout, body);
+    run_threads(std::move(transport), open_job_store(config, registry, plan), plan.size, timeout,
+                body);
     return;
   }
   auto store = open_job_store(config, registry, plan);

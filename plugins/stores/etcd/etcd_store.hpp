@@ -10,6 +10,7 @@
 #include "gateway_client.hpp"
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/store.hpp"
+#include "url_scheme.hpp"
 
 namespace tessera::etcd {
 
@@ -28,6 +29,8 @@ struct EtcdStoreSettings {
 
 class EtcdStore final : public Store {
  public:
+  using UrlScheme = EtcdUrlScheme;  // etcd://... names this store
+
   explicit EtcdStore(const Options& options);
   explicit EtcdStore(EtcdStoreSettings settings);
 

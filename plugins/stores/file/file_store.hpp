@@ -22,11 +22,14 @@
 
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/store.hpp"
+#include "url_scheme.hpp"
 
 namespace tessera::file {
 
 class FileStore final : public Store {
  public:
+  using UrlScheme = FileUrlScheme;  // file:///... names this store
+
   explicit FileStore(const Options& options);
   // Creates `folder` if needed. `lock_timeout` bounds how long a write waits for the lock.
   FileStore(std::filesystem::path folder, Duration lock_timeout);

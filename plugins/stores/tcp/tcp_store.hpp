@@ -11,6 +11,7 @@
 #include "server.hpp"
 #include "tessera/plugin/options.hpp"
 #include "tessera/plugin/store.hpp"
+#include "url_scheme.hpp"
 
 namespace tessera::tcp {
 
@@ -30,6 +31,8 @@ struct TcpStoreSettings {
 
 class TcpStore final : public Store {
  public:
+  using UrlScheme = TcpUrlScheme;  // tcp://... (or HOST:PORT alone) names this store
+
   explicit TcpStore(const Options& options);
   explicit TcpStore(const TcpStoreSettings& settings);
 

@@ -7,18 +7,6 @@
 
 namespace tessera::local {
 
-namespace {
-
-void check_cpu(const BufferView& view, const char* operation) {
-  TESSERA_CHECK(view.device.type == DeviceType::cpu, std::string("local transport: ") + operation +
-                                                         " needs a cpu buffer, got " +
-                                                         to_string(view.device));
-  TESSERA_CHECK(view.data != nullptr || view.count == 0,
-                std::string("local transport: ") + operation + ": null buffer");
-}
-
-}  // namespace
-
 LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, Duration timeout)
     : group_(std::move(group)),
       rank_(rank),
@@ -53,31 +41,24 @@ std::shared_ptr<Work> LocalCommunicator::submit(std::string operation,
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_all_reduce(BufferView data, ReduceOp op) {
-  check_cpu(data, "all_reduce");
   return submit("all_reduce", [=, this](const OpContext& c) { run_all_reduce(c, data, op); });
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_reduce_scatter(BufferView input, BufferView output,
                                                            ReduceOp op) {
-  check_cpu(input, "reduce_scatter");
-  check_cpu(output, "reduce_scatter");
   return submit("reduce_scatter",
                 [=, this](const OpContext& c) { run_reduce_scatter(c, input, output, op); });
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_all_gather(BufferView input, BufferView output) {
-  check_cpu(input, "all_gather");
-  check_cpu(output, "all_gather");
   return submit("all_gather", [=, this](const OpContext& c) { run_all_gather(c, input, output); });
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_broadcast(BufferView data, int root) {
-  check_cpu(data, "broadcast");
   return submit("broadcast", [=, this](const OpContext& c) { run_broadcast(c, data, root); });
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_send(BufferView data, int peer, std::uint32_t tag) {
-  check_cpu(data, "send");
   const std::string name = "send(to " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
   return submit(name, [=, this](const OpContext&) {
     Message message{data.dtype, data.count, std::vector<std::byte>(data.bytes())};
@@ -87,7 +68,6 @@ std::shared_ptr<Work> LocalCommunicator::do_send(BufferView data, int peer, std:
 }
 
 std::shared_ptr<Work> LocalCommunicator::do_recv(BufferView data, int peer, std::uint32_t tag) {
-  check_cpu(data, "recv");
   const std::string name =
       "recv(from " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")";
   return submit(name, [=, this](const OpContext& c) { run_recv(c, data, peer, tag); });

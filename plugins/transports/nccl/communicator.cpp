@@ -82,8 +82,6 @@ std::shared_ptr<Work> NcclCommunicator::do_all_gather(BufferView input, BufferVi
 }
 
 std::shared_ptr<Work> NcclCommunicator::do_broadcast(BufferView data, int root) {
-  TESSERA_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
-                                                " is outside [0, " + std::to_string(size()) + ")");
   const auto type = nccl_type(data.dtype);
   return comm_->launch(named("broadcast", data) + " from " + std::to_string(root),
                        [=](ncclComm_t comm, cudaStream_t stream) {

@@ -7,18 +7,6 @@
 
 namespace tessera::ucx {
 
-namespace {
-
-void check_cpu(const BufferView& view, const char* operation) {
-  TESSERA_CHECK(view.device.type == DeviceType::cpu, std::string("ucx transport: ") + operation +
-                                                         " needs a cpu buffer, got " +
-                                                         to_string(view.device));
-  TESSERA_CHECK(view.data != nullptr || view.count == 0,
-                std::string("ucx transport: ") + operation + ": null buffer");
-}
-
-}  // namespace
-
 UcxCommunicator::UcxCommunicator(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
 
 UcxCommunicator::~UcxCommunicator() = default;
@@ -28,40 +16,32 @@ void UcxCommunicator::abort(const std::string& reason) noexcept {
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_all_reduce(BufferView data, ReduceOp op) {
-  check_cpu(data, "all_reduce");
   return engine_->submit("all_reduce",
                          [=, this](Exchange& x) { run_all_reduce(x, data, op, scratch_); });
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_reduce_scatter(BufferView input, BufferView output,
                                                          ReduceOp op) {
-  check_cpu(input, "reduce_scatter");
-  check_cpu(output, "reduce_scatter");
   return engine_->submit("reduce_scatter", [=, this](Exchange& x) {
     run_reduce_scatter(x, input, output, op, scratch_);
   });
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_all_gather(BufferView input, BufferView output) {
-  check_cpu(input, "all_gather");
-  check_cpu(output, "all_gather");
   return engine_->submit("all_gather", [=](Exchange& x) { run_all_gather(x, input, output); });
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_broadcast(BufferView data, int root) {
-  check_cpu(data, "broadcast");
   return engine_->submit("broadcast", [=](Exchange& x) { run_broadcast(x, data, root); });
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_send(BufferView data, int peer, std::uint32_t tag) {
-  check_cpu(data, "send");
   return engine_->submit_send(
       "send(to " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")", peer, data.data,
       data.bytes(), tag);
 }
 
 std::shared_ptr<Work> UcxCommunicator::do_recv(BufferView data, int peer, std::uint32_t tag) {
-  check_cpu(data, "recv");
   return engine_->submit_recv(
       "recv(from " + std::to_string(peer) + ", tag " + std::to_string(tag) + ")", peer, data.data,
       data.bytes(), tag);

@@ -157,6 +157,8 @@ const tessera_plugin_descriptor TESSERA_PLUGIN_ABI_CAT(tessera_plugin_descriptor
     sizeof(tessera_option_desc),
     {TEST_CAPABILITY_FLAGS, TEST_CAPABILITY_DEVICES},
     &tessera::sdk::create<tessera::PluginKind::optimizer, ScaledAdd>,
+    nullptr,  // url_scheme: an optimizer is named by no URL
+    nullptr,
 };
 #else
 // Exported, so that the file is a real shared object with symbols, just not a plugin.

@@ -27,24 +27,26 @@ std::shared_ptr<Work> Communicator::checked(std::shared_ptr<Work> work) {
   return work;
 }
 
-void Communicator::check_device(const char* operation, const BufferView& buffer) const {
+// Checked here for every transport, so that none repeats it (docs/architecture.md).
+void Communicator::check_buffer(const char* operation, const BufferView& buffer) const {
   if (!moves(buffer.device)) {
     throw InvalidArgument(std::string(operation) + ": a buffer on " + to_string(buffer.device) +
                           ", which this transport does not move: keep communication buffers in "
                           "host memory, or use a transport for that device");
   }
+  TESSERA_CHECK(buffer.data != nullptr || buffer.count == 0,
+                std::string(operation) + ": null buffer of " + describe(buffer));
 }
 
 std::shared_ptr<Work> Communicator::all_reduce(BufferView data, ReduceOp op) {
-  check_device("all_reduce", data);
-  TESSERA_CHECK(data.data != nullptr || data.count == 0, "all_reduce: null buffer");
+  check_buffer("all_reduce", data);
   return checked(do_all_reduce(data, op));
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView output,
                                                    ReduceOp op) {
-  check_device("reduce_scatter", input);
-  check_device("reduce_scatter", output);
+  check_buffer("reduce_scatter", input);
+  check_buffer("reduce_scatter", output);
   TESSERA_CHECK(input.dtype == output.dtype, "reduce_scatter: input " + describe(input) +
                                                  " and output " + describe(output) +
                                                  " differ in dtype");
@@ -62,8 +64,8 @@ std::shared_ptr<Work> Communicator::reduce_scatter(BufferView input, BufferView 
 }
 
 std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView output) {
-  check_device("all_gather", input);
-  check_device("all_gather", output);
+  check_buffer("all_gather", input);
+  check_buffer("all_gather", output);
   TESSERA_CHECK(input.dtype == output.dtype, "all_gather: input " + describe(input) +
                                                  " and output " + describe(output) +
                                                  " differ in dtype");
@@ -79,21 +81,21 @@ std::shared_ptr<Work> Communicator::all_gather(BufferView input, BufferView outp
 }
 
 std::shared_ptr<Work> Communicator::broadcast(BufferView data, int root) {
-  check_device("broadcast", data);
+  check_buffer("broadcast", data);
   TESSERA_CHECK(root >= 0 && root < size(), "broadcast: root " + std::to_string(root) +
                                                 " is outside [0, " + std::to_string(size()) + ")");
   return checked(do_broadcast(data, root));
 }
 
 std::shared_ptr<Work> Communicator::send(BufferView data, int peer, std::uint32_t tag) {
-  check_device("send", data);
+  check_buffer("send", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "send: peer " + std::to_string(peer) + " is not another rank of this group");
   return checked(do_send(data, peer, tag));
 }
 
 std::shared_ptr<Work> Communicator::recv(BufferView data, int peer, std::uint32_t tag) {
-  check_device("recv", data);
+  check_buffer("recv", data);
   TESSERA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                 "recv: peer " + std::to_string(peer) + " is not another rank of this group");
   return checked(do_recv(data, peer, tag));

@@ -17,8 +17,8 @@ namespace {
 constexpr std::size_t kMaxAliases = 64;
 constexpr std::uint32_t kMaxOptions = 1024;
 
-// The sizes of ABI 2.0's descriptor and option entry: a plugin of this major has at least
-// these; a later minor appends fields, which this host does not read.
+// The sizes of this major's first descriptor and option entry (ABI 3.0's): a plugin of this
+// major has at least these; a later minor appends fields, which this host does not read.
 constexpr std::size_t kMajorBaseSize = sizeof(tessera_plugin_descriptor);
 constexpr std::size_t kMajorBaseOptionSize = sizeof(tessera_option_desc);
 
@@ -56,6 +56,7 @@ class DescriptorCheck {
     info.options = check_options();
     info.capabilities = check_capabilities(info.kind);
     if (d_.create == nullptr) refuse("create is NULL: the plugin has no factory");
+    info.url_scheme = check_url_scheme(info.kind);
     return info;
   }
 
@@ -133,6 +134,29 @@ class DescriptorCheck {
     if ((c.devices & TESSERA_DEVICE_CPU) != 0) out.devices.push_back(DeviceType::cpu);
     if ((c.devices & TESSERA_DEVICE_CUDA) != 0) out.devices.push_back(DeviceType::cuda);
     return out;
+  }
+
+  // "" for a plugin that declares no scheme (every kind but a store, or a store no URL names).
+  std::string check_url_scheme(PluginKind kind) const {
+    if ((d_.url_scheme == nullptr) != (d_.create_url_scheme == nullptr)) {
+      refuse(d_.url_scheme == nullptr
+                 ? std::string("url_scheme is NULL but create_url_scheme is set; declare both")
+                 : "url_scheme is " + quoted(d_.url_scheme) +
+                       " but create_url_scheme is NULL: nothing can read its URLs");
+    }
+    if (d_.url_scheme == nullptr) return {};
+    if (kind != PluginKind::store) {
+      refuse("url_scheme is " + quoted(d_.url_scheme) + ", but only a store is named by URL");
+    }
+    const std::string scheme(d_.url_scheme);
+    const bool valid =
+        !scheme.empty() && scheme.front() >= 'a' && scheme.front() <= 'z' &&
+        scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+-.") == std::string::npos;
+    if (!valid) {
+      refuse("url_scheme is " + quoted(d_.url_scheme) +
+             ": a scheme is a lower-case letter, then lower-case letters, digits, '+', '-', '.'");
+    }
+    return scheme;
   }
 
   PluginKind check_kind() const {

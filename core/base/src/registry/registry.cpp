@@ -9,6 +9,7 @@
 #include "registry/descriptor_check.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/plugin_abi.h"
+#include "tessera/plugin/store_url_scheme.hpp"
 
 namespace tessera {
 
@@ -178,6 +179,14 @@ const PluginInfo& PluginRegistry::load(const std::filesystem::path& file,
 
   std::vector<std::string> names = info.aliases;
   names.insert(names.begin(), info.name);
+  for (const auto& loaded : loaded_) {
+    if (info.url_scheme.empty() || loaded->info.url_scheme != info.url_scheme ||
+        loaded->info.name == info.name)
+      continue;
+    refuse(file, "url_scheme '" + info.url_scheme + "' is already served by the store '" +
+                     loaded->info.name + "' of " + loaded->info.file.string() +
+                     "; a URL must name one store");
+  }
   // The copy of this same plugin found earlier on the default search path, which a named
   // folder's copy replaces.
   auto superseded = loaded_.end();
@@ -271,13 +280,45 @@ Options PluginRegistry::default_options(PluginKind kind, std::string_view name) 
   return Options(section_name(info), info.options, {});
 }
 
+const PluginRegistry::Loaded& PluginRegistry::loaded(PluginKind kind, std::string_view name) const {
+  for (const auto& entry : loaded_) {
+    if (entry->answers_to(kind, name)) return *entry;
+  }
+  (void)find(kind, name);  // throws the error with suggestions
+  throw PluginError("no " + std::string(plugin_kind_name(kind)) + " plugin '" + std::string(name) +
+                    "'");
+}
+
+const PluginInfo* PluginRegistry::find_url_scheme(std::string_view scheme) const noexcept {
+  for (const auto& entry : loaded_) {
+    if (entry->info.kind == PluginKind::store && !scheme.empty() &&
+        entry->info.url_scheme == scheme)
+      return &entry->info;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const StoreUrlScheme> PluginRegistry::create_url_scheme(
+    std::string_view store) const {
+  const Loaded& entry = loaded(PluginKind::store, store);
+  if (entry.info.url_scheme.empty()) {
+    throw PluginError(entry.info.file.string() + ": the store '" + entry.info.name +
+                      "' declares no URL scheme (ABI 3.0), so no URL can name it");
+  }
+  std::exception_ptr error;
+  const tessera_factory_args args{sizeof(tessera_factory_args), nullptr, &error};
+  void* object = entry.descriptor->create_url_scheme(&args);
+  if (object == nullptr) {
+    if (error) std::rethrow_exception(error);
+    throw PluginError(entry.info.file.string() +
+                      ": create_url_scheme returned no object and no error");
+  }
+  return std::shared_ptr<const StoreUrlScheme>(static_cast<StoreUrlScheme*>(object));
+}
+
 void* PluginRegistry::create_raw(PluginKind kind, std::string_view name,
                                  const Options& options) const {
-  const Loaded* loaded = nullptr;
-  for (const auto& entry : loaded_) {
-    if (entry->answers_to(kind, name)) loaded = entry.get();
-  }
-  if (loaded == nullptr) (void)find(kind, name);  // throws the error with suggestions
+  const Loaded* loaded = &this->loaded(kind, name);
 
   const std::string section = section_name(loaded->info);
   const bool unresolved = options.section().empty() && options.specs().empty();

@@ -28,6 +28,11 @@
 // (TESSERA_SPANS_PROCESSES) or hosts (TESSERA_SPANS_HOSTS); a store whether clients in separate
 // processes or on separate hosts share its keys. Other kinds declare none; the macro refuses,
 // at compile time, capabilities a kind cannot have.
+//
+// A store that URLs may name (`tessera launch --store SCHEME://...`) declares, inside its class,
+// `using UrlScheme = C;` for a default-constructible class C derived from tessera::StoreUrlScheme
+// with a `static constexpr const char* kScheme` (tessera/plugin/store_url_scheme.hpp); the macro
+// puts the scheme and C's factory in the descriptor (ABI 3.0).
 
 #include <cstdint>
 #include <exception>
@@ -41,6 +46,7 @@
 #include "tessera/plugin/plugin_abi.h"
 #include "tessera/plugin/plugin_kind.hpp"
 #include "tessera/plugin/store.hpp"
+#include "tessera/plugin/store_url_scheme.hpp"
 #include "tessera/plugin/strategy.hpp"
 #include "tessera/plugin/transport.hpp"
 
@@ -128,6 +134,47 @@ void* create(const tessera_factory_args* args) noexcept {
   }
 }
 
+// A store's URL scheme (store_url_scheme.hpp), when its class names one as UrlScheme.
+template <class Concrete>
+concept has_url_scheme = requires {
+  typename Concrete::UrlScheme;
+};
+template <PluginKind kind, class Concrete>
+inline constexpr bool names_url_scheme = (kind == PluginKind::store) && has_url_scheme<Concrete>;
+
+template <class Scheme>
+void* create_url_scheme(const tessera_factory_args* args) noexcept {
+  static_assert(std::is_base_of_v<StoreUrlScheme, Scheme>,
+                "TESSERA_PLUGIN: a store's UrlScheme must derive from tessera::StoreUrlScheme");
+  static_assert(std::is_default_constructible_v<Scheme>,
+                "TESSERA_PLUGIN: a store's UrlScheme must be default-constructible");
+  try {
+    StoreUrlScheme* scheme = new Scheme();
+    return scheme;
+  } catch (...) {
+    *static_cast<std::exception_ptr*>(args->error) = std::current_exception();
+    return nullptr;
+  }
+}
+
+template <PluginKind kind, class Concrete>
+constexpr const char* url_scheme() noexcept {
+  if constexpr (names_url_scheme<kind, Concrete>) {
+    return Concrete::UrlScheme::kScheme;
+  } else {
+    return nullptr;
+  }
+}
+
+template <PluginKind kind, class Concrete>
+constexpr auto url_scheme_factory() noexcept -> void* (*)(const tessera_factory_args*) {
+  if constexpr (names_url_scheme<kind, Concrete>) {
+    return &create_url_scheme<typename Concrete::UrlScheme>;
+  } else {
+    return nullptr;
+  }
+}
+
 }  // namespace tessera::sdk
 
 #define TESSERA_NO_ALIASES nullptr
@@ -156,4 +203,6 @@ void* create(const tessera_factory_args* args) noexcept {
       sizeof(tessera_option_desc),                                                                 \
       capabilities,                                                                                \
       &::tessera::sdk::create<::tessera::PluginKind::kind, Concrete>,                              \
+      ::tessera::sdk::url_scheme<::tessera::PluginKind::kind, Concrete>(),                         \
+      ::tessera::sdk::url_scheme_factory<::tessera::PluginKind::kind, Concrete>(),                 \
   };

@@ -79,7 +79,9 @@ class Communicator : public PluginObject {
 
  private:
   static std::shared_ptr<Work> checked(std::shared_ptr<Work> work);
-  void check_device(const char* operation, const BufferView& buffer) const;
+  // Throws InvalidArgument for a buffer on a device this transport does not move, or a null
+  // buffer of a non-zero count.
+  void check_buffer(const char* operation, const BufferView& buffer) const;
 };
 
 }  // namespace tessera

@@ -25,11 +25,12 @@
  * only), so that a host refuses [runtime] device = cuda for a strategy that cannot keep its state
  * on a GPU before any rank starts; a 2.2 host refuses a 2.3 plugin.
  *
- * ABI 3.0 keeps the descriptor's layout and changes the C++ interfaces of models and data sets
- * (docs/plugin-guide.md, "Porting a plugin from ABI 2"): a sample is a SampleLayout (typed
- * inputs, targets of any shape, an ignore index) that the data set and the model declare, and
- * a loss reports its sum and the count of its targets. The symbol is _v3; an ABI 2 plugin is
- * refused by name.
+ * ABI 3.0 changes the C++ interfaces of models and data sets (docs/plugin-guide.md, "Porting a
+ * plugin from ABI 2"): a sample is a SampleLayout (typed inputs, targets of any shape, an ignore
+ * index) that the data set and the model declare, and a loss reports its sum and the count of
+ * its targets. Its descriptor is 2.3's with url_scheme and create_url_scheme appended: a store
+ * names the URL scheme it serves and reads its own URLs (store_url_scheme.hpp), so that the
+ * core knows no store's URL or options. The symbol is _v3; an ABI 2 plugin is refused by name.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -119,6 +120,13 @@ typedef struct tessera_plugin_descriptor {
   /* Creates the plugin object: returns a pointer to the kind's interface (tessera::Transport*
    * for "transport", ...) that the host owns, or NULL with *error set. */
   void* (*create)(const tessera_factory_args* args);
+  /* ABI 3.0, stores only. The scheme of the URLs that name this store ("etcd" for
+   * etcd://HOST:PORT, as `tessera launch --store` and TESSERA_STORE_URL write it): lower-case
+   * letters, digits, '+', '-', '.'; NULL for a store no URL names. Unique among loaded stores. */
+  const char* url_scheme;
+  /* ABI 3.0: creates the tessera::StoreUrlScheme* that reads this store's URLs, owned by the
+   * host; args->options is NULL. NULL exactly when url_scheme is. Errors as for create. */
+  void* (*create_url_scheme)(const tessera_factory_args* args);
 } tessera_plugin_descriptor;
 
 #ifdef __cplusplus

@@ -162,7 +162,4 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-// A store in this process's memory: the store of the `local` transport and of tests.
-std::shared_ptr<Store> make_memory_store();
-
 }  // namespace tessera

@@ -15,6 +15,8 @@
 
 namespace tessera {
 
+class StoreUrlScheme;
+
 // What a plugin can do, read from its descriptor (tessera_plugin_capabilities, plugin_abi.h)
 // without creating its object. For a transport: its ranks and its buffers; for a store: its
 // clients; for a strategy: its state; other kinds have none.
@@ -36,6 +38,9 @@ struct PluginInfo {
   std::filesystem::path file;
   std::vector<OptionSpec> options;
   PluginCapabilities capabilities;
+  // A store's URL scheme ("etcd" for etcd://...; plugin_abi.h, ABI 3.0); empty when no URL
+  // names it, as for every store built for ABI 2.3 or older.
+  std::string url_scheme;
 };
 
 // Where plugins are looked for. `defaults` are scanned first (TESSERA_PLUGIN_PATH's folders,
@@ -123,6 +128,14 @@ class PluginRegistry {
         static_cast<Interface*>(create_raw(interface_kind<Interface>::value, name, options)));
   }
 
+  // The store plugin that declared URL scheme `scheme` (ABI 3.0), or null when none did.
+  [[nodiscard]] const PluginInfo* find_url_scheme(std::string_view scheme) const noexcept;
+
+  // The reader of store `store`'s URLs (tessera/plugin/store_url_scheme.hpp). Throws
+  // ConfigError for an unknown store, PluginError for one that declares no URL scheme.
+  [[nodiscard]] std::shared_ptr<const StoreUrlScheme> create_url_scheme(
+      std::string_view store) const;
+
   // The options of plugin `name` with every default filled in and nothing overridden.
   [[nodiscard]] Options default_options(PluginKind kind, std::string_view name) const;
 
@@ -130,6 +143,7 @@ class PluginRegistry {
   struct Loaded;
   // The factory's object, as the kind's interface pointer; never null.
   void* create_raw(PluginKind kind, std::string_view name, const Options& options) const;
+  [[nodiscard]] const Loaded& loaded(PluginKind kind, std::string_view name) const;
   void scan_folder(const std::filesystem::path& dir, const std::string* named_origin);
   const PluginInfo& load(const std::filesystem::path& file, const std::string* named_origin);
 

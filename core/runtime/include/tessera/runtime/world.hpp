@@ -53,18 +53,20 @@ struct WorldPlan {
 // body of this process fails, so that nobody waits for a rank that is gone.
 using RankBody = std::function<void(std::shared_ptr<Communicator> world)>;
 
-// Creates the transport once and connects the plan's ranks of this process: `size` threads, or
-// this process as rank `rank` of `size` through the plan's store (the launcher's, or the
-// runtime.store plugin; `tcp` finds the launcher's server through TESSERA_STORE_ADDR and
-// TESSERA_STORE_TOKEN). Blocks until every body
+// Creates the transport once and connects the plan's ranks of this process: `size` threads that
+// share one runtime.store object (by default `memory`, keys in this process), or this process as
+// rank `rank` of `size` through the plan's store (the launcher's, or the runtime.store plugin;
+// `tcp` finds the launcher's server through TESSERA_STORE_ADDR and TESSERA_STORE_TOKEN). Blocks
+// until every body
 // has returned. If one throws, the other ranks' communicators are aborted and the first failure
 // (lowest rank) is rethrown after all threads have joined. Throws ConfigError for a plan that
 // needs_workers, naming how to start them.
 void run_world(const Config& config, const PluginRegistry& registry, const WorldPlan& plan,
                const RankBody& body);
 
-// The plan's store for a job of processes: the launcher's (its plugin, with the options its URL
-// sets over the config's [store.<plugin>] section), or runtime.store as configured.
+// The plan's store: the launcher's for a launched job of processes (its plugin, with the options
+// its URL sets over the config's [store.<plugin>] section), else runtime.store as configured.
+// Ranks as threads share the one object it returns.
 [[nodiscard]] std::shared_ptr<Store> open_job_store(const Config& config,
                                                     const PluginRegistry& registry,
                                                     const WorldPlan& plan);
