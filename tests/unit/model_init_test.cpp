@@ -62,5 +62,43 @@ TEST(InitializeParameter, ZerosOnesAndRangeChecks) {
   EXPECT_THROW(initialize_parameter(spec, 0, 0, out), InvalidArgument);
 }
 
+// GPT-2's N(0, 0.02) on a not-nice shape: its moments, and a column slice of rows 7..30 (as a
+// tensor-parallel split would hold it) gets the whole parameter's bits at its place.
+TEST(InitializeParameter, NormalHasItsMomentsAndASliceGetsTheWholesBits) {
+  ParamSpec whole{"c_attn.weight", {54, 37}, DType::f32, ParamInit::normal, 37, 54};
+  whole.init_std = 0.02F;
+  std::vector<float> values(54 * 37);
+  initialize_parameter(whole, 9, 2, values);
+  double mean = 0.0;
+  double square = 0.0;
+  for (const float v : values) {
+    EXPECT_TRUE(std::isfinite(v));
+    mean += v / static_cast<double>(values.size());
+    square += double{v} * v / static_cast<double>(values.size());
+  }
+  EXPECT_NEAR(mean, 0.0, 0.0015);            // 3 sigma of the mean of 1998 draws
+  EXPECT_NEAR(std::sqrt(square), 0.02, 0.0015);
+
+  ParamSpec slice = whole;
+  slice.shape = {23, 37};
+  slice.slice = {0, 7, 30, {54, 37}};
+  std::vector<float> part(23 * 37);
+  initialize_parameter(slice, 9, 2, part);
+  EXPECT_EQ(std::memcmp(part.data(), values.data() + 7 * 37, part.size() * sizeof(float)), 0);
+  // A slice along the columns: rows whole, columns 5..16.
+  ParamSpec columns = whole;
+  columns.shape = {54, 11};
+  columns.slice = {1, 5, 16, {54, 37}};
+  std::vector<float> cols(54 * 11);
+  initialize_parameter(columns, 9, 2, cols);
+  for (std::size_t r = 0; r < 54; ++r) {
+    for (std::size_t c = 0; c < 11; ++c) {
+      ASSERT_EQ(cols[r * 11 + c], values[r * 37 + 5 + c]) << r << ", " << c;
+    }
+  }
+  whole.init_std = 0.0F;
+  EXPECT_THROW(initialize_parameter(whole, 9, 2, values), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tessera
