@@ -50,7 +50,8 @@ SIGKILLed and the cell fails.
 
 Cells marked in KNOWN_BROKEN (issue 27's items, being fixed) still run and are reported, with
 the mark; their failure does not fail the campaign (--strict: it does), and a marked cell that
-passes every run says so, so the mark can go. --skip-broken leaves them out.
+passes every run says so (some of these faults are races that a run can miss: remove a mark once
+the fix is merged and the cell passes many runs). --skip-broken leaves them out.
 """
 import argparse
 import fnmatch
@@ -81,6 +82,19 @@ WORKERS = 3
 # The cells that fail on main today, with what they do (issue 27's numbering). A glob over
 # FAULT/TRANSPORT/STRATEGY; remove a line once its fix is merged and the cell passes.
 KNOWN_BROKEN = {
+    "double/*/*": "item 2: the last survivor fails (exit 1, no checkpoint named) or hangs; "
+                  "item 9: a redone step recorded twice",
+    "kill-in-regroup/*/*": "item 2: the last survivor fails (exit 1 or 137) or hangs silently",
+    "stop/*/*": "item 3: the survivors finish, the launcher waits for the stopped worker forever",
+    # (and item 9 there too: a step missing or recorded twice in metrics_file, 2 runs of 8)
+    "join-in-regroup/*/*": "item 9: a step missing from metrics_file (its rank 0 was stopped)",
+    "joiner-killed/*/*": "item 9: a redone step recorded twice in metrics_file",
+    "shm-full/shm/*": "item 4: the new world's segment is refused; exit 1, no checkpoint named",
+    "store-stop-tcp/*/*": "item 5: every lease expired in the outage; exit 1, no checkpoint named",
+    "store-kill-etcd/*/*": "item 5: training ends, then rank 0 waits in ~Membership for its "
+                           "heartbeat's keep_alive retries; no exit within 60-97 s",
+    "store-stop-etcd/*/*": "item 5: leases lost in the outage; exit 1, no checkpoint named",
+    "dup-job-id/*/*": "item 6: the second job is not refused and takes the first one down",
 }
 # The ctest short form: cells that pass on main, 1 run each, 1 epoch.
 SHORT_CELLS = ("kill/shm/ddp", "kill/shm/zero2")
@@ -139,6 +153,15 @@ def free_port():
     with socket.socket() as s:
         s.bind((STORE_ENDPOINT, 0))
         return s.getsockname()[1]
+
+
+def process_state(pid):
+    """The kernel's one-letter state of pid (R, S, T, Z, ...), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 def kill_all(pids, sig=signal.SIGKILL):
@@ -296,8 +319,7 @@ class Run:
             self.pids |= job_processes(f"ELASTIC_KILLS_JOB={tag}")
 
     def alive(self):
-        return sorted(p for p in self.pids if os.path.exists(f"/proc/{p}")
-                      and not open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+        return sorted(p for p in self.pids if process_state(p) not in (None, "Z"))
 
     def ended(self):
         return all(entry[1].poll() is not None for entry in self.launchers)
@@ -380,6 +402,7 @@ class Run:
             while not hung and self.alive() and time.time() < until:
                 time.sleep(0.05)
             orphans = [] if hung else self.alive()
+            self.stacks = self.capture_stacks() if hung else {}
             kill_all(self.alive() + [e[1].pid for e in self.launchers if e[1].poll() is None])
             for entry in self.launchers:
                 entry[1].wait()
@@ -397,6 +420,36 @@ class Run:
                 self.etcd.stop()
             self.namespace.close()
         return self.facts(hung, seconds, left, orphans)
+
+    def capture_stacks(self):
+        """{process: where its main thread waits} of a hung run's processes, each process's
+        every thread's stack in stack-PID.txt (gdb, when installed)."""
+        if not shutil.which("gdb"):
+            return {}
+        found = {}
+        for tag in self.tags:
+            for name, pid in job_workers(f"ELASTIC_KILLS_JOB={tag}", with_launcher=True).items():
+                if process_state(pid) == "T":
+                    found[name.split()[0]] = "(stopped by SIGSTOP)"
+                    continue
+                try:
+                    out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex",
+                                          "thread apply all bt 40"], stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+                except subprocess.TimeoutExpired:
+                    found[name.split()[0]] = "(gdb did not attach within 120 s)"
+                    continue
+                if "ptrace: No such process" in out:
+                    found[name.split()[0]] = "(exited while the stacks were taken)"
+                    continue
+                with open(os.path.join(self.work, f"stack-{pid}.txt"), "w") as f:
+                    f.write(out)
+                # The main thread is listed last; its innermost frames of ours say where.
+                main = out.rsplit("\nThread 1 ", 1)[-1]
+                ours = re.findall(r"#\d+\s+(?:0x[0-9a-f]+ in )?(tessera::(?:\(anonymous "
+                                  r"namespace\)::|[\w~<>]+::)*[\w~<>]+)", main)
+                found[name.split()[0]] = " <- ".join(dict.fromkeys(ours[:8]))
+        return found
 
     # ---- the faults
 
@@ -524,7 +577,7 @@ class Run:
             "cell": self.cell, "run": self.number, "strike_step": self.strike_step,
             "fault": self.notes,
             "exits": {entry[0]: entry[1].returncode for entry in self.launchers},
-            "hung": hung, "seconds": round(seconds, 1),
+            "hung": hung, "timeout": self.timeout, "seconds": round(seconds, 1),
             "steps": len(numbers), "last_step": max(numbers, default=None),
             "repeated": len(numbers) - len(set(numbers)),
             "gaps": len(set(range(1, max(numbers, default=0) + 1)) - set(numbers)),
@@ -538,7 +591,7 @@ class Run:
             "accuracy": round(100 * evals[-1]["test_accuracy"], 2) if evals else None,
             "resume_named": bool(resume), "checkpoints_named": sorted(set(checkpoints)),
             "second_job_steps": len(metrics(os.path.join(self.work, "metrics-second.jsonl"))),
-            "shm_left": left, "processes_left": orphans,
+            "shm_left": left, "processes_left": orphans, "hung_in": self.stacks,
             "second_names_id": self.job_id in self.output("second"),
             "work": self.work,
             "errors": sorted(set(re.findall(r"(?:error|Error)[^\n]{0,200}", text)))[:6],
@@ -550,7 +603,7 @@ def problems(facts, baseline, args):
     fault = facts["cell"].split("/")[0]
     found = []
     if facts["hung"]:
-        found.append(f"hung (no end within {args.timeout or 'the bound'} s)")
+        found.append(f"hung: no end within {facts['timeout']:.0f} s, then SIGKILLed")
     if facts["shm_left"]:
         found.append(f"left in /dev/shm: {', '.join(facts['shm_left'])}")
     exits = facts["exits"]
@@ -650,7 +703,7 @@ def print_table(rows, baselines):
     for r in rows:
         verdict = "ok" if r["passed"] == r["runs"] else "FAIL"
         if r["known_broken"]:
-            verdict += " (known broken)" if verdict == "FAIL" else " (marked broken: unmark it)"
+            verdict += " (known broken)" if verdict == "FAIL" else " (marked broken; passed here)"
         table.append((r["cell"], r["runs"], r["passed"], r["exits"], r["hangs"], r["redone"],
                       r["repeated"], r["gaps"], r["samples_per_epoch"], r["accuracy"],
                       r["shm_left"], r["seconds"], verdict))
@@ -700,6 +753,8 @@ def main():
                 print(f"  kept in {run.work}", flush=True)
                 for error in facts["errors"]:
                     print(f"  {error}", flush=True)
+                for process, where in facts["hung_in"].items():
+                    print(f"  {process} waits in {where or '(no frame of tessera)'}", flush=True)
             else:
                 shutil.rmtree(run.work, ignore_errors=True)
             if args.json:
