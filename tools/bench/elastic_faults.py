@@ -177,10 +177,11 @@ class Etcd:
 
     def __init__(self, work):
         self.client, peer = free_port(), free_port()
+        self.data = os.path.join(work, "etcd")
         client_url, peer_url = f"http://{STORE_ENDPOINT}:{self.client}", f"http://{STORE_ENDPOINT}:{peer}"
         with open(os.path.join(work, "etcd.log"), "w") as log:
             self.process = subprocess.Popen(
-                ["etcd", "--name=faults", f"--data-dir={os.path.join(work, 'etcd')}",
+                ["etcd", "--name=faults", f"--data-dir={self.data}",
                  f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
                  f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
                  f"--initial-cluster=faults={peer_url}", "--heartbeat-interval=50",
@@ -208,6 +209,7 @@ class Etcd:
             kill_all([self.process.pid], signal.SIGCONT)
             self.process.kill()
         self.process.wait()
+        shutil.rmtree(self.data, ignore_errors=True)  # 128 MiB of preallocated log, no evidence
 
 
 class ShmNamespace:
