@@ -271,20 +271,23 @@ class Run:
 
     # ---- starting processes
 
-    def train_command(self, world_size, metrics_file):
+    def train_command(self, world_size, metrics_file, checkpoint_dir):
         copies = 2 if self.fault in ("double", "kill-in-regroup") else 1
         return [os.path.join(self.args.build, "bin", "tessera"), "train", "--config",
                 os.path.join(ROOT, "samples", "configs", "elastic.ini"),
                 f"--runtime.transport={self.transport}", "--runtime.store=tcp",
                 f"--runtime.world_size={world_size}", f"--train.strategy={self.strategy}",
                 f"--train.epochs={self.args.epochs}", "--train.schedule=cosine",
-                f"--train.checkpoint_dir={os.path.join(self.work, 'ckpt')}",
+                f"--train.checkpoint_dir={checkpoint_dir}",
                 "--train.checkpoint_every=100", f"--train.metrics_file={metrics_file}",
                 "--train.progress=lines", f"--elastic.copies={copies}"]
 
-    def start(self, role, launch_flags, processes, tag=None, metrics_file=None):
-        """Starts a `tessera launch` inside the run's namespace; role names it in the record."""
-        metrics_file = metrics_file or os.path.join(self.work, "metrics.jsonl")
+    def start(self, role, launch_flags, processes, tag=None, own_files=False):
+        """Starts a `tessera launch` inside the run's namespace; role names it in the record.
+        own_files: a job of its own (its metrics file and checkpoint folder), else the run's."""
+        suffix = f"-{role}" if own_files else ""
+        metrics_file = os.path.join(self.work, f"metrics{suffix}.jsonl")
+        checkpoint_dir = os.path.join(self.work, f"ckpt{suffix}")
         if tag and tag not in self.tags:
             self.tags.append(tag)
         out_file = os.path.join(self.work, f"out-{role}.txt")
@@ -294,7 +297,7 @@ class Run:
         command = self.namespace.enter(
             [os.path.join(self.args.build, "bin", "tessera"), "launch", "--elastic",
              "-n", str(processes), "--max-workers", "6", "--timeout", "600s"] + launch_flags +
-            ["--"] + self.train_command(processes, metrics_file))
+            ["--"] + self.train_command(processes, metrics_file, checkpoint_dir))
         with open(out_file, "w") as out:
             job = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
@@ -544,8 +547,7 @@ class Run:
 
     def fault_dup_job_id(self):
         second = self.start("second", ["--store", self.etcd.url(), "--job-id", self.job_id],
-                            WORKERS, tag=self.tag + ".second",
-                            metrics_file=os.path.join(self.work, "metrics-second.jsonl"))
+                            WORKERS, tag=self.tag + ".second", own_files=True)
         self.notes.append(f"a second job with --job-id {self.job_id} started at "
                           f"{time.time() - self.started:.2f} s")
         self.wait_for(lambda: second.poll() is not None, limit=60)
