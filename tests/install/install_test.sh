@@ -279,21 +279,25 @@ embed_host_on_two_processes_matches_one)
   ;;
 
 plugin_of_another_abi_major_is_refused_by_name)
-  # What a user gets from a plugin built for plugin ABI 1: the template built against a copy
-  # of the prefix whose plugin_abi.h says major 1, so that it exports
-  # tessera_plugin_descriptor_v1 as the ABI 1 SDK did.
-  cp -a "$prefix" "$scratch/abi1"
-  sed -i 's/^#define TESSERA_PLUGIN_ABI_MAJOR 2$/#define TESSERA_PLUGIN_ABI_MAJOR 1/' \
-    "$scratch/abi1/include/tessera/plugin/plugin_abi.h"
-  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR 1$" "$scratch/abi1/include/tessera/plugin/plugin_abi.h" ||
+  # What a user gets from a plugin built for the previous plugin ABI: the template built against
+  # a copy of the prefix whose plugin_abi.h says the major before this one, so that it exports
+  # that major's symbol as the previous SDK did.
+  header="$prefix/include/tessera/plugin/plugin_abi.h"
+  major=$(sed -n 's/^#define TESSERA_PLUGIN_ABI_MAJOR \([0-9]*\)$/\1/p' "$header")
+  [[ -n $major && $major -gt 1 ]] || fail "no ABI major in $header"
+  old=$((major - 1))
+  cp -a "$prefix" "$scratch/old_abi"
+  sed -i "s/^#define TESSERA_PLUGIN_ABI_MAJOR $major\$/#define TESSERA_PLUGIN_ABI_MAJOR $old/" \
+    "$scratch/old_abi/include/tessera/plugin/plugin_abi.h"
+  grep -q "^#define TESSERA_PLUGIN_ABI_MAJOR $old$" "$scratch/old_abi/include/tessera/plugin/plugin_abi.h" ||
     fail "could not patch the ABI major"
-  build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/abi1"
+  build_against "$prefix/share/tessera/template" "$scratch/build" "$scratch/old_abi"
   plugin="$scratch/build/plugins/libsign_sgd.so"
-  [[ $(nm -D --defined-only "$plugin" | awk '{print $3}') == "tessera_plugin_descriptor_v1" ]] ||
-    fail "the ABI 1 build does not export tessera_plugin_descriptor_v1"
+  [[ $(nm -D --defined-only "$plugin" | awk '{print $3}') == "tessera_plugin_descriptor_v$old" ]] ||
+    fail "the ABI $old build does not export tessera_plugin_descriptor_v$old"
   run "$tessera" plugins --kind optimizer --path "$scratch/build/plugins" >"$scratch/out" 2>"$scratch/err" ||
     fail "tessera plugins failed on a refused plugin"
-  grep -qF "tessera: warning: $plugin: exports tessera_plugin_descriptor_v1: it was built for plugin ABI 1, this libtessera speaks ABI 3; rebuild the plugin against this tessera's SDK" "$scratch/err" ||
+  grep -qF "tessera: warning: $plugin: exports tessera_plugin_descriptor_v$old: it was built for plugin ABI $old, this libtessera speaks ABI $major; rebuild the plugin against this tessera's SDK (docs/plugin-guide.md, \"Porting a plugin from ABI $old\")" "$scratch/err" ||
     fail "no refusal naming the file, its ABI and what to do: $(cat "$scratch/err")"
   if grep -q sign_sgd "$scratch/out"; then fail "the refused plugin was listed"; fi
   if run "$tessera" train --plugins.path="$scratch/build/plugins" --train.optimizer=sign_sgd \

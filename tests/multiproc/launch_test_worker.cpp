@@ -62,7 +62,8 @@ int rendezvous(const tessera::LaunchInfo& info) {
   tessera::PluginRegistry registry;
   const auto store = job_store(info, registry);
   // The URL as the store plugin reads it back (its canonical text).
-  std::cout << "store " << tessera::parse_store_url(registry, info.store_url, "TESSERA_STORE_URL").text()
+  std::cout << "store "
+            << tessera::parse_store_url(registry, info.store_url, "TESSERA_STORE_URL").text()
             << "\n";
   const auto arrived = store->add("arrived", 1);
   store->set("rank/" + std::to_string(info.rank), std::to_string(::getpid()));

@@ -35,8 +35,8 @@ class GptCli : public ::testing::Test {
   // Runs `tessera ARGS` in the scratch folder, stdout and stderr captured.
   CliRun tessera(const std::string& args) {
     const auto err_file = dir_ / "stderr.txt";
-    const std::string command = "cd '" + dir_.string() + "' && " + TESSERA_CLI_PATH + " " +
-                                args + " 2>'" + err_file.string() + "'";
+    const std::string command = "cd '" + dir_.string() + "' && " + TESSERA_CLI_PATH + " " + args +
+                                " 2>'" + err_file.string() + "'";
     CliRun run;
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return run;
@@ -99,8 +99,8 @@ TEST_F(GptCli, ATrainedModelContinuesAPromptTheSameWayForTheSameSeed) {
 
 TEST_F(GptCli, ACheckpointOfAnotherShapeIsRefusedNamingTheParameter) {
   prepare_and_train();
-  const CliRun run = tessera(
-      "sample --config gpt.ini --checkpoint checkpoints --model.gpt.width=32 --tokens 5");
+  const CliRun run =
+      tessera("sample --config gpt.ini --checkpoint checkpoints --model.gpt.width=32 --tokens 5");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("holds 0.wte [256x16], the model's wte is 256x32; sample with the [model] "
                          "options it was trained with"),

@@ -142,7 +142,6 @@ inline double scaled_error(std::span<const float> actual, std::span<const float>
   return worst / scale;
 }
 
-inline const std::string kReferencePath =
-    std::string(TESSERA_TEST_DATA_DIR) + "/gpt_reference.bin";
+inline const std::string kReferencePath = std::string(TESSERA_TEST_DATA_DIR) + "/gpt_reference.bin";
 
 }  // namespace tessera::layers

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,8 +38,8 @@ class GeneratedText final : public Dataset {
  public:
   GeneratedText(std::size_t context, std::size_t train, std::size_t test)
       : context_(context), train_(train), test_(test) {
-    static const char* const kWords[] = {"the", "cat", "sat", "on", "a", "mat", "dog",
-                                         "ran", "to", "big", "red", "house", "and", "slept"};
+    static const char* const kWords[] = {"the", "cat", "sat", "on",  "a",     "mat", "dog",
+                                         "ran", "to",  "big", "red", "house", "and", "slept"};
     const std::size_t needed = (train + test) * context + 1;
     std::uint64_t k = 0;
     while (tokens_.size() < needed) {
@@ -157,11 +157,13 @@ TEST(GptStrategies, ThreeRanksOfBatchBMatchOneRankOfBatchThreeBPerToken) {
 }
 
 // Two pipeline stages cut between blocks (the first takes the token ids, the second ends in the
-// loss), two micro-batches: the same micro-batches as one rank of ddp.
+// loss), two micro-batches: the same micro-batches as one rank of ddp. Clipped, so that the
+// norm the stages share decides every update.
 TEST(GptStrategies, TwoPipelineStagesFollowOneRankOfDdp) {
   const auto data = text();
   auto o = options(16, 1);
   o.micro_batches = 2;
+  o.max_grad_norm = 0.5;
   const auto pipeline = train("hybrid_pp2", 2, o, data);
   const auto ddp = train("ddp", 1, o, data);
   ASSERT_EQ(pipeline.losses.size(), ddp.losses.size());
@@ -218,12 +220,9 @@ TEST(GptStrategies, AnEvaluationSubsetIsSpreadEvenlyOverTheTestSplit) {
 TEST(GptStrategies, WindowsTheModelDoesNotTakeAreRefusedNamingBothLayouts) {
   const auto data = std::make_shared<GeneratedText>(8, 10, 2);  // context 8, the model's is 7
   testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
-    TrainerComponents parts{world,
-                            tiny_gpt(),
-                            std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{}),
-                            data,
-                            make_strategy("ddp"),
-                            "ddp"};
+    TrainerComponents parts{
+        world, tiny_gpt(),           std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{}),
+        data,  make_strategy("ddp"), "ddp"};
     try {
       Trainer trainer(options(4, 1), parts);
       FAIL() << "a context-8 data set was accepted by a context-7 model";

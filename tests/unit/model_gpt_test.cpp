@@ -84,9 +84,8 @@ TEST(GptModel, LogitsLossAndEveryGradientMatchPyTorch) {
   const double logits_error = scaled_error(x.as<float>(), ref.logits);
   EXPECT_LT(logits_error, 1e-5);
   LossResult loss = model.loss(x, ids(ref.targets, ref.shape.batch, ref.shape.time));
-  const auto counted = static_cast<std::size_t>(
-      std::count_if(ref.targets.begin(), ref.targets.end(),
-                    [](std::int64_t t) { return t != kIgnoreTarget; }));
+  const auto counted = static_cast<std::size_t>(std::count_if(
+      ref.targets.begin(), ref.targets.end(), [](std::int64_t t) { return t != kIgnoreTarget; }));
   EXPECT_EQ(loss.targets, counted);
   EXPECT_LT(counted, ref.targets.size()) << "the reference batch ignores some targets";
   EXPECT_NEAR(loss.mean(), ref.loss, 2e-6 * ref.loss);
@@ -137,8 +136,9 @@ TEST(GptModel, RefusesAWidthThatTheHeadsDoNotDivideNamingTheOption) {
     const GptModel model(GptConfig{{2, 3, 10, 8, 256}, 1});
     FAIL() << "width 10 over 3 heads was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.gpt.width: 10 is not a positive multiple of heads = 3"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("model.gpt.width: 10 is not a positive multiple of heads = 3"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -76,7 +76,7 @@ TEST(InitializeParameter, NormalHasItsMomentsAndASliceGetsTheWholesBits) {
     mean += v / static_cast<double>(values.size());
     square += double{v} * v / static_cast<double>(values.size());
   }
-  EXPECT_NEAR(mean, 0.0, 0.0015);            // 3 sigma of the mean of 1998 draws
+  EXPECT_NEAR(mean, 0.0, 0.0015);  // 3 sigma of the mean of 1998 draws
   EXPECT_NEAR(std::sqrt(square), 0.02, 0.0015);
 
   ParamSpec slice = whole;

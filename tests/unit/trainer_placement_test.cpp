@@ -74,7 +74,8 @@ class OneReplicaOfTwoRanks final : public Strategy {
     const auto rows = batch_rows(batch.inputs);
     if (reporting()) evaluated_ += rows;
     // Rank 1's rows would halve the accuracy and raise the loss if they were counted.
-    return reporting() ? StepStats{1.0, rows, rows, 0.0, false} : StepStats{9.0, 0, rows, 0.0, false};
+    return reporting() ? StepStats{1.0, rows, rows, 0.0, false}
+                       : StepStats{9.0, 0, rows, 0.0, false};
   }
   void save(CheckpointWriter&) override {}
   void load(const CheckpointReader&) override {}

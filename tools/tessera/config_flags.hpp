@@ -38,8 +38,7 @@ inline std::vector<boost::program_options::option> take_config_flag(
 // --section.key=value words left for the config, as they were written. A mistake in the
 // command's flags is a UsageError starting with "<command>: ".
 inline std::vector<std::string> parse_command_flags(
-    const std::vector<std::string>& args,
-    const boost::program_options::options_description& flags,
+    const std::vector<std::string>& args, const boost::program_options::options_description& flags,
     boost::program_options::variables_map& vm, const std::string& command) {
   namespace po = boost::program_options;
   try {

@@ -102,7 +102,8 @@ int run_train(const std::vector<std::string>& args) {
     if (result.tokens_per_s > 0.0) {
       // A language model: accuracy is per token, and the loss is what people compare.
       std::printf("test loss %.4f  perplexity %.2f", result.test_loss, std::exp(result.test_loss));
-      if (result.test_bits_per_byte > 0.0) std::printf("  %.3f bits/byte", result.test_bits_per_byte);
+      if (result.test_bits_per_byte > 0.0)
+        std::printf("  %.3f bits/byte", result.test_bits_per_byte);
       std::printf("  token accuracy %.2f %%  (%lld steps, %.1f s, %.0f tokens/s)\n",
                   100.0 * result.test_accuracy, static_cast<long long>(result.steps),
                   result.seconds, result.tokens_per_s);

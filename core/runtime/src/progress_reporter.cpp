@@ -63,6 +63,9 @@ void ProgressReporter::hand_over(bool active) {
   enabled_ = mode_ != ProgressMode::off;
   in_place_ = mode_ == ProgressMode::bar || (mode_ == ProgressMode::automatic && ::isatty(2) == 1);
   open_metrics();
+  if (metrics_fd_ >= 0 && last_step_ && last_step_->step > newest_recorded_step_) {
+    write_step_record(*last_step_, true);
+  }
 }
 
 void ProgressReporter::open_metrics() {
@@ -150,33 +153,35 @@ void ProgressReporter::count_tokens(std::size_t targets_per_sample, double bytes
   bytes_per_target_ = bytes_per_target;
 }
 
+void ProgressReporter::write_step_record(const StepReport& r, bool recovered) {
+  nlohmann::ordered_json line;
+  line["step"] = r.step;
+  line["epoch"] = r.epoch + 1;
+  line["loss"] = r.stats.loss;
+  line["lr"] = r.learning_rate;
+  line["grad_norm"] = r.stats.grad_norm;
+  if (r.stats.skipped) line["skipped"] = true;
+  // A step trained again after a recovery or a resume: this record replaces the earlier one,
+  // whose samples must not be counted twice.
+  if (r.step <= newest_recorded_step_) line["redone"] = true;
+  if (recovered) line["recovered"] = true;
+  line["samples"] = r.samples;
+  line["samples_per_s"] = samples_per_s();
+  if (tokens_per_sample_ > 0) line["tokens_per_s"] = tokens_per_s();
+  line["time_s"] = seconds();
+  line["wall_time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  write_metrics(line.dump() + "\n", "step " + std::to_string(r.step));
+  newest_recorded_step_ = std::max(newest_recorded_step_, r.step);
+}
+
 void ProgressReporter::step(const StepReport& r) {
   // Counted on every rank, so that each can report the run's throughput.
   ++steps_;
   samples_ += r.samples;
+  last_step_ = r;
   if (!active_) return;
-  if (metrics_fd_ >= 0) {
-    nlohmann::ordered_json line;
-    line["step"] = r.step;
-    line["epoch"] = r.epoch + 1;
-    line["loss"] = r.stats.loss;
-    line["lr"] = r.learning_rate;
-    line["grad_norm"] = r.stats.grad_norm;
-    if (r.stats.skipped) line["skipped"] = true;
-    // A step trained again after a recovery or a resume: this record replaces the earlier
-    // one, whose samples must not be counted twice.
-    if (r.step <= newest_recorded_step_) line["redone"] = true;
-    line["samples"] = r.samples;
-    line["samples_per_s"] = samples_per_s();
-    if (tokens_per_sample_ > 0) {
-      line["tokens_per_s"] = tokens_per_s();
-    }
-    line["time_s"] = seconds();
-    line["wall_time"] =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    write_metrics(line.dump() + "\n", "step " + std::to_string(r.step));
-    newest_recorded_step_ = std::max(newest_recorded_step_, r.step);
-  }
+  if (metrics_fd_ >= 0) write_step_record(r, false);
   // A terminal gets ~10 updates a second; a log file a line every 5 s and at each epoch's end.
   const auto now = Clock::now();
   const auto interval =
@@ -193,7 +198,8 @@ void ProgressReporter::step(const StepReport& r) {
     std::snprintf(throughput, sizeof throughput, "%.0f samples/s", samples_per_s());
   }
   char text[256];
-  std::snprintf(text, sizeof text, "epoch %lld/%lld  step %zu/%zu (%lld/%lld)  loss %.4f  %s  ETA %s",
+  std::snprintf(text, sizeof text,
+                "epoch %lld/%lld  step %zu/%zu (%lld/%lld)  loss %.4f  %s  ETA %s",
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(epochs_), r.batch,
                 r.batches, static_cast<long long>(r.step), static_cast<long long>(total_steps_),
                 r.stats.loss, throughput, format_duration(eta).c_str());
@@ -214,16 +220,15 @@ void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double 
     write_metrics(line.dump() + "\n", "the evaluation at step " + std::to_string(step));
   }
   char text[224];
-  const int n = std::snprintf(text, sizeof text,
-                              "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
-                              static_cast<long long>(epoch + 1), static_cast<long long>(step),
-                              100.0 * accuracy, loss);
+  const int n = std::snprintf(
+      text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
+      static_cast<long long>(epoch + 1), static_cast<long long>(step), 100.0 * accuracy, loss);
   if (tokens_per_sample_ > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof text) {
     const int m = std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n),
                                 "  perplexity %.2f", std::exp(loss));
     if (bytes_per_target_ > 0.0 && m > 0 && static_cast<std::size_t>(n + m) < sizeof text) {
-      std::snprintf(text + n + m, sizeof text - static_cast<std::size_t>(n + m),
-                    "  %.3f bits/byte", bits_per_byte(loss));
+      std::snprintf(text + n + m, sizeof text - static_cast<std::size_t>(n + m), "  %.3f bits/byte",
+                    bits_per_byte(loss));
     }
   }
   print_line(text, false);

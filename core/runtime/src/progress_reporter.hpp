@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tessera/plugin/strategy.hpp"
@@ -32,7 +33,10 @@ class ProgressReporter {
   ProgressReporter& operator=(const ProgressReporter&) = delete;
 
   // Makes this rank the reporting one, or not: an elastic run's rank 0 may die, and the new
-  // world's rank 0 goes on reporting (appending to the metrics file).
+  // world's rank 0 goes on reporting (appending to the metrics file). A rank 0 that died after
+  // a step completed everywhere but before it wrote the step's record leaves that record to its
+  // successor: the step's loss, norm and samples are the same on every rank, and this rank's
+  // last step is written (marked "recovered") when the file holds no record of it.
   void hand_over(bool active);
 
   // Targets are tokens (more than one per sample): steps also report tokens/s, evaluations the
@@ -56,6 +60,8 @@ class ProgressReporter {
  private:
   void open_metrics();
   void print_line(const std::string& text, bool transient);
+  // One step's record in the metrics file; `recovered`: written by a successor (hand_over).
+  void write_step_record(const StepReport& report, bool recovered);
   // Appends one JSON line to the metrics file; throws TrainingError naming the file and the
   // system's reason when it cannot, since metrics lost must not look like a clean run.
   void write_metrics(const std::string& record, const std::string& what);
@@ -80,6 +86,7 @@ class ProgressReporter {
   int metrics_fd_ = -1;
   // The newest step the metrics file holds a record of, whoever wrote it; -1 if none.
   std::int64_t newest_recorded_step_ = -1;
+  std::optional<StepReport> last_step_;  // this rank's newest step, recorded or not
 };
 
 }  // namespace tessera::trainer

@@ -632,8 +632,7 @@ TrainResult Trainer::train(bool resume) {
   run.reporter = std::make_unique<trainer::ProgressReporter>(
       options_.progress, options_.metrics_file, parts_.world->rank() == 0, run.total_steps,
       options_.epochs);
-  run.reporter->count_tokens(parts_.model->layout().targets_per_sample(),
-                             data.bytes_per_target());
+  run.reporter->count_tokens(parts_.model->layout().targets_per_sample(), data.bytes_per_target());
   // One pass, unless the world fails and the source hands a new one: then the run goes on from
   // the position of its state, possibly a step back, in the next pass.
   for (;;) {

@@ -45,14 +45,15 @@ Sequence sequence_of(const std::string& layer, const Tensor& x, std::size_t widt
                      std::size_t context) {
   if (x.device() != Device::cpu()) {
     throw InvalidArgument(layer + ": the gpt layers compute in host memory only, the input is on " +
-                          to_string(x.device()) + "; train the gpt model with [runtime] device = cpu");
+                          to_string(x.device()) +
+                          "; train the gpt model with [runtime] device = cpu");
   }
   const Shape& s = x.shape();
-  TESSERA_CHECK(x.dtype() == DType::f32 && s.size() == 3 && s[2] == width && s[1] >= 1 &&
-                    s[1] <= context,
-                layer + ": expects f32 activations [n, T <= " + std::to_string(context) + ", " +
-                    std::to_string(width) + "], got " + std::string(dtype_name(x.dtype())) + " " +
-                    shape_text(s));
+  TESSERA_CHECK(
+      x.dtype() == DType::f32 && s.size() == 3 && s[2] == width && s[1] >= 1 && s[1] <= context,
+      layer + ": expects f32 activations [n, T <= " + std::to_string(context) + ", " +
+          std::to_string(width) + "], got " + std::string(dtype_name(x.dtype())) + " " +
+          shape_text(s));
   return {s[0], s[1]};
 }
 
@@ -131,19 +132,18 @@ Tensor Embedding::forward(const Tensor& input, std::span<const BufferView> param
                           LayerContext& ctx) const {
   const Shape& s = input.shape();
   if (input.device() != Device::cpu()) {
-    throw InvalidArgument("embedding: the gpt layers compute in host memory only; train the gpt "
-                          "model with [runtime] device = cpu");
+    throw InvalidArgument(
+        "embedding: the gpt layers compute in host memory only; train the gpt "
+        "model with [runtime] device = cpu");
   }
-  TESSERA_CHECK(input.dtype() == DType::i64 && s.size() == 2 && s[1] >= 1 &&
-                    s[1] <= shape_.context,
+  TESSERA_CHECK(input.dtype() == DType::i64 && s.size() == 2 && s[1] >= 1 && s[1] <= shape_.context,
                 "embedding: expects i64 token ids [n, T <= " + std::to_string(shape_.context) +
                     "], got " + std::string(dtype_name(input.dtype())) + " " + shape_text(s));
   check_views(name(), params, parameters(), "parameter", Device::cpu());
   Tensor out({s[0], s[1], shape_.width}, DType::f32);
-  layers::embedding_forward<float>(out.as<float>(), tokens_of(input),
-                                   values(params[0], "wte"), values(params[1], "wpe"),
-                                   {s[0], s[1], shape_.width, shape_.vocab, shape_.context},
-                                   *compute_);
+  layers::embedding_forward<float>(
+      out.as<float>(), tokens_of(input), values(params[0], "wte"), values(params[1], "wpe"),
+      {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
   ctx.save(input.alias());
   return out;
 }
@@ -153,10 +153,9 @@ Tensor Embedding::backward(const Tensor& grad_output, std::span<const BufferView
   const Tensor& tokens = ctx.saved(0);
   const Shape& s = tokens.shape();
   check_views(name(), grads, parameters(), "gradient", Device::cpu());
-  layers::embedding_backward<float>(values_of(grads[0], "wte"), values_of(grads[1], "wpe"),
-                                    values(grad_output), tokens_of(tokens),
-                                    {s[0], s[1], shape_.width, shape_.vocab, shape_.context},
-                                    *compute_);
+  layers::embedding_backward<float>(
+      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_output),
+      tokens_of(tokens), {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
   return {};  // token ids have no gradient
 }
 
@@ -166,14 +165,32 @@ namespace {
 
 // Where each parameter sits in a block's list.
 enum BlockParam : std::size_t {
-  kLn1Weight, kLn1Bias, kQkv, kAttnProj = kQkv + 2, kLn2Weight = kAttnProj + 2, kLn2Bias,
-  kFc, kMlpProj = kFc + 2, kBlockParams = kMlpProj + 2
+  kLn1Weight,
+  kLn1Bias,
+  kQkv,
+  kAttnProj = kQkv + 2,
+  kLn2Weight = kAttnProj + 2,
+  kLn2Bias,
+  kFc,
+  kMlpProj = kFc + 2,
+  kBlockParams = kMlpProj + 2
 };
 
 // What a block's forward keeps for its backward, in LayerContext order.
 enum BlockSaved : std::size_t {
-  kInput, kLn1, kLn1Mean, kLn1Rstd, kQkvOut, kAttention, kLogSumExp, kMid, kLn2, kLn2Mean,
-  kLn2Rstd, kFcOut, kGelu
+  kInput,
+  kLn1,
+  kLn1Mean,
+  kLn1Rstd,
+  kQkvOut,
+  kAttention,
+  kLogSumExp,
+  kMid,
+  kLn2,
+  kLn2Mean,
+  kLn2Rstd,
+  kFcOut,
+  kGelu
 };
 
 void add_into(const Tensor& target, const Tensor& addend) {
@@ -227,7 +244,8 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
                                           {seq.batch, seq.time, shape_.heads, c / shape_.heads},
                                           *compute_);
-  Tensor mid = as_sequence(linear_forward(attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
+  Tensor mid =
+      as_sequence(linear_forward(attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
   add_into(mid, input);
   Normed ln2 = layer_norm(mid, rows, c, p(kLn2Weight), p(kLn2Bias), *compute_);
   Tensor fc = linear_forward(fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
@@ -280,9 +298,8 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   const Tensor grad_ln2 = linear_backward(fc_, grad_fc, as_matrix(saved(kLn2), rows, c),
                                           params.subspan(kFc, 2), grads.subspan(kFc, 2));
   layers::layer_norm_backward<float>(dx.as<float>(), g(kLn2Weight), g(kLn2Bias), values(grad_ln2),
-                                     values(saved(kMid)), p(kLn2Weight),
-                                     values(saved(kLn2Mean)), values(saved(kLn2Rstd)), rows, c,
-                                     *compute_);
+                                     values(saved(kMid)), p(kLn2Weight), values(saved(kLn2Mean)),
+                                     values(saved(kLn2Rstd)), rows, c, *compute_);
   // Attention branch: mid = input + attn_proj(attention(qkv(ln_1(input)))).
   const Tensor grad_attention =
       linear_backward(attn_proj_, as_matrix(dx, rows, c), saved(kAttention),

@@ -19,8 +19,8 @@ namespace tessera::gpt {
 struct GptShape {
   std::size_t layers = 4;
   std::size_t heads = 4;
-  std::size_t width = 128;    // channels of the residual stream; a multiple of heads
-  std::size_t context = 64;   // the longest sequence (rows of the position table)
+  std::size_t width = 128;   // channels of the residual stream; a multiple of heads
+  std::size_t context = 64;  // the longest sequence (rows of the position table)
   std::size_t vocab = 256;
 };
 

@@ -22,8 +22,7 @@ void check_shape(const GptShape& s) {
 }
 
 GptModel::GptModel(const GptConfig& config)
-    : shape_(config.shape),
-      compute_(std::make_shared<layers::ComputeContext>(config.threads)) {
+    : shape_(config.shape), compute_(std::make_shared<layers::ComputeContext>(config.threads)) {
   check_shape(shape_);
   layers::set_blas_threads(config.threads);
   layers_.push_back(std::make_unique<Embedding>(shape_, compute_));

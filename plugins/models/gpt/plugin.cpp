@@ -23,5 +23,5 @@ constexpr tessera_option_desc kOptions[] = {
 
 }  // namespace
 
-TESSERA_PLUGIN(model, "gpt", "1.0.0", "GPT-2 style transformer language model",
-               TESSERA_NO_ALIASES, kOptions, TESSERA_NO_CAPABILITIES, tessera::gpt::GptModel)
+TESSERA_PLUGIN(model, "gpt", "1.0.0", "GPT-2 style transformer language model", TESSERA_NO_ALIASES,
+               kOptions, TESSERA_NO_CAPABILITIES, tessera::gpt::GptModel)

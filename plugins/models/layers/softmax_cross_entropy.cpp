@@ -34,9 +34,10 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
                                  const ComputeContext& compute) {
   const std::size_t n = loss_rows(logits, classes);
   TESSERA_CHECK(targets.dtype() == DType::i64 && targets.count() == n,
-                "softmax_cross_entropy: expects " + std::to_string(n) + " i64 targets, one per row " +
-                    "of logits " + shape_text(logits.shape()) + ", got " +
-                    std::to_string(targets.count()) + " " + std::string(dtype_name(targets.dtype())));
+                "softmax_cross_entropy: expects " + std::to_string(n) +
+                    " i64 targets, one per row " + "of logits " + shape_text(logits.shape()) +
+                    ", got " + std::to_string(targets.count()) + " " +
+                    std::string(dtype_name(targets.dtype())));
   const Device device = compute_device("softmax_cross_entropy", logits);
   if (device != Device::cpu()) {
     // The targets may stay where the data set put them (the host) or come along to the device.
@@ -80,7 +81,8 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
                            row_correct[r] = arg_max == target ? 1 : 0;
                            for (std::size_t c = 0; c < classes; ++c) {
                              const double p = std::exp(static_cast<double>(row[c]) - shift) / sum;
-                             grad[c] = static_cast<float>(((c == target ? p - 1.0 : p)) * inv_targets);
+                             grad[c] =
+                                 static_cast<float>(((c == target ? p - 1.0 : p)) * inv_targets);
                            }
                          }
                        });

@@ -361,21 +361,24 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   if (loss_work) loss_work->wait();
 
   // The last stage holds the loss and the complete sum of squares; every stage gets both.
-  double totals[3] = {loss.sums[0], loss.sums[1], last_stage_sum_of_squares()};
-  if (stages > 1) pipeline.broadcast(f64_view(totals, 3), static_cast<int>(stages) - 1)->wait();
-  loss.sums[0] = totals[0];
-  loss.sums[1] = totals[1];
+  enum : std::size_t { kLossSum, kTargets, kSumOfSquares, kTotals };
+  double totals[kTotals] = {loss.sums[0], loss.sums[1], last_stage_sum_of_squares()};
+  if (stages > 1) {
+    pipeline.broadcast(f64_view(totals, kTotals), static_cast<int>(stages) - 1)->wait();
+  }
+  loss.sums[0] = totals[kLossSum];
+  loss.sums[1] = totals[kTargets];
 
   StepStats stats = step_stats(last_stage ? local : PassTotals{}, loss);
-  stats.grad_norm = global_norm(totals[2]);
+  stats.grad_norm = global_norm(totals[kSumOfSquares]);
   if (skip_nonfinite_update(setup_, stats)) return stats;
   // With zero1 each data rank updates its shard (padding included: zero parameters with zero
   // gradients stay zero under an element-wise optimizer) and the group gathers the rest.
   const auto shard = [&](const Tensor& t) {
     return t.as<float>().subspan(shard_begin(), shard_size_);
   };
-  scale_gradients(shard(grads_),
-                  clip_coefficient(totals[1], static_cast<float>(setup_.max_grad_norm)));
+  scale_gradients(shard(grads_), clip_coefficient(totals[kSumOfSquares],
+                                                  static_cast<float>(setup_.max_grad_norm)));
   if (shard_size_ > 0) {
     setup_.optimizer->step(shard(params_), shard(grads_), state_.as<float>(), info);
   }

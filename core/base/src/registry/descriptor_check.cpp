@@ -83,7 +83,8 @@ class DescriptorCheck {
     }
     if (d_.struct_size < kMajorBaseSize) {
       refuse("struct_size is " + std::to_string(d_.struct_size) + ", smaller than the " +
-             std::to_string(kMajorBaseSize) + " bytes of an ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0 descriptor");
+             std::to_string(kMajorBaseSize) +
+             " bytes of an ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0 descriptor");
     }
     if (d_.build_id == nullptr) refuse("build_id is NULL");
     if (host_build_id() != d_.build_id) {
@@ -215,7 +216,8 @@ class DescriptorCheck {
     const std::size_t stride = d_.option_desc_size;
     if (stride < kMajorBaseOptionSize || stride % alignof(tessera_option_desc) != 0) {
       refuse("option_desc_size is " + std::to_string(stride) + ", not the size of an option " +
-             "entry (" + std::to_string(kMajorBaseOptionSize) + " in ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0)");
+             "entry (" + std::to_string(kMajorBaseOptionSize) +
+             " in ABI " TESSERA_PLUGIN_ABI_STR(TESSERA_PLUGIN_ABI_MAJOR) ".0)");
     }
     const auto* table = reinterpret_cast<const unsigned char*>(d_.options);
     std::vector<OptionSpec> specs;
