@@ -17,6 +17,8 @@ using Clock = std::chrono::steady_clock;
 // How often a waiting participant looks again at who is alive: a lease that expires wakes no
 // watcher of the changes counter, so the wait on it is cut into slices this long.
 constexpr Duration kPollInterval{100};
+// How long stopping the heartbeat waits for a renewal in flight, at least (else one heartbeat).
+constexpr Duration kStopWait{500};
 
 // The value of a ready mark: whether its worker holds the previous world's state.
 const std::string kMemberRole = "member";
@@ -197,8 +199,10 @@ Membership::Membership(std::shared_ptr<Store> store, MembershipOptions options)
 }
 
 Membership::~Membership() {
-  stop_heartbeat();
-  if (lease_ == LeaseId{} || lease_lost_.load()) return;
+  // A store that does not answer (etcd killed after the run) must not hold the worker's exit:
+  // the lease then ends by itself after its ttl.
+  if (!stop_heartbeat()) return;
+  if (lease_ == LeaseId{} || heartbeat_state_->lease_lost.load()) return;
   try {
     store_->revoke_lease(lease_);
   } catch (...) {  // NOLINT(bugprone-empty-catch): the lease then ends by itself after its ttl
@@ -206,8 +210,18 @@ Membership::~Membership() {
 }
 
 void Membership::register_worker() {
-  if (lease_ != LeaseId{} && !lease_lost_.load()) return;
-  stop_heartbeat();
+  if (lease_ != LeaseId{} && !heartbeat_state_->lease_lost.load()) return;
+  if (stop_heartbeat()) {
+    // Reset in place: other threads ask lease_lost() through this state.
+    std::lock_guard lock(heartbeat_state_->mutex);
+    heartbeat_state_->stop = false;
+    heartbeat_state_->done = false;
+    heartbeat_state_->lease_error.clear();
+    heartbeat_state_->lease_lost.store(false);
+  } else {
+    // The old thread still waits for the store with the old state: the new one gets its own.
+    heartbeat_state_ = std::make_shared<HeartbeatState>();
+  }
   // Best effort: two live workers with one id would be one member to everybody else.
   if (store_->check(worker_key(options_.worker_id))) {
     throw InvalidArgument("membership: worker id '" + options_.worker_id +
@@ -226,49 +240,61 @@ void Membership::register_worker() {
   }
   store_->set(worker_key(options_.worker_id), "alive", lease_);
   store_->set(beat_key(options_.worker_id), "0", lease_);
-  lease_lost_.store(false);
-  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  heartbeat_ = std::thread(heartbeat_loop, heartbeat_state_, store_, lease_,
+                           beat_key(options_.worker_id), options_.heartbeat);
 }
 
-void Membership::stop_heartbeat() noexcept {
-  if (!heartbeat_.joinable()) return;
-  {
-    std::lock_guard lock(heartbeat_mutex_);
-    heartbeat_stop_ = true;
+bool Membership::stop_heartbeat() noexcept {
+  if (!heartbeat_.joinable()) return true;
+  const auto state = heartbeat_state_;
+  std::unique_lock lock(state->mutex);
+  state->stop = true;
+  state->wake.notify_all();
+  // A renewal in flight against a store that does not answer takes up to the store's own
+  // timeout (etcd: 30 s by default, with retries): wait a heartbeat for it, then leave the
+  // thread to end by itself. It holds its state and the store, so nothing it uses goes away.
+  const bool ended = state->wake.wait_for(lock, std::max(options_.heartbeat, kStopWait),
+                                          [&] { return state->done; });
+  lock.unlock();
+  if (ended) {
+    heartbeat_.join();
+  } else {
+    heartbeat_.detach();
   }
-  heartbeat_wake_.notify_all();
-  heartbeat_.join();
-  std::lock_guard lock(heartbeat_mutex_);
-  heartbeat_stop_ = false;
+  return ended;
 }
 
-void Membership::heartbeat_loop() {
+void Membership::heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
+                                const std::shared_ptr<Store>& store, LeaseId lease,
+                                const std::string& beat_key, Duration period) {
   std::uint64_t beats = 0;
-  std::unique_lock lock(heartbeat_mutex_);
-  while (!heartbeat_wake_.wait_for(lock, options_.heartbeat, [&] { return heartbeat_stop_; })) {
+  std::unique_lock lock(state->mutex);
+  while (!state->wake.wait_for(lock, period, [&] { return state->stop; })) {
     lock.unlock();
     try {
-      store_->keep_alive(lease_);
-      store_->set(beat_key(options_.worker_id), std::to_string(++beats), lease_);
+      store->keep_alive(lease);
+      store->set(beat_key, std::to_string(++beats), lease);
     } catch (const LeaseExpired& error) {
       lock.lock();
-      lease_error_ = error.what();
-      lease_lost_.store(true);
-      return;
+      state->lease_error = error.what();
+      state->lease_lost.store(true);
+      break;
     } catch (const std::exception&) {
       // The store could not be reached after its own retries: try again at the next beat. If
       // the outage outlasts the ttl, the next renewal that gets through reports the expiry.
     }
     lock.lock();
   }
+  state->done = true;
+  state->wake.notify_all();
 }
 
 void Membership::throw_if_lease_lost() {
-  if (!lease_lost_.load()) return;
+  if (!heartbeat_state_->lease_lost.load()) return;
   std::string cause;
   {
-    std::lock_guard lock(heartbeat_mutex_);
-    cause = lease_error_;
+    std::lock_guard lock(heartbeat_state_->mutex);
+    cause = heartbeat_state_->lease_error;
   }
   throw LeaseExpired("membership: worker '" + options_.worker_id +
                          "' lost its lease, so the others count it gone (" + cause +
@@ -309,7 +335,7 @@ std::int64_t Membership::newest_generation() {
 }
 
 WorldView Membership::join(Deadline deadline) {
-  const bool registered = lease_ != LeaseId{} && !lease_lost_.load();
+  const bool registered = lease_ != LeaseId{} && !heartbeat_state_->lease_lost.load();
   register_worker();
   const auto newest = newest_generation();
   if (registered && newest > 0 && stored_world(newest)->is_member()) {
@@ -385,10 +411,10 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
     store_->set(ready_key, survivors_of ? kMemberRole : kNewcomerRole, lease_);
   } catch (const LeaseExpired& error) {
     {
-      std::lock_guard lock(heartbeat_mutex_);
-      lease_error_ = error.what();
+      std::lock_guard lock(heartbeat_state_->mutex);
+      heartbeat_state_->lease_error = error.what();
     }
-    lease_lost_.store(true);
+    heartbeat_state_->lease_lost.store(true);
     throw_if_lease_lost();
   }
   store_->add(changes_key(generation), 1);

@@ -156,14 +156,30 @@ class Membership {
   // the elastic runtime's watcher asks it every heartbeat.
   [[nodiscard]] std::vector<std::string> departed(const WorldView& world);
   // True once a renewal found the lease ended. Non-blocking, thread-safe.
-  [[nodiscard]] bool lease_lost() const noexcept { return lease_lost_.load(); }
+  [[nodiscard]] bool lease_lost() const noexcept { return heartbeat_state_->lease_lost.load(); }
 
   [[nodiscard]] const std::string& worker_id() const noexcept { return options_.worker_id; }
 
  private:
+  // What the heartbeat thread shares with its Membership. Shared, so that a thread stuck in a
+  // renewal against a store that does not answer can be left to end on its own: it holds what
+  // it uses (see stop_heartbeat).
+  struct HeartbeatState {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stop = false;
+    bool done = false;         // the thread has returned
+    std::string lease_error;   // the LeaseExpired message, once lease_lost
+    std::atomic<bool> lease_lost{false};
+  };
+
   void register_worker();
-  void stop_heartbeat() noexcept;
-  void heartbeat_loop();
+  // Stops the heartbeat; true when its thread ended within a heartbeat (the store answers),
+  // false when it was left to end on its own, still waiting for the store.
+  bool stop_heartbeat() noexcept;
+  static void heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
+                             const std::shared_ptr<Store>& store, LeaseId lease,
+                             const std::string& beat_key, Duration period);
   void throw_if_lease_lost();
   // Forms `generation` (or learns it): `survivors_of` is the world this worker was a member of
   // (nullopt for a newcomer).
@@ -177,12 +193,7 @@ class Membership {
   std::shared_ptr<Store> store_;
   MembershipOptions options_;
   LeaseId lease_{};
-  std::string lease_error_;  // the LeaseExpired message, once lease_lost_; heartbeat_mutex_
-
-  std::atomic<bool> lease_lost_{false};
-  std::mutex heartbeat_mutex_;
-  std::condition_variable heartbeat_wake_;
-  bool heartbeat_stop_ = false;
+  std::shared_ptr<HeartbeatState> heartbeat_state_ = std::make_shared<HeartbeatState>();
   std::thread heartbeat_;
 };
 
