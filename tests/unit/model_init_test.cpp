@@ -96,6 +96,14 @@ TEST(InitializeParameter, NormalHasItsMomentsAndASliceGetsTheWholesBits) {
       ASSERT_EQ(cols[r * 11 + c], values[r * 37 + 5 + c]) << r << ", " << c;
     }
   }
+  // The column slice in two pieces, as a ZeRO shard of a tensor-parallel slice holds it: the
+  // second starts 100 elements (9 rows and 1 column) into the slice.
+  std::vector<float> head(100);
+  std::vector<float> tail(cols.size() - 100);
+  initialize_parameter(columns, 9, 2, head, 0);
+  initialize_parameter(columns, 9, 2, tail, 100);
+  EXPECT_EQ(std::memcmp(head.data(), cols.data(), head.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), cols.data() + 100, tail.size() * sizeof(float)), 0);
   whole.init_std = 0.0F;
   EXPECT_THROW(initialize_parameter(whole, 9, 2, values), InvalidArgument);
 }
