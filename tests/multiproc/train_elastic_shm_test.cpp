@@ -124,13 +124,11 @@ void expect_metrics_add_up(const fs::path& file) {
 // SIGSTOP and never a SIGCONT) once the run has trained 50 steps. Returns what the job printed;
 // checks its exit (0, or not 0 with expect_failure), the metrics of a run that finished and
 // /dev/shm, and removes what the job wrote there but the checkpoints.
-std::string run_and_kill_one(const std::string& extra_flags, int workers = 3,
-                             bool expect_failure = false,
-                             const fs::path& dir = fs::temp_directory_path() /
-                                                   ("tessera-elastic-shm-" +
-                                                    std::to_string(::getpid())),
-                             const std::vector<std::string>& victims = {"n0.w1"},
-                             int signal = SIGKILL) {
+std::string run_and_kill_one(
+    const std::string& extra_flags, int workers = 3, bool expect_failure = false,
+    const fs::path& dir = fs::temp_directory_path() /
+                          ("tessera-elastic-shm-" + std::to_string(::getpid())),
+    const std::vector<std::string>& victims = {"n0.w1"}, int signal = SIGKILL) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   // A token only this test's job carries, so that the kill finds its worker and no other.

@@ -1,7 +1,6 @@
 // device_compute.hpp over CUDA: cuBLAS for the GEMMs, layer_kernels.cu for the rest, all on the
 // legacy default stream of the tensors' device.
 #include "layers/device_compute.hpp"
-#include "layers/softmax_cross_entropy.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -16,6 +15,7 @@
 #include "cuda/cuda_error.hpp"
 #include "cuda/cuda_memory.hpp"
 #include "layers/cuda/layer_kernels.hpp"
+#include "layers/softmax_cross_entropy.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::layers::device {
