@@ -1,26 +1,20 @@
 // `tessera data prepare` as a user runs it: what it writes is what the `text` data set reads, and
 // each mistake exits with the CLI's codes (2: usage, 1: data) and a message naming the file.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "cli_run_support.hpp"
 #include "text/text_dataset.hpp"
 
 namespace tessera::text {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::CliRun;
 
 class DataPrepareCli : public ::testing::Test {
  protected:
@@ -35,20 +29,7 @@ class DataPrepareCli : public ::testing::Test {
 
   // Runs `tessera data ARGS` in the scratch folder, stdout and stderr captured.
   CliRun data(const std::string& args) {
-    const auto err_file = dir_ / "stderr.txt";
-    const std::string command = "cd '" + dir_.string() + "' && " + TESSERA_CLI_PATH + " data " +
-                                args + " 2>'" + err_file.string() + "'";
-    CliRun run;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return run;
-    char buffer[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(err_file);
-    run.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    return run;
+    return testing::run_cli(TESSERA_CLI_PATH, dir_, "data " + args);
   }
 
   fs::path dir_;

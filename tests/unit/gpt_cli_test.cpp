@@ -2,24 +2,19 @@
 // `tessera train` of a tiny gpt on it, then `tessera sample` from the checkpoint; and what the
 // sampler refuses (a checkpoint of another shape, a model that is not a language model).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "cli_run_support.hpp"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::CliRun;
 
 class GptCli : public ::testing::Test {
  protected:
@@ -33,22 +28,7 @@ class GptCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `tessera ARGS` in the scratch folder, stdout and stderr captured.
-  CliRun tessera(const std::string& args) {
-    const auto err_file = dir_ / "stderr.txt";
-    const std::string command = "cd '" + dir_.string() + "' && " + TESSERA_CLI_PATH + " " + args +
-                                " 2>'" + err_file.string() + "'";
-    CliRun run;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return run;
-    char buffer[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream in(err_file);
-    run.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    return run;
-  }
+  CliRun tessera(const std::string& args) { return testing::run_cli(TESSERA_CLI_PATH, dir_, args); }
 
   // A text of short repeated sentences, its token file, and a config training a gpt of one
   // block on it for 60 steps with a checkpoint at the end.
