@@ -20,16 +20,6 @@ constexpr const char* kUsage =
     "usage: tessera checkpoint consolidate SRC DST\n"
     "       tessera checkpoint inspect CHECKPOINT";
 
-// A checkpoint folder, or a root whose newest checkpoint is taken (as --resume takes it).
-std::filesystem::path checkpoint_folder(const std::filesystem::path& source) {
-  // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.
-  if (!std::filesystem::is_directory(source)) {
-    throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
-  }
-  const auto in_root = list_checkpoints(source);
-  return in_root.empty() ? source : in_root.back();
-}
-
 // write_checkpoint is collective; a consolidated checkpoint is written by a group of one.
 std::shared_ptr<Communicator> group_of_one() {
   PluginRegistry registry;
@@ -134,6 +124,15 @@ int inspect(const std::filesystem::path& source) {
 }
 
 }  // namespace
+
+std::filesystem::path checkpoint_folder(const std::filesystem::path& source) {
+  // Otherwise a mistyped path reads as "no manifest: it is incomplete", as if it were damaged.
+  if (!std::filesystem::is_directory(source)) {
+    throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
+  }
+  const auto in_root = list_checkpoints(source);
+  return in_root.empty() ? source : in_root.back();
+}
 
 int run_checkpoint(const std::vector<std::string>& args) {
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {

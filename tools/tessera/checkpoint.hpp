@@ -2,10 +2,15 @@
 // `tessera checkpoint consolidate SRC DST`: one full, unsharded checkpoint for export;
 // `tessera checkpoint inspect CHECKPOINT`: what a checkpoint holds and who wrote which slice.
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 namespace tessera::cli {
+
+// A checkpoint folder, or a root whose newest checkpoint is taken (as --resume takes it).
+// Throws CheckpointError naming `source` when it is not a folder.
+[[nodiscard]] std::filesystem::path checkpoint_folder(const std::filesystem::path& source);
 
 // `args` are the words after "checkpoint". SRC is a checkpoint folder or a checkpoint root
 // (its newest checkpoint is taken, as --resume does); every parameter and optimizer slot is read

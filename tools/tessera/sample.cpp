@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "checkpoint.hpp"
 #include "config_flags.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/random.hpp"
@@ -45,11 +46,7 @@ struct SampleOptions {
 class LoadedParameters {
  public:
   LoadedParameters(const Model& model, const std::filesystem::path& source) {
-    if (!std::filesystem::is_directory(source)) {
-      throw CheckpointError("checkpoint " + source.string() + " does not exist or is not a folder");
-    }
-    const auto in_root = list_checkpoints(source);
-    const FileCheckpointReader reader(in_root.empty() ? source : in_root.back());
+    const FileCheckpointReader reader(checkpoint_folder(source));
     const SliceReader slices(reader);
     std::map<std::pair<std::size_t, std::string>, const ParamId*> held;
     for (const auto& p : slices.index().params) held[{p.layer, p.name}] = &p;

@@ -219,19 +219,20 @@ void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double 
     if (bytes_per_target_ > 0.0) line["test_bits_per_byte"] = bits_per_byte(loss);
     write_metrics(line.dump() + "\n", "the evaluation at step " + std::to_string(step));
   }
-  char text[224];
-  const int n = std::snprintf(
-      text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
-      static_cast<long long>(epoch + 1), static_cast<long long>(step), 100.0 * accuracy, loss);
-  if (tokens_per_sample_ > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof text) {
-    const int m = std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n),
-                                "  perplexity %.2f", std::exp(loss));
-    if (bytes_per_target_ > 0.0 && m > 0 && static_cast<std::size_t>(n + m) < sizeof text) {
-      std::snprintf(text + n + m, sizeof text - static_cast<std::size_t>(n + m), "  %.3f bits/byte",
-                    bits_per_byte(loss));
-    }
+  char text[160];
+  std::snprintf(text, sizeof text, "epoch %lld  step %lld  test accuracy %.2f %%  test loss %.4f",
+                static_cast<long long>(epoch + 1), static_cast<long long>(step), 100.0 * accuracy,
+                loss);
+  std::string line = text;
+  if (tokens_per_sample_ > 0) {
+    std::snprintf(text, sizeof text, "  perplexity %.2f", std::exp(loss));
+    line += text;
   }
-  print_line(text, false);
+  if (bytes_per_target_ > 0.0) {
+    std::snprintf(text, sizeof text, "  %.3f bits/byte", bits_per_byte(loss));
+    line += text;
+  }
+  print_line(line, false);
 }
 
 void ProgressReporter::checkpoint(std::int64_t step, const std::filesystem::path& folder) {
