@@ -43,11 +43,12 @@ configure_file(cmake/tessera-plugin.pc.in "${PROJECT_BINARY_DIR}/tessera-plugin.
 install(FILES "${PROJECT_BINARY_DIR}/tessera.pc" "${PROJECT_BINARY_DIR}/tessera-plugin.pc"
   DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 
-# The plugin skeletons (an optimizer, a strategy), for authors who have the installed package
+# The plugin skeletons (an optimizer, a strategy, a model on the installed layers), for authors who have the installed package
 # but not the sources.
 install(DIRECTORY sdk/template/ DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/template")
 install(DIRECTORY sdk/strategy_template/
   DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/strategy_template")
+install(DIRECTORY sdk/model_template/ DESTINATION "${CMAKE_INSTALL_DATADIR}/tessera/model_template")
 
 # The documentation and samples, laid out as in the sources (README.md, docs/, samples/) so
 # their relative links hold in the installed copy too.
