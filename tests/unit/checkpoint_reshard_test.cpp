@@ -4,7 +4,9 @@
 // gives ddp's parameters at that world size bit for bit, which holds only if the optimizer state
 // was resharded correctly too. The MLP's first weight has rows of 60 elements, so zero's 4096-
 // element pieces and zero3's per-rank ranges cut rows in the middle. Checkpoints of format 1
-// (tests/unit/data/checkpoint_v1) load the same way.
+// (tests/unit/data/checkpoint_v1) load the same way. The gpt model too (CheckpointReshardGpt):
+// typed token inputs, per-token targets, blocks of 12 parameters each, 9,450 parameters that
+// zero's 4-byte buckets cut into pieces ending inside a block and a norm.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +17,9 @@
 #include "checkpoint_test_support.hpp"
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "gpt/gpt_model.hpp"
 #include "mlp/mlp_model.hpp"
+#include "tessera/base/random.hpp"
 #include "synthetic/synthetic.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "zero3_strategy.hpp"
@@ -62,6 +66,38 @@ std::shared_ptr<const Dataset> data_of(std::size_t features, std::size_t classes
   config.classes = classes;
   return std::make_shared<synthetic::SyntheticDataset>(config);
 }
+
+// Windows of `context` random tokens of `vocab` (counter-based, so every rank sees the same),
+// the targets the next tokens: enough for resharding, which needs no structure to learn.
+class RandomTokens final : public Dataset {
+ public:
+  RandomTokens(std::size_t context, std::size_t vocab) : context_(context), vocab_(vocab) {}
+  [[nodiscard]] std::size_t size(Split split) const noexcept override {
+    return split == Split::train ? 97 : 13;
+  }
+  [[nodiscard]] SampleLayout layout() const override {
+    return {DType::i64, {context_}, {context_}, vocab_};
+  }
+  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
+    Batch batch{Tensor({indices.size(), context_}, DType::i64),
+                Tensor({indices.size(), context_}, DType::i64)};
+    const std::uint64_t stream = split == Split::train ? 0 : 1;
+    const auto token = [&](std::size_t sample, std::size_t t) {
+      return static_cast<std::int64_t>(counter_random(5, stream, sample * (context_ + 1) + t) %
+                                       vocab_);
+    };
+    for (std::size_t r = 0; r < indices.size(); ++r) {
+      for (std::size_t t = 0; t < context_; ++t) {
+        batch.inputs.as<std::int64_t>()[r * context_ + t] = token(indices[r], t);
+        batch.targets.as<std::int64_t>()[r * context_ + t] = token(indices[r], t + 1);
+      }
+    }
+    return batch;
+  }
+
+ private:
+  std::size_t context_, vocab_;
+};
 
 // Steps [first, first + steps) with 8 samples per rank.
 void train(Strategy& strategy, const Dataset& data, const Communicator& world, int first,
@@ -120,13 +156,10 @@ void expect_every_strategy_loads(const CheckpointReader& checkpoint,
   }
 }
 
-class CheckpointReshard : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
-
-TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
-  const std::string writer = std::get<0>(GetParam());
-  const int ranks = std::get<1>(GetParam());
-  const auto model = mlp_of({60, 96, 10});
-  const auto data = data_of(60, 10);
+// `writer` at `ranks` trains two steps and saves; every strategy loads that at every world size.
+void write_then_load_everywhere(const std::string& writer, int ranks,
+                                const std::shared_ptr<const Model>& model,
+                                const std::shared_ptr<const Dataset>& data) {
   testing::MemoryCheckpoint checkpoint(ranks);
   std::vector<float> written;
   const std::size_t total = FlatLayout::of(*model).total;
@@ -146,13 +179,36 @@ TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
                               writer + " at " + std::to_string(ranks));
 }
 
+class CheckpointReshard : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
+  write_then_load_everywhere(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                             mlp_of({60, 96, 10}), data_of(60, 10));
+}
+
+std::string writer_and_world(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  return std::get<0>(info.param) + "_at_" + std::to_string(std::get<1>(info.param));
+}
+
 INSTANTIATE_TEST_SUITE_P(WritersAndWorlds, CheckpointReshard,
                          ::testing::Combine(::testing::ValuesIn(kStrategies),
                                             ::testing::Values(1, 2, 3, 4)),
-                         [](const auto& param_info) {
-                           return std::get<0>(param_info.param) + "_at_" +
-                                  std::to_string(std::get<1>(param_info.param));
-                         });
+                         writer_and_world);
+
+// The gpt model: 2 blocks, 3 heads of 6 channels, context 7, 29 tokens (9,450 parameters).
+class CheckpointReshardGpt : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CheckpointReshardGpt, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
+  write_then_load_everywhere(
+      std::get<0>(GetParam()), std::get<1>(GetParam()),
+      std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, 29}, 1}),
+      std::make_shared<RandomTokens>(7, 29));
+}
+
+INSTANTIATE_TEST_SUITE_P(WritersAndWorlds, CheckpointReshardGpt,
+                         ::testing::Combine(::testing::ValuesIn(kStrategies),
+                                            ::testing::Values(2, 3)),
+                         writer_and_world);
 
 // Round one's checkpoints (tests/unit/data/checkpoint_v1/written_by.ini: an MLP 6-5-3, Adam,
 // two steps of 8 samples per rank) as users have them on disk.
