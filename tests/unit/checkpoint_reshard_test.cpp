@@ -19,8 +19,8 @@
 #include "ddp_test_support.hpp"
 #include "gpt/gpt_model.hpp"
 #include "mlp/mlp_model.hpp"
-#include "tessera/base/random.hpp"
 #include "synthetic/synthetic.hpp"
+#include "tessera/base/random.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "zero3_strategy.hpp"
 #include "zero_strategy.hpp"
@@ -182,8 +182,8 @@ void write_then_load_everywhere(const std::string& writer, int ranks,
 class CheckpointReshard : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(CheckpointReshard, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
-  write_then_load_everywhere(std::get<0>(GetParam()), std::get<1>(GetParam()),
-                             mlp_of({60, 96, 10}), data_of(60, 10));
+  write_then_load_everywhere(std::get<0>(GetParam()), std::get<1>(GetParam()), mlp_of({60, 96, 10}),
+                             data_of(60, 10));
 }
 
 std::string writer_and_world(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
@@ -199,10 +199,9 @@ INSTANTIATE_TEST_SUITE_P(WritersAndWorlds, CheckpointReshard,
 class CheckpointReshardGpt : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(CheckpointReshardGpt, EveryStrategyLoadsItAtEveryWorldSizeBitwise) {
-  write_then_load_everywhere(
-      std::get<0>(GetParam()), std::get<1>(GetParam()),
-      std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, 29}, 1}),
-      std::make_shared<RandomTokens>(7, 29));
+  write_then_load_everywhere(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                             std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, 29}, 1}),
+                             std::make_shared<RandomTokens>(7, 29));
 }
 
 INSTANTIATE_TEST_SUITE_P(WritersAndWorlds, CheckpointReshardGpt,
