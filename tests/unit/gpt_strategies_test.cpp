@@ -1,15 +1,18 @@
 // The gpt model through the trainer under every data-parallel strategy, on token windows of a
 // small generated text (typed i64 inputs, [n, T] next-token targets, a per-token loss):
 // - ddp, zero1, zero2 and zero3 give the same losses and test results bit for bit;
-// - hybrid with two pipeline stages (cut between blocks) follows one rank of ddp;
+// - hybrid with two pipeline stages (cut between blocks) follows one rank of ddp, and their
+//   checkpoints and ddp's resume under each other on the same curve;
 // - 3 ranks with per-rank batch B give 1 rank with batch 3B to float tolerance (the loss and the
 //   gradient are means per token over the global batch);
 // - the model learns (the test loss falls well below a uniform guess);
 // - a data set whose windows the model does not take is refused naming both layouts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -110,7 +113,7 @@ TrainerOptions options(std::size_t batch, std::int64_t epochs) {
 }
 
 TrainResult train(const std::string& strategy, int ranks, const TrainerOptions& o,
-                  std::shared_ptr<const Dataset> data) {
+                  std::shared_ptr<const Dataset> data, bool resume = false) {
   TrainResult result;
   const auto model = tiny_gpt();
   testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
@@ -119,9 +122,9 @@ TrainResult train(const std::string& strategy, int ranks, const TrainerOptions& 
                             std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{}),
                             data,
                             make_strategy(strategy),
-                            strategy};
+                            strategy == "hybrid_pp2" ? "hybrid" : strategy};
     Trainer trainer(o, parts);
-    auto r = trainer.run(false);
+    auto r = trainer.run(resume);
     if (world->rank() == 0) result = std::move(r);
   });
   return result;
@@ -171,6 +174,44 @@ TEST(GptStrategies, TwoPipelineStagesFollowOneRankOfDdp) {
     EXPECT_NEAR(pipeline.losses[s], ddp.losses[s], 1e-5 * ddp.losses[s]) << "step " << s;
   }
   EXPECT_NEAR(pipeline.test_loss, ddp.test_loss, 1e-5 * ddp.test_loss);
+}
+
+// A checkpoint crosses meshes and strategies on the GPT: two pipeline stages train 5 steps, one
+// rank of ddp resumes from their checkpoint to step 10, the stages resume from ddp's to the end
+// (2 epochs, 14 steps): every step on the uninterrupted curve of one ddp rank.
+TEST(GptStrategies, CheckpointsPassBetweenPipelineStagesAndDdpOnTheSameCurve) {
+  const auto data = text();
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("tessera-gpt-mesh-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  auto o = options(16, 2);
+  o.micro_batches = 2;
+  const auto whole = train("ddp", 1, o, data);
+  ASSERT_EQ(whole.losses.size(), 14U);
+  o.checkpoint_dir = folder;
+  o.checkpoint_every = 5;
+  const auto expect_on_curve = [&](const TrainResult& part, std::size_t first, const char* what) {
+    for (std::size_t s = 0; s < part.losses.size(); ++s) {
+      EXPECT_NEAR(part.losses[s], whole.losses[first + s], 1e-5 * whole.losses[first + s])
+          << what << ", step " << first + s + 1;
+    }
+  };
+  o.max_steps = 5;
+  const auto pipeline = train("hybrid_pp2", 2, o, data);
+  ASSERT_EQ(pipeline.losses.size(), 5U);
+  expect_on_curve(pipeline, 0, "two stages");
+  o.max_steps = 10;
+  const auto ddp = train("ddp", 1, o, data, true);
+  EXPECT_EQ(ddp.resumed_from_step, 5);
+  ASSERT_EQ(ddp.losses.size(), 5U);
+  expect_on_curve(ddp, 5, "ddp from the stages' checkpoint");
+  o.max_steps = 0;
+  const auto rest = train("hybrid_pp2", 2, o, data, true);
+  EXPECT_EQ(rest.resumed_from_step, 10);
+  ASSERT_EQ(rest.losses.size(), 4U);
+  expect_on_curve(rest, 10, "two stages from ddp's checkpoint");
+  EXPECT_NEAR(rest.test_loss, whole.test_loss, 1e-5 * whole.test_loss);
+  std::filesystem::remove_all(folder);
 }
 
 TEST(GptStrategies, TheModelLearnsTheTextsStructure) {
