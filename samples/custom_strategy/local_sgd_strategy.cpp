@@ -61,8 +61,7 @@ tessera::LayerHooks LocalSgdStrategy::hooks() const {
 
 Tensor LocalSgdStrategy::forward(const Tensor& inputs) const {
   const auto layers = tessera::model_layers(*setup_.model);
-  tessera::MicroBatchContexts contexts;
-  return tessera::forward_layers({layers, 0, layers.size()}, inputs, hooks(), contexts);
+  return tessera::evaluate_layers({layers, 0, layers.size()}, inputs, hooks());
 }
 
 tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,

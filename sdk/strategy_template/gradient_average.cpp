@@ -95,9 +95,7 @@ tessera::StepStats GradientAverage::evaluate(const tessera::Batch& batch) {
   tessera::StepStats stats;
   if (tessera::batch_rows(batch.inputs) == 0) return stats;
   const auto layers = tessera::model_layers(*setup_.model);
-  tessera::MicroBatchContexts contexts;
-  const Tensor logits =
-      tessera::forward_layers({layers, 0, layers.size()}, batch.inputs, hooks(), contexts);
+  const Tensor logits = tessera::evaluate_layers({layers, 0, layers.size()}, batch.inputs, hooks());
   return tessera::evaluation_stats(setup_.model->loss(logits, batch.targets));
 }
 

@@ -3,7 +3,9 @@
 // a model with send/recv in between produce the one-stage gradients bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "ddp_test_support.hpp"
@@ -71,6 +73,72 @@ TEST(LayerRunner, AnEmptyMicroBatchComputesNothingButCallsEveryHook) {
   for (const auto& grad : rank_layers.grads) {
     EXPECT_EQ(grad, std::vector<float>(grad.size(), 0.0F));
   }
+}
+
+// Host memory that counts the bytes alive: what the layers' contexts hold at any moment.
+class CountingAllocator final : public DeviceAllocator {
+ public:
+  [[nodiscard]] Device device() const noexcept override { return Device::cpu(); }
+  [[nodiscard]] void* allocate(std::size_t bytes) override {
+    live_ += bytes;
+    return cpu_allocator()->allocate(bytes);
+  }
+  void deallocate(void* pointer, std::size_t bytes) noexcept override {
+    live_ -= bytes;
+    cpu_allocator()->deallocate(pointer, bytes);
+  }
+  void copy(BufferView dst, BufferView src) const override { cpu_allocator()->copy(dst, src); }
+  [[nodiscard]] std::size_t live() const noexcept { return live_; }
+
+ private:
+  std::size_t live_ = 0;
+};
+
+// The identity, saving 1,000 floats of scratch per call as a real layer saves its activations,
+// and noting the most bytes its allocator held alive when it was called.
+class SavingLayer final : public Layer {
+ public:
+  SavingLayer(std::shared_ptr<CountingAllocator> memory, std::size_t& most_live)
+      : memory_(std::move(memory)), most_live_(most_live) {}
+  [[nodiscard]] std::string name() const override { return "saving"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override { return {}; }
+  [[nodiscard]] Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(const Tensor& input, std::span<const BufferView>,
+                 LayerContext& ctx) const override {
+    most_live_ = std::max(most_live_, memory_->live());
+    ctx.save(Tensor({1000}, DType::f32, memory_));
+    return input.alias();
+  }
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView>,
+                  std::span<const BufferView>, LayerContext&) const override {
+    return grad_output.alias();
+  }
+
+ private:
+  std::shared_ptr<CountingAllocator> memory_;
+  std::size_t& most_live_;
+};
+
+// Evaluation keeps one layer's saved tensors alive at a time; a forward for training keeps them
+// all for its backward.
+TEST(LayerRunner, EvaluationReleasesEachLayersContextBeforeTheNextLayerRuns) {
+  const auto memory = std::make_shared<CountingAllocator>();
+  std::size_t most_live = 0;
+  const SavingLayer layer(memory, most_live);
+  const std::vector<const Layer*> layers(5, &layer);
+  LayerHooks hooks;
+  hooks.before_layer = [](std::size_t, LayerPass) { return std::vector<BufferView>{}; };
+  const Tensor x = random_tensor({2, 3}, 1);
+
+  const Tensor y = evaluate_layers({layers, 0, 5}, x, hooks);
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_EQ(most_live, 0U);  // the one before was released before each layer ran
+  EXPECT_EQ(memory->live(), 0U);
+
+  MicroBatchContexts contexts;
+  (void)forward_layers({layers, 0, 5}, x, hooks, contexts);
+  EXPECT_EQ(most_live, 4 * 1000 * sizeof(float));
+  EXPECT_EQ(memory->live(), 5 * 1000 * sizeof(float));
 }
 
 TEST(LayerRunner, RefusesARangeOutsideTheModelAndMissingHooks) {

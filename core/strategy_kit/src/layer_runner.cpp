@@ -35,6 +35,33 @@ std::vector<const Layer*> model_layers(const Model& model) {
   return layers;
 }
 
+namespace {
+
+// The forward of forward_layers and evaluate_layers: layer l computes with `context(l)`, and
+// with `keep` false that context is cleared as soon as the layer returns (nothing will run its
+// backward), so only the activation passed on stays alive.
+template <class ContextOf>
+Tensor run_forward(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
+                   bool compute, ContextOf&& context) {
+  Tensor x = input.alias();
+  for (std::size_t l = range.first; l < range.last; ++l) {
+    const trace::Span span("forward", "compute",
+                           {{"layer", static_cast<std::int64_t>(l)},
+                            label("micro_batch", range.micro_batch),
+                            label("stage", range.stage)});
+    const auto params = hooks.before_layer(l, LayerPass::forward);
+    if (compute) {
+      LayerContext& ctx = context(l);
+      x = range.layers[l]->forward(x, params, ctx);
+      if (range.tensor_parallel != nullptr) range.tensor_parallel->after_forward(l, x);
+    }
+    if (hooks.after_layer) hooks.after_layer(l, LayerPass::forward);
+  }
+  return x;
+}
+
+}  // namespace
+
 Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
                       MicroBatchContexts& contexts) {
   check_range(range);
@@ -46,21 +73,22 @@ Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerH
   if (!contexts.contexts_.empty()) {
     contexts.contexts_.front().set_input_gradient_needed(range.input_gradient_needed);
   }
-  const bool compute = contexts.rows_ > 0;
-  Tensor x = input.alias();
-  for (std::size_t l = range.first; l < range.last; ++l) {
-    const trace::Span span("forward", "compute",
-                           {{"layer", static_cast<std::int64_t>(l)},
-                            label("micro_batch", range.micro_batch),
-                            label("stage", range.stage)});
-    const auto params = hooks.before_layer(l, LayerPass::forward);
-    if (compute) {
-      x = range.layers[l]->forward(x, params, contexts.at(l));
-      if (range.tensor_parallel != nullptr) range.tensor_parallel->after_forward(l, x);
-    }
-    if (hooks.after_layer) hooks.after_layer(l, LayerPass::forward);
-  }
-  return x;
+  return run_forward(range, input, hooks, contexts.rows_ > 0,
+                     [&](std::size_t l) -> LayerContext& { return contexts.at(l); });
+}
+
+Tensor evaluate_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks) {
+  check_range(range);
+  TESSERA_CHECK(static_cast<bool>(hooks.before_layer), "layer runner: before_layer is required");
+  LayerContext context;
+  context.set_input_gradient_needed(false);
+  bool first = true;
+  return run_forward(range, input, hooks, batch_rows(input) > 0, [&](std::size_t) -> LayerContext& {
+    // What the previous layer saved goes before this one allocates.
+    if (!first) context.clear();
+    first = false;
+    return context;
+  });
 }
 
 Tensor backward_layers(const LayerRange& range, Tensor grad_output, const LayerHooks& hooks,

@@ -95,9 +95,7 @@ LayerHooks DdpStrategy::hooks(bool last) const {
 
 Tensor DdpStrategy::forward(const Tensor& inputs) const {
   const auto layers = model_layers(*setup_.model);
-  MicroBatchContexts contexts;
-  return forward_layers({layers, 0, layers.size()}, placed_in(memory_, inputs), hooks(false),
-                        contexts);
+  return evaluate_layers({layers, 0, layers.size()}, placed_in(memory_, inputs), hooks(false));
 }
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,

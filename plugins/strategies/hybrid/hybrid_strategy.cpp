@@ -452,8 +452,7 @@ StepStats HybridStrategy::evaluate(const Batch& batch) {
     input = Tensor(shape_before(stage_.first, n), DType::f32);
     pipeline.recv(input.view(), static_cast<int>(stage) - 1, kActivationTag)->wait();
   }
-  MicroBatchContexts contexts;
-  Tensor output = forward_layers(range(), input, hooks(false), contexts);
+  Tensor output = evaluate_layers(range(), input, hooks(false));
   if (stage + 1 < stages) {
     pipeline.send(output.view(), static_cast<int>(stage) + 1, kActivationTag)->wait();
     return stats;

@@ -162,9 +162,7 @@ void ZeroStrategy::wait_gathers_below(std::size_t end) {
 
 Tensor ZeroStrategy::forward(const Tensor& inputs) {
   const auto layers = model_layers(*setup_.model);
-  MicroBatchContexts contexts;
-  return forward_layers({layers, 0, layers.size()}, placed_in(allocator_, inputs), hooks(false),
-                        contexts);
+  return evaluate_layers({layers, 0, layers.size()}, placed_in(allocator_, inputs), hooks(false));
 }
 
 LayerHooks ZeroStrategy::hooks(bool last) {

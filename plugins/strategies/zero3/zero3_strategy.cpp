@@ -312,9 +312,8 @@ StepStats Zero3Strategy::evaluate(const Batch& batch) {
   const std::size_t n = batch_rows(batch.inputs);
   const auto layers = model_layers(*setup_.model);
   UnitGradient unused;
-  MicroBatchContexts contexts;
-  Tensor logits = forward_layers({layers, 0, layers.size()}, placed_in(allocator_, batch.inputs),
-                                 hooks(false, false, unused), contexts);
+  Tensor logits = evaluate_layers({layers, 0, layers.size()}, placed_in(allocator_, batch.inputs),
+                                  hooks(false, false, unused));
   if (n == 0) return stats;
   return evaluation_stats(setup_.model->loss(logits, batch.targets));
 }

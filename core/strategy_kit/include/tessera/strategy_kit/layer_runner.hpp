@@ -84,6 +84,13 @@ class MicroBatchContexts {
 Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks,
                       MicroBatchContexts& contexts);
 
+// Forward of one micro-batch through `range` for evaluation, where no backward follows: each
+// layer computes with a context that is cleared before the next layer runs, so what stays alive
+// is one layer's saved tensors and the activation passed on, not every layer's (a GPT evaluated
+// with forward_layers keeps all its blocks' activations until the logits are out). Calls the
+// hooks as forward_layers does, also for an input without rows. Returns the range's output.
+Tensor evaluate_layers(const LayerRange& range, const Tensor& input, const LayerHooks& hooks);
+
 // Backward through `range` (last - 1 down to first) of the micro-batch whose forward filled
 // `contexts`, from `grad_output`, the gradient of the range's output (unused for an empty
 // micro-batch). Returns the gradient of the range's input, empty unless
