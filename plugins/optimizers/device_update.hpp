@@ -12,13 +12,15 @@
 namespace tessera::optimizers {
 
 // One step's buffers on one device, checked (step_checks.hpp): n parameters, as many gradients,
-// the state slots slot-major after each other.
+// the state slots slot-major, slot k of element i at state[k * slot_stride + i]. slot_stride is
+// n for a whole step and larger for a part of one (segment_of: a run of one weight-decay rule).
 struct DeviceStep {
   Device device;
   float* params = nullptr;
   const float* grads = nullptr;
   float* state = nullptr;
   std::size_t n = 0;
+  std::size_t slot_stride = 0;
 };
 
 // Whether this build updates buffers on `device` (a CUDA device this process sees). Never throws.

@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "device_update.hpp"
 #include "tessera/base/error.hpp"
@@ -95,8 +96,53 @@ inline DeviceStep device_step(const char* optimizer, Device device, BufferView p
   if (params.count > 0) require_device_memory(params, name + " parameters");
   if (grads.count > 0) require_device_memory(grads, name + " gradients");
   if (state.count > 0) require_device_memory(state, name + " state");
-  return {device, static_cast<float*>(params.data), static_cast<const float*>(grads.data),
-          static_cast<float*>(state.data), params.count};
+  return {device,
+          static_cast<float*>(params.data),
+          static_cast<const float*>(grads.data),
+          static_cast<float*>(state.data),
+          params.count,
+          params.count};
+}
+
+// A stretch [begin, end) of one step's elements under one weight-decay rule.
+struct DecaySegment {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  bool decays = true;
+};
+
+// The segments that cover [0, n) in order: each of info.no_weight_decay with decays = false, the
+// gaps between them with decays = true (so no ranges: one segment, all decaying). Throws
+// InvalidArgument, naming the optimizer and the range, for ranges that are empty, unsorted,
+// overlapping or past n: a strategy's mistake that would otherwise decay the wrong elements.
+inline std::vector<DecaySegment> decay_segments(const char* optimizer, std::size_t n,
+                                                const StepInfo& info) {
+  std::vector<DecaySegment> segments;
+  std::size_t at = 0;
+  for (const auto& r : info.no_weight_decay) {
+    if (r.begin < at || r.end <= r.begin || r.end > n) {
+      throw InvalidArgument(std::string(optimizer) + ": the weight-decay exemption [" +
+                            std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                            ") is empty, out of order or past the " + std::to_string(n) +
+                            " elements of this step");
+    }
+    if (r.begin > at) segments.push_back({at, r.begin, true});
+    segments.push_back({r.begin, r.end, false});
+    at = r.end;
+  }
+  if (at < n || segments.empty()) segments.push_back({at, n, true});
+  return segments;
+}
+
+// Elements [segment.begin, segment.end) of a device step: the same buffers, each state slot
+// still slot_stride apart.
+inline DeviceStep segment_of(const DeviceStep& step, const DecaySegment& segment) {
+  DeviceStep part = step;
+  part.params += segment.begin;
+  part.grads += segment.begin;
+  if (part.state != nullptr) part.state += segment.begin;
+  part.n = segment.end - segment.begin;
+  return part;
 }
 
 }  // namespace tessera::optimizers

@@ -26,6 +26,7 @@ void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
   const auto allocator = tessera::strategy_allocator(setup, "local_sgd");
   setup_ = setup;
   layout_ = tessera::FlatLayout::of(*setup.model);
+  no_decay_ = tessera::DecayExemptions::of(layout_);
   // Zero-filled; after reconfigure() the old storage goes before the new is allocated.
   params_ = Tensor();
   grads_ = Tensor();
@@ -99,7 +100,9 @@ tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
       for (float& g : grads) g *= coefficient;
     }
   }
-  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
+  tessera::StepInfo whole = info;
+  whole.no_weight_decay = no_decay_.ranges();
+  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), whole);
 
   if (++steps_since_average_ == sync_every_) {
     average(params_);

@@ -13,6 +13,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace acme {
 
@@ -55,6 +56,8 @@ class LocalSgdStrategy final : public tessera::Strategy {
   std::int64_t sync_every_;
   tessera::StrategySetup setup_;
   tessera::FlatLayout layout_;
+  // The elements of the flat vector the optimizer must not decay (biases, norms, embeddings).
+  tessera::DecayExemptions no_decay_;
   // f32, flat, from the setup's allocator (tessera/strategy_kit/device_memory.hpp).
   tessera::Tensor params_;
   tessera::Tensor grads_;

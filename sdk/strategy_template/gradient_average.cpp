@@ -21,6 +21,7 @@ void GradientAverage::setup(const tessera::StrategySetup& setup) {
   const auto allocator = tessera::host_strategy_allocator(setup, "gradient_average");
   setup_ = setup;
   layout_ = tessera::FlatLayout::of(*setup.model);
+  no_decay_ = tessera::DecayExemptions::of(layout_);
   // After reconfigure() the old storage goes before the new is allocated.
   params_ = Tensor();
   grads_ = Tensor();
@@ -86,7 +87,9 @@ tessera::StepStats GradientAverage::train_step(const tessera::Batch& batch,
   if (coefficient < 1.0F) {
     for (float& g : grads_.as<float>()) g *= coefficient;
   }
-  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
+  tessera::StepInfo whole = info;
+  whole.no_weight_decay = no_decay_.ranges();
+  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), whole);
   return stats;
 }
 

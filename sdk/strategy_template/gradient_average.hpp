@@ -15,6 +15,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace my_plugin {
 
@@ -48,6 +49,8 @@ class GradientAverage final : public tessera::Strategy {
 
   tessera::StrategySetup setup_;
   tessera::FlatLayout layout_;
+  // The elements of the flat vector the optimizer must not decay (biases, norms, embeddings).
+  tessera::DecayExemptions no_decay_;
   // f32, flat, in host memory: parameters, gradients, optimizer state (state_per_param slots).
   tessera::Tensor params_;
   tessera::Tensor grads_;

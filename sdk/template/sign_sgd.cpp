@@ -17,9 +17,14 @@ void SignSgd::step(tessera::BufferView param_view, tessera::BufferView grad_view
   const auto grads = grad_view.host_span<const float>("sign_sgd gradients");
   TESSERA_CHECK(grads.size() == params.size(), "sign_sgd: as many gradients as parameters");
   const float lr = info.learning_rate;
+  // Weight decay is per parameter: the strategy lists the elements it must skip (biases, norms,
+  // embeddings), sorted ranges of this step's views.
+  auto exempt = info.no_weight_decay.begin();
   for (std::size_t i = 0; i < params.size(); ++i) {
+    while (exempt != info.no_weight_decay.end() && exempt->end <= i) ++exempt;
+    const bool decays = exempt == info.no_weight_decay.end() || i < exempt->begin;
     const float sign = grads[i] > 0.0F ? 1.0F : (grads[i] < 0.0F ? -1.0F : 0.0F);
-    params[i] -= lr * (sign + weight_decay_ * params[i]);
+    params[i] -= lr * (sign + (decays ? weight_decay_ : 0.0F) * params[i]);
   }
 }
 

@@ -131,6 +131,22 @@ TEST(GptModel, DeclaresTokenWindowsInAndNextTokensOut) {
   EXPECT_FLOAT_EQ(model.layer(1).parameters()[4].init_std, 0.02F / std::sqrt(6.0F));
 }
 
+// nanoGPT's rule, as tools/reference/gpt_reference.py applies it to PyTorch's AdamW: the
+// matrices ("*.weight" of two dimensions, the output head's included) decay; biases, layer
+// norms and the token and position embeddings do not.
+TEST(GptModel, DeclaresWeightDecayOnItsMatricesOnly) {
+  const GptModel model(GptConfig{{2, 2, 10, 7, 29}, 1});
+  std::size_t decayed = 0;
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    for (const auto& spec : model.layer(l).parameters()) {
+      const bool matrix = spec.name.ends_with(".weight") && spec.shape.size() == 2;
+      EXPECT_EQ(spec.weight_decay, matrix) << spec.name;
+      decayed += spec.weight_decay ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(decayed, 2U * 4U + 1U);  // four Linear weights per block, and lm_head
+}
+
 TEST(GptModel, RefusesAWidthThatTheHeadsDoNotDivideNamingTheOption) {
   try {
     const GptModel model(GptConfig{{2, 3, 10, 8, 256}, 1});

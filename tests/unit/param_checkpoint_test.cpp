@@ -190,6 +190,39 @@ TEST(SliceReader, AnotherModelOrOptimizerIsRefused) {
       << message;
 }
 
+// The index records each parameter's weight-decay flag; an index written before it did (every
+// format-2 checkpoint until then) reads with no flags, and one that records some parameters'
+// flags but not all is refused.
+TEST(SliceReader, TheIndexRecordsWeightDecayFlagsAndOlderIndexesReadWithout) {
+  const ParamId bias{1, "fc1.bias", {4}};
+  const auto with_flags = [&](std::vector<bool> flags) {
+    auto c = std::make_unique<MemoryCheckpoint>(1);
+    save_param_index(*c, {"test", 0, {kWeight, bias}, std::move(flags)});
+    c->put_slice(
+        {kWeight.layer, kWeight.name, kWeight.shape, StateKind::parameter, 0, 0, 0, 4, 0, 24},
+        std::vector<float>(24));
+    c->put_slice({bias.layer, bias.name, bias.shape, StateKind::parameter, 0, 0, 0, 4, 0, 4},
+                 std::vector<float>(4));
+    return c;
+  };
+  EXPECT_EQ(SliceReader(*with_flags({true, false})).index().weight_decay,
+            (std::vector<bool>{true, false}));
+  EXPECT_TRUE(SliceReader(*with_flags({})).index().weight_decay.empty());
+  EXPECT_THROW(with_flags({true}), InvalidArgument);
+
+  auto c = with_flags({true, false});
+  const auto bytes = c->get("parameters");
+  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  // The bias's entry loses its flag (the key renamed: the JSON stays well-formed).
+  text.replace(text.rfind("\"weight_decay\""), std::string("\"weight_decay\"").size(),
+               "\"unrelated\"");
+  c->put("parameters", std::as_bytes(std::span<const char>(text.data(), text.size())));
+  const auto message = refusal([&] { const SliceReader reader(*c); });
+  EXPECT_NE(message.find("\"weight_decay\" is given for some parameters but not all"),
+            std::string::npos)
+      << message;
+}
+
 // Checkpoints of format 1 written by round one's tessera (tests/unit/data/checkpoint_v1,
 // written_by.ini): an MLP 6-5-3 with Adam after two steps.
 std::filesystem::path format_one(const std::string& run) {

@@ -18,7 +18,7 @@ FlatLayout FlatLayout::of(const Model& model) {
                     "parameter " + spec.name + " of layer " + layer.name() + " is not f32");
       const std::size_t count = element_count(spec.shape);
       layout.params.push_back({std::to_string(l) + "." + layer.name() + "." + spec.name, spec.name,
-                               spec.shape, layout.total, count, l});
+                               spec.shape, layout.total, count, l, spec.weight_decay});
       layout.total += count;
     }
   }

@@ -53,12 +53,12 @@ GradientSynchronizer::~GradientSynchronizer() {
 }
 
 std::size_t GradientSynchronizer::add_parameter(std::string name, std::span<float> param,
-                                                std::span<float> grad) {
+                                                std::span<float> grad, bool weight_decay) {
   TESSERA_CHECK(!finalized_, "add_parameter after the bucket plan was frozen: " + name);
   TESSERA_CHECK(param.empty() || param.size() == grad.size(),
                 "parameter " + name + " has " + std::to_string(param.size()) +
                     " elements but its gradient " + std::to_string(grad.size()));
-  entries_.push_back({std::move(name), param, grad, 0});
+  entries_.push_back({std::move(name), param, grad, 0, weight_decay});
   elements_ += grad.size();
   return entries_.size() - 1;
 }
@@ -269,15 +269,29 @@ void GradientSynchronizer::for_each_run(Visit&& visit) const {
   }
 }
 
+DecayExemptions GradientSynchronizer::exemptions_of_run(std::size_t first, std::size_t last) const {
+  DecayExemptions exemptions;
+  std::size_t at = 0;
+  for (std::size_t i = first; i <= last; ++i) {
+    const std::size_t count = entries_[i].grad.size();
+    if (!entries_[i].weight_decay && count > 0) exemptions.add(at, at + count);
+    at += count;
+  }
+  return exemptions;
+}
+
 void GradientSynchronizer::step(const Optimizer& optimizer, const StepInfo& info) {
   (void)prepare_optimizer_state(optimizer);
   const std::size_t slots = optimizer.state_per_param();
   std::size_t state_offset = 0;
-  for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
+  for_each_run([&](std::size_t first, std::size_t last, std::size_t count) {
+    const DecayExemptions exemptions = exemptions_of_run(first, last);
+    StepInfo run_info = info;
+    run_info.no_weight_decay = exemptions.ranges();
     // A run spans several entries: its views start at the first and cover `count` elements.
     optimizer.step(device_view({entries_[first].param.data(), count}),
                    device_view({entries_[first].grad.data(), count}),
-                   state_.view().slice(state_offset, slots * count), info);
+                   state_.view().slice(state_offset, slots * count), run_info);
     state_offset += slots * count;
   });
 }
@@ -298,16 +312,20 @@ double GradientSynchronizer::step_unclipped_and_zero(const Optimizer& optimizer,
   const BufferView state = state_.view();
   std::vector<double> blocks;
   std::size_t flat = 0;
-  for_each_run([&](std::size_t first, std::size_t, std::size_t count) {
+  for_each_run([&](std::size_t first, std::size_t last, std::size_t count) {
     float* param = entries_[first].param.data();
     float* grad = entries_[first].grad.data();
+    const DecayExemptions exemptions = exemptions_of_run(first, last);
     for (std::size_t begin = 0; begin < count;) {
       const std::size_t end = std::min(count, (flat + begin) / kChunk * kChunk + kChunk - flat);
       const std::size_t n = end - begin;
       accumulate_norm_blocks({grad + begin, n}, flat + begin, blocks);
+      const auto chunk_exemptions = exemptions.within(begin, end);
+      StepInfo chunk_info = info;
+      chunk_info.no_weight_decay = chunk_exemptions;
       optimizer.step(view_of(std::span<float>(param + begin, n)),
                      view_of(std::span<float>(grad + begin, n)),
-                     state.slice(slots * (flat + begin), slots * n), info);
+                     state.slice(slots * (flat + begin), slots * n), chunk_info);
       std::fill_n(grad + begin, n, 0.0F);
       begin = end;
     }

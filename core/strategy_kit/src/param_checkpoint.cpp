@@ -180,9 +180,17 @@ void save_param_index(CheckpointWriter& writer, const ParamIndex& index) {
   j["version"] = 1;
   j["strategy"] = index.strategy;
   j["state_per_param"] = index.state_per_param;
+  TESSERA_CHECK(index.weight_decay.empty() || index.weight_decay.size() == index.params.size(),
+                "save_param_index: " + std::to_string(index.weight_decay.size()) +
+                    " weight-decay flags for " + std::to_string(index.params.size()) +
+                    " parameters");
   j["parameters"] = Json::array();
-  for (const auto& p : index.params) {
-    j["parameters"].push_back(Json{{"layer", p.layer}, {"name", p.name}, {"shape", p.shape}});
+  for (std::size_t i = 0; i < index.params.size(); ++i) {
+    const auto& p = index.params[i];
+    Json entry{{"layer", p.layer}, {"name", p.name}, {"shape", p.shape}};
+    if (!index.weight_decay.empty())
+      entry["weight_decay"] = static_cast<bool>(index.weight_decay[i]);
+    j["parameters"].push_back(std::move(entry));
   }
   const auto text = j.dump(1) + "\n";
   writer.put(kIndexBlob, std::as_bytes(std::span<const char>(text.data(), text.size())));
@@ -236,6 +244,15 @@ SliceReader::SliceReader(const CheckpointReader& reader, const FlatLayout* model
         p.shape.push_back(checkpoint::integer_value<std::size_t>(extent, "shape", at));
       if (std::find(index_.params.begin(), index_.params.end(), p) != index_.params.end())
         throw CheckpointError(where + " lists " + describe(p) + " twice");
+      // Recorded for every parameter or (written before tessera recorded it) for none.
+      const bool recorded = list[i].contains("weight_decay");
+      if (i > 0 && recorded == index_.weight_decay.empty())
+        checkpoint::bad_field(at, "weight_decay", "is given for some parameters but not all");
+      if (recorded) {
+        if (!list[i]["weight_decay"].is_boolean())
+          checkpoint::bad_field(at, "weight_decay", "is not true or false");
+        index_.weight_decay.push_back(list[i]["weight_decay"].get<bool>());
+      }
       index_.params.push_back(std::move(p));
     }
     for (std::size_t i = 0; i < slices.size(); ++i) {

@@ -75,8 +75,19 @@ ParamSpec normal(std::string name, Shape shape, float std_dev) {
   return spec;
 }
 
+// A layer norm's gain or bias: never decayed.
 ParamSpec filled(std::string name, std::size_t width, ParamInit init) {
-  return {std::move(name), {width}, DType::f32, init, width, width, {}};
+  ParamSpec spec{std::move(name), {width}, DType::f32, init, width, width, {}};
+  spec.weight_decay = false;
+  return spec;
+}
+
+// A table of vectors looked up by token or position: not decayed (nanoGPT's rule as the issue
+// states it; decay would shrink the rows of rare tokens for nothing).
+ParamSpec embedding_table(std::string name, Shape shape) {
+  ParamSpec spec = normal(std::move(name), std::move(shape), kInitStd);
+  spec.weight_decay = false;
+  return spec;
 }
 
 // Layer norm over the last dimension: out, and the per-row statistics backward needs.
@@ -119,8 +130,8 @@ Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Embedding::parameters() const {
-  return {normal("wte", {shape_.vocab, shape_.width}, kInitStd),
-          normal("wpe", {shape_.context, shape_.width}, kInitStd)};
+  return {embedding_table("wte", {shape_.vocab, shape_.width}),
+          embedding_table("wpe", {shape_.context, shape_.width})};
 }
 
 Shape Embedding::output_shape(const Shape& input) const {

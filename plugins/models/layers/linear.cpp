@@ -23,6 +23,7 @@ Linear::Linear(std::string name, std::size_t in_features, std::size_t out_featur
   specs_.push_back(
       {name_ + ".weight", {out_, in_}, DType::f32, ParamInit::kaiming_uniform, in_, out_, {}});
   specs_.push_back({name_ + ".bias", {out_}, DType::f32, ParamInit::zeros, in_, out_, {}});
+  specs_.back().weight_decay = false;  // a bias: weight decay would only pull it to zero
 }
 
 Linear::Linear(const Linear& whole, TensorParallelRole role, TensorSlice slice)

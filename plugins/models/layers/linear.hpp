@@ -16,7 +16,8 @@ namespace tessera::layers {
 
 class Linear final : public Layer {
  public:
-  // Parameters: "<name>.weight" [out, in] kaiming_uniform, "<name>.bias" [out] zeros.
+  // Parameters: "<name>.weight" [out, in] kaiming_uniform, weight decay on; "<name>.bias" [out]
+  // zeros, weight decay off (ParamSpec::weight_decay).
   Linear(std::string name, std::size_t in_features, std::size_t out_features,
          std::shared_ptr<const ComputeContext> compute);
 

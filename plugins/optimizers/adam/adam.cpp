@@ -34,12 +34,21 @@ void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView
   const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)));
   const float eps = config_.eps;
   const bool decoupled = config_.decoupled_weight_decay;
-  const auto decay = static_cast<float>(decoupled ? 1.0 - lr * config_.weight_decay : 0.0);
-  const float l2 = decoupled ? 0.0F : config_.weight_decay;
+  // An exempt segment multiplies by exactly 1 (AdamW) or adds 0 * p (Adam): weight_decay = 0's
+  // bits, as PyTorch's parameter group with weight_decay 0 gives.
+  const auto scalars_of = [&](const optimizers::DecaySegment& s) {
+    const double wd = s.decays ? config_.weight_decay : 0.0F;
+    const auto decay = static_cast<float>(decoupled ? 1.0 - lr * wd : 0.0);
+    const float l2 = decoupled ? 0.0F : static_cast<float>(wd);
+    return optimizers::AdamScalars{beta1,    beta2, one_minus_b1, one_minus_b2, step_size,
+                                   bc2_sqrt, eps,   decay,        l2,           decoupled};
+  };
+  const auto segments = optimizers::decay_segments(name, param_view.count, info);
   if (device != Device::cpu()) {
-    optimizers::adam_update(
-        optimizers::device_step(name, device, param_view, grad_view, state_view),
-        {beta1, beta2, one_minus_b1, one_minus_b2, step_size, bc2_sqrt, eps, decay, l2, decoupled});
+    const auto whole = optimizers::device_step(name, device, param_view, grad_view, state_view);
+    for (const auto& s : segments) {
+      optimizers::adam_update(optimizers::segment_of(whole, s), scalars_of(s));
+    }
     return;
   }
   const auto [params, grads, state] =
@@ -49,15 +58,18 @@ void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView
   const float* g = grads.data();
   float* m = state.data();
   float* v = state.data() + n;
-  for (std::size_t i = 0; i < n; ++i) {
-    float pi = p[i];
-    if (decoupled) pi *= decay;
-    const float gi = g[i] + l2 * pi;
-    const float mi = beta1 * m[i] + one_minus_b1 * gi;
-    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  for (const auto& s : segments) {
+    const auto k = scalars_of(s);
+    for (std::size_t i = s.begin; i < s.end; ++i) {
+      float pi = p[i];
+      if (decoupled) pi *= k.decay;
+      const float gi = g[i] + k.l2 * pi;
+      const float mi = beta1 * m[i] + one_minus_b1 * gi;
+      const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+    }
   }
 }
 

@@ -45,15 +45,15 @@ void sgd_update(const DeviceStep& step, const SgdScalars& scalars) {
 void adam_update(const DeviceStep& step, const AdamScalars& scalars) {
   launch_and_wait(step, scalars.decoupled ? "adamw" : "adam", [&] {
     return cuda::launch_adam_update(scalars, step.params, step.grads, step.state,
-                                    step.state + step.n, step.n);
+                                    step.state + step.slot_stride, step.n);
   });
 }
 
 void rmsprop_update(const DeviceStep& step, const RmspropScalars& scalars) {
   // The slots in rmsprop.hpp's order: s, then b with momentum, then a when centered.
   float* s = step.state;
-  float* b = scalars.use_momentum ? s + step.n : nullptr;
-  float* a = scalars.centered ? s + step.n * (scalars.use_momentum ? 2 : 1) : nullptr;
+  float* b = scalars.use_momentum ? s + step.slot_stride : nullptr;
+  float* a = scalars.centered ? s + step.slot_stride * (scalars.use_momentum ? 2 : 1) : nullptr;
   launch_and_wait(step, "rmsprop", [&] {
     return cuda::launch_rmsprop_update(scalars, step.params, step.grads, s, b, a, step.n);
   });

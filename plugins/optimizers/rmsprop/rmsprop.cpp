@@ -25,14 +25,21 @@ void RmspropOptimizer::step(BufferView param_view, BufferView grad_view, BufferV
   const float alpha = config_.alpha;
   const auto one_minus_alpha = static_cast<float>(1.0 - static_cast<double>(config_.alpha));
   const float eps = config_.eps;
-  const float wd = config_.weight_decay;
   const float mu = config_.momentum;
   const bool use_momentum = mu > 0.0F;
   const bool centered = config_.centered;
+  const auto segments = optimizers::decay_segments("rmsprop", param_view.count, info);
+  const auto decay_of = [&](const optimizers::DecaySegment& s) {
+    return s.decays ? config_.weight_decay : 0.0F;
+  };
   if (device != Device::cpu()) {
-    optimizers::rmsprop_update(
-        optimizers::device_step("rmsprop", device, param_view, grad_view, state_view),
-        {lr, alpha, one_minus_alpha, eps, wd, mu, use_momentum, centered});
+    const auto whole =
+        optimizers::device_step("rmsprop", device, param_view, grad_view, state_view);
+    for (const auto& s : segments) {
+      optimizers::rmsprop_update(
+          optimizers::segment_of(whole, s),
+          {lr, alpha, one_minus_alpha, eps, decay_of(s), mu, use_momentum, centered});
+    }
     return;
   }
   const auto [params, grads, state] = optimizers::check_step_spans(
@@ -43,24 +50,27 @@ void RmspropOptimizer::step(BufferView param_view, BufferView grad_view, BufferV
   float* s = state.data();
   float* b = use_momentum ? state.data() + n : nullptr;
   float* a = centered ? state.data() + n * (use_momentum ? 2 : 1) : nullptr;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + wd * p[i];
-    const float si = alpha * s[i] + one_minus_alpha * gi * gi;
-    s[i] = si;
-    float d = 0.0F;
-    if (centered) {
-      const float ai = alpha * a[i] + one_minus_alpha * gi;
-      a[i] = ai;
-      d = std::sqrt(si - ai * ai) + eps;
-    } else {
-      d = std::sqrt(si) + eps;
-    }
-    if (use_momentum) {
-      const float bi = mu * b[i] + gi / d;
-      b[i] = bi;
-      p[i] -= lr * bi;
-    } else {
-      p[i] -= lr * (gi / d);
+  for (const auto& segment : segments) {
+    const float wd = decay_of(segment);
+    for (std::size_t i = segment.begin; i < segment.end; ++i) {
+      const float gi = g[i] + wd * p[i];
+      const float si = alpha * s[i] + one_minus_alpha * gi * gi;
+      s[i] = si;
+      float d = 0.0F;
+      if (centered) {
+        const float ai = alpha * a[i] + one_minus_alpha * gi;
+        a[i] = ai;
+        d = std::sqrt(si - ai * ai) + eps;
+      } else {
+        d = std::sqrt(si) + eps;
+      }
+      if (use_momentum) {
+        const float bi = mu * b[i] + gi / d;
+        b[i] = bi;
+        p[i] -= lr * bi;
+      } else {
+        p[i] -= lr * (gi / d);
+      }
     }
   }
 }

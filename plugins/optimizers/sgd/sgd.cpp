@@ -27,32 +27,39 @@ void SgdOptimizer::step(BufferView param_view, BufferView grad_view, BufferView 
   const Device device =
       optimizers::step_device("sgd", param_view, grad_view, state_view, state_per_param(), info);
   const float lr = info.learning_rate;
-  const float wd = config_.weight_decay;
   const float mu = config_.momentum;
   const auto keep = static_cast<float>(1.0 - static_cast<double>(config_.dampening));
   const bool first = info.step == 1;
   const bool nesterov = config_.nesterov;
+  const auto segments = optimizers::decay_segments("sgd", param_view.count, info);
+  const auto decay_of = [&](const optimizers::DecaySegment& s) {
+    return s.decays ? config_.weight_decay : 0.0F;
+  };
   if (device != Device::cpu()) {
-    optimizers::sgd_update(
-        optimizers::device_step("sgd", device, param_view, grad_view, state_view),
-        {lr, wd, mu, keep, first, nesterov});
+    const auto whole = optimizers::device_step("sgd", device, param_view, grad_view, state_view);
+    for (const auto& s : segments) {
+      optimizers::sgd_update(optimizers::segment_of(whole, s),
+                             {lr, decay_of(s), mu, keep, first, nesterov});
+    }
     return;
   }
   const auto [params, grads, state] = optimizers::check_step_spans(
       "sgd", param_view, grad_view, state_view, state_per_param(), info);
-  const std::size_t n = params.size();
   float* p = params.data();
   const float* g = grads.data();
-  if (mu == 0.0F) {
-    for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-    return;
-  }
   float* b = state.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    const float buf = first ? d : mu * b[i] + keep * d;
-    b[i] = buf;
-    p[i] -= lr * (nesterov ? d + mu * buf : buf);
+  for (const auto& s : segments) {
+    const float wd = decay_of(s);
+    if (mu == 0.0F) {
+      for (std::size_t i = s.begin; i < s.end; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      continue;
+    }
+    for (std::size_t i = s.begin; i < s.end; ++i) {
+      const float d = g[i] + wd * p[i];
+      const float buf = first ? d : mu * b[i] + keep * d;
+      b[i] = buf;
+      p[i] -= lr * (nesterov ? d + mu * buf : buf);
+    }
   }
 }
 

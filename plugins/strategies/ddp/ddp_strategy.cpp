@@ -6,6 +6,7 @@
 #include "tessera/strategy_kit/device_memory.hpp"
 #include "tessera/strategy_kit/init.hpp"
 #include "tessera/strategy_kit/param_checkpoint.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera::ddp {
 
@@ -62,7 +63,7 @@ void DdpStrategy::setup(const StrategySetup& setup) {
       initialize_parameter(spec, setup.seed, index, values.subspan(flat.offset, flat.count));
       views.params.push_back(params_.view().slice(flat.offset, flat.count));
       views.grads.push_back(grads_.view().slice(flat.offset, flat.count));
-      views.sync_indices.push_back(sync_->add_parameter(flat.name, param, grad));
+      views.sync_indices.push_back(sync_->add_parameter(flat.name, param, grad, spec.weight_decay));
       ++index;
     }
     layers_.push_back(std::move(views));
@@ -154,7 +155,7 @@ void DdpStrategy::save(CheckpointWriter& writer) {
   // each rank's copy apart (the elastic runtime's: then no copy travels between ranks).
   if (setup_.world->rank() != 0 && !writer.every_rank_writes_replicated_state()) return;
   const std::size_t slots = setup_.optimizer->state_per_param();
-  save_param_index(writer, {"ddp", slots, params_of(layout_)});
+  save_param_index(writer, {"ddp", slots, params_of(layout_), weight_decay_flags(layout_)});
   const Tensor params = host_copy(params_);
   const Tensor state = host_copy(sync_->optimizer_state_tensor());
   save_flat_range(writer, layout_, 0, layout_.total, params.as<float>(), state.as<float>(), slots);

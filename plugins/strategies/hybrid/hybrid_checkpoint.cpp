@@ -37,7 +37,8 @@ StateSlice box_of(std::size_t layer, const ParamSpec& spec, std::size_t count) {
 void HybridStrategy::save(CheckpointWriter& writer) {
   TESSERA_CHECK(groups_ != nullptr, "hybrid: save before setup");
   const std::size_t slots = setup_.optimizer->state_per_param();
-  if (setup_.world->rank() == 0) save_param_index(writer, {"hybrid", slots, params_of(layout_)});
+  if (setup_.world->rank() == 0)
+    save_param_index(writer, {"hybrid", slots, params_of(layout_), weight_decay_flags(layout_)});
   // Data-parallel replicas hold the same parameters: replica 0 writes them, and the optimizer
   // state too unless it is sharded over the data group (zero1), when each data rank writes its
   // shard. Of a replica, each stage writes its layers; a split parameter's slice comes from its

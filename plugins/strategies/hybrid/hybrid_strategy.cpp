@@ -123,9 +123,12 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   state_ = Tensor({shard_size_ * setup.optimizer->state_per_param()}, DType::f32, allocator);
   const auto values = params_.as<float>();
   const auto grads = grads_.as<float>();
+  DecayExemptions exemptions;
   for (auto& p : params_of_stage_) {
     initialize_parameter(p.spec, setup.seed, p.model_index, values.subspan(p.offset, p.count));
+    if (!p.spec.weight_decay && p.count > 0) exemptions.add(p.offset, p.offset + p.count);
   }
+  shard_exemptions_ = exemptions.within(shard_begin(), shard_begin() + shard_size_);
 
   if (mesh_->data_size() > 1) {
     sync_ = std::make_unique<GradientSynchronizer>(groups_->data, config_.sync);
@@ -380,7 +383,9 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   scale_gradients(shard(grads_), clip_coefficient(totals[kSumOfSquares],
                                                   static_cast<float>(setup_.max_grad_norm)));
   if (shard_size_ > 0) {
-    setup_.optimizer->step(shard(params_), shard(grads_), state_.as<float>(), info);
+    StepInfo shard_info = info;
+    shard_info.no_weight_decay = shard_exemptions_;
+    setup_.optimizer->step(shard(params_), shard(grads_), state_.as<float>(), shard_info);
   }
   if (sharded()) {
     groups_->data->all_gather(view_of(shard(params_)), params_.view())->wait();

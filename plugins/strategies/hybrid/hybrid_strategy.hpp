@@ -26,6 +26,7 @@
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/tensor_parallel.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera::hybrid {
 
@@ -171,6 +172,7 @@ class HybridStrategy final : public Strategy {
   Tensor state_;
   std::size_t local_count_ = 0;
   std::size_t shard_size_ = 0;
+  std::vector<ElementRange> shard_exemptions_;  // of this rank's shard: weight decay skips them
   std::unique_ptr<GradientSynchronizer> sync_;
   PipelineTiming timing_;
   bool first_step_done_ = false;  // since setup: the first step is not timed (PipelineTiming)

@@ -82,6 +82,11 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   shards_ = ShardLayout::plan(layout_.total, world, config_.first_bucket_bytes / sizeof(float),
                               config_.bucket_cap_bytes / sizeof(float));
   my_pieces_ = shards_.pieces_of(setup.world->rank());
+  const auto exemptions = DecayExemptions::of(layout_);
+  piece_exemptions_.clear();
+  for (const auto& piece : my_pieces_) {
+    piece_exemptions_.push_back(exemptions.within(piece.begin, piece.end));
+  }
   // After reconfigure(), the old storage goes before the new is allocated (zero-filled).
   params_ = Tensor();
   grads_ = Tensor();
@@ -370,10 +375,13 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
   stats.grad_norm = clip_shard_gradients();
   if (skip_nonfinite_update(setup_, stats)) return stats;  // parameters unchanged everywhere
   const std::size_t slots = state_slots();
-  for (const auto& piece : my_pieces_) {
+  for (std::size_t k = 0; k < my_pieces_.size(); ++k) {
+    const auto& piece = my_pieces_[k];
+    StepInfo piece_info = info;
+    piece_info.no_weight_decay = piece_exemptions_[k];
     setup_.optimizer->step(piece_params(piece), piece_gradient(piece),
                            state_.view().slice(slots * piece.shard_offset, slots * piece.size()),
-                           info);
+                           piece_info);
   }
   gather_parameters();
   return stats;
@@ -444,7 +452,8 @@ std::vector<float> ZeroStrategy::consolidated_optimizer_state() {
 
 void ZeroStrategy::save(CheckpointWriter& writer) {
   if (setup_.world->rank() == 0) {
-    save_param_index(writer, {stage_two() ? "zero2" : "zero1", state_slots(), params_of(layout_)});
+    save_param_index(writer, {stage_two() ? "zero2" : "zero1", state_slots(), params_of(layout_),
+                              weight_decay_flags(layout_)});
   }
   // This rank's own pieces are final after its update; only other ranks' pieces may still be
   // arriving, and they are not written here. Padding past the last parameter is not saved.

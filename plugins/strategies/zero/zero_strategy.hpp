@@ -20,6 +20,7 @@
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/shard_layout.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera::zero {
 
@@ -113,6 +114,8 @@ class ZeroStrategy : public Strategy {
   FlatLayout layout_;
   ShardLayout shards_;
   std::vector<ShardPiece> my_pieces_;
+  // Per piece of my_pieces_: the elements weight decay skips, counted from the piece's start.
+  std::vector<std::vector<ElementRange>> piece_exemptions_;
   std::vector<LayerSlice> layers_;
   // All f32, from the setup's allocator: host memory, or a GPU's ([runtime] device = cuda)
   // where every computation on them runs there and norms and checkpoints use host copies.

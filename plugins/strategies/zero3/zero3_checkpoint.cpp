@@ -32,7 +32,8 @@ void Zero3Strategy::save(CheckpointWriter& writer) {
   const int world = setup_.world->size();
   const auto shards = shards_of(plan_, world);
   const std::size_t slots = setup_.optimizer->state_per_param();
-  if (rank == 0) save_param_index(writer, {"zero3", slots, params_of(layout_)});
+  if (rank == 0)
+    save_param_index(writer, {"zero3", slots, params_of(layout_), weight_decay_flags(layout_)});
   const Tensor host_params = host_copy(params_);
   const Tensor host_state = host_copy(state_);
   const auto params = host_params.as<float>();

@@ -108,9 +108,12 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
 
   // Each element is a pure function of (seed, parameter index, element index), so a rank
   // initialises exactly its shard and the gathered units equal ddp's parameters bit for bit.
+  const auto exemptions = DecayExemptions::of(layout_);
+  shard_exemptions_.clear();
   for (const auto& unit : plan_.units) {
     const std::size_t own_begin = unit.flat_begin + unit.owned_begin(rank);
     const std::size_t own_end = unit.flat_begin + unit.owned_end(rank);
+    exemptions.append_within(own_begin, own_end, unit.shard_offset, shard_exemptions_);
     for (const std::size_t index : unit.params) {
       const auto& flat = layout_.params[index];
       const std::size_t lo = std::max(own_begin, flat.offset);
@@ -302,7 +305,9 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
   }
   stats.grad_norm = global_norm(sum_of_squares);
   if (skip_nonfinite_update(setup_, stats)) return stats;
-  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), info);
+  StepInfo shard_info = info;
+  shard_info.no_weight_decay = shard_exemptions_;
+  setup_.optimizer->step(params_.view(), grads_.view(), state_.view(), shard_info);
   return stats;
 }
 

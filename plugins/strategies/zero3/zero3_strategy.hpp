@@ -16,6 +16,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 #include "unit_plan.hpp"
 
 namespace tessera::zero3 {
@@ -101,7 +102,8 @@ class Zero3Strategy final : public Strategy {
   std::shared_ptr<DeviceAllocator> allocator_;
   Tensor params_;  // this rank's shards, UnitPlan layout
   Tensor grads_;
-  Tensor state_;  // slot-major over params_
+  Tensor state_;                                // slot-major over params_
+  std::vector<ElementRange> shard_exemptions_;  // of params_: the elements weight decay skips
   std::unique_ptr<GatherPool> pool_;
   std::unique_ptr<ShardedGradNorm> norm_;
   std::vector<Gathered> gathered_;               // per unit

@@ -39,6 +39,12 @@ struct ParamSpec {
   std::size_t fan_out = 0;
   ParamSlice slice{};  // whole by default
   float init_std = 0.0F;  // the standard deviation of ParamInit::normal (GPT-2: 0.02)
+  // Whether the optimizer's weight decay applies to this parameter. The rule of nanoGPT and
+  // minGPT: matrices decay; biases, norm gains and embeddings do not (shrinking them toward zero
+  // only fights the model). Every strategy hands the optimizer the exempt elements of each
+  // buffer it updates (StepInfo::no_weight_decay), a ZeRO shard that spans several parameters
+  // included. True by default, so a layer that does not say decays all it has, as before.
+  bool weight_decay = true;
 
   // The whole parameter's shape: `shape` unless this is a slice.
   [[nodiscard]] const Shape& full_shape() const noexcept {

@@ -10,6 +10,13 @@
 
 namespace tessera {
 
+// Elements [begin, end) of one step's views.
+struct ElementRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  friend bool operator==(const ElementRange&, const ElementRange&) = default;
+};
+
 struct StepInfo {
   std::int64_t step = 0;       // 1 for the first update
   float learning_rate = 0.0F;  // after the engine's schedule
@@ -17,11 +24,16 @@ struct StepInfo {
   // weight a rank's share when the last batch of an epoch is uneven; 0 means every rank has
   // as many samples as this one. Optimizers ignore it.
   std::size_t global_batch_size = 0;
+  // The elements of this call's views that weight decay skips (parameters whose ParamSpec says
+  // weight_decay = false), as ranges sorted, disjoint and non-empty, within [0, params.count).
+  // Empty: every element decays. The caller owns the memory for the duration of step().
+  std::span<const ElementRange> no_weight_decay{};
 };
 
-// Element-wise contract: the update of element i reads only params[i], grads[i] and its own
-// state slots, so a strategy may call step() on any partition of the parameters (a ZeRO shard)
-// and get exactly the bits a whole-model call would give.
+// Element-wise contract: the update of element i reads only params[i], grads[i], its own
+// state slots and whether info.no_weight_decay holds i, so a strategy may call step() on any
+// partition of the parameters (a ZeRO shard) and get exactly the bits a whole-model call would
+// give. An exempt element updates exactly as with weight_decay = 0.
 // Thread-safety: step() may run concurrently on disjoint spans.
 class Optimizer : public PluginObject {
  public:
@@ -38,7 +50,8 @@ class Optimizer : public PluginObject {
   // grads has params.count elements, state state_per_param() consecutive blocks of params.count
   // (slot-major), zero before the first step. The caller owns the memory. Device work is
   // ordered on the device's default stream and complete when step() returns. Throws
-  // InvalidArgument for views that break this.
+  // InvalidArgument for views that break this, and for no_weight_decay ranges that are not
+  // sorted, disjoint, non-empty and inside the views.
   virtual void step(BufferView params, BufferView grads, BufferView state,
                     const StepInfo& info) const = 0;
 

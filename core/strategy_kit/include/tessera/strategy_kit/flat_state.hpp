@@ -19,6 +19,7 @@ struct FlatParam {
   std::size_t offset = 0;  // elements from the start of the flat vector
   std::size_t count = 0;
   std::size_t layer = 0;
+  bool weight_decay = true;  // the ParamSpec's (weight_decay.hpp); format-1 layouts: true
 };
 
 struct FlatLayout {

@@ -14,6 +14,7 @@
 #include "tessera/base/tensor.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/optimizer.hpp"
+#include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera {
 
@@ -75,9 +76,11 @@ class GradientSynchronizer {
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
 
   // Registers one parameter in forward order and returns its index. `param` may be empty when
-  // the caller steps its own optimizer; otherwise it has grad's size. Only before the first
+  // the caller steps its own optimizer; otherwise it has grad's size. `weight_decay`: whether
+  // step() lets the optimizer decay it (ParamSpec::weight_decay). Only before the first
   // grad_ready / finalize.
-  std::size_t add_parameter(std::string name, std::span<float> param, std::span<float> grad);
+  std::size_t add_parameter(std::string name, std::span<float> param, std::span<float> grad,
+                            bool weight_decay = true);
 
   // Freezes the bucket plan and allocates staging buffers. Implied by the first grad_ready.
   void finalize();
@@ -133,6 +136,7 @@ class GradientSynchronizer {
     std::span<float> param;
     std::span<float> grad;
     std::size_t bucket = 0;
+    bool weight_decay = true;
   };
   struct BucketState;
 
@@ -140,6 +144,8 @@ class GradientSynchronizer {
   // gradients both continue where the previous ended.
   template <class Visit>
   void for_each_run(Visit&& visit) const;
+  // The exempt elements of the run of entries [first, last], counted from its start.
+  [[nodiscard]] DecayExemptions exemptions_of_run(std::size_t first, std::size_t last) const;
   void issue_ready_buckets();
   void stage_in(std::size_t b);
   void stage_out(std::size_t b);

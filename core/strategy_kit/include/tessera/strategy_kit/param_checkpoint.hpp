@@ -34,12 +34,17 @@ struct ParamIndex {
   std::string strategy;  // who wrote it (informational; the trainer cross-checks its metadata)
   std::size_t state_per_param = 0;
   std::vector<ParamId> params;
+  // Per parameter of `params`, whether the optimizer decayed it (ParamSpec::weight_decay;
+  // weight_decay_flags() of the layout). Empty in a checkpoint written before tessera recorded
+  // it. A record for readers and other tools: loading always takes the model's own flags.
+  std::vector<bool> weight_decay{};
 };
 
 // The model's parameters in FlatLayout order.
 [[nodiscard]] std::vector<ParamId> params_of(const FlatLayout& layout);
 
-// Rank 0 calls this once per checkpoint. Throws what the writer throws.
+// Rank 0 calls this once per checkpoint. Throws InvalidArgument when weight_decay is neither
+// empty nor one flag per parameter, else what the writer throws.
 void save_param_index(CheckpointWriter& writer, const ParamIndex& index);
 
 // Writes canonical flat elements [begin, end) (clamped to layout.total: padding is not saved)
