@@ -233,6 +233,12 @@ TEST(Launch, SigtermEndsAnElasticJobWithAStoppedWorkerWithinTheGracePeriod) {
   ASSERT_NE(sent_at, Clock::time_point{}) << r.out << r.err;
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
   EXPECT_FALSE(contains(r.err, "timeout")) << r.err;
+  // Each worker's end is reported as the job's stop, not as a departure the others outlive.
+  EXPECT_TRUE(contains(r.err,
+                       "was killed by signal 15 (SIGTERM); the job is being stopped (the "
+                       "launcher forwarded SIGTERM)"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "the others go on")) << r.err;
   // The grace period (0.5 s) and the launcher's last relay of output (1 s), with room for a
   // loaded machine: far below the job's own --timeout.
   EXPECT_LT(Clock::now() - sent_at, 5s) << r.err;
@@ -250,7 +256,9 @@ TEST(Launch, AnElasticWorkerStoppedForeverIsEndedOnceTheRunFinishedWithoutIt) {
                        "tessera launch: elastic: worker n0.w1 (rank 1) lost its lease and the run "
                        "finished without it; stopping it\n"))
       << r.err;
-  EXPECT_TRUE(contains(r.err, "worker n0.w1 left: rank 1 was killed by signal 15 (SIGTERM)"))
+  EXPECT_TRUE(contains(r.err,
+                       "worker n0.w1 left: rank 1 was killed by signal 15 (SIGTERM); the run had "
+                       "finished without it"))
       << r.err;
   // 1.5 s of run, then the grace period with the lease gone, then SIGTERM: far below 15 s.
   EXPECT_LT(r.elapsed, 10s) << r.err;
@@ -286,6 +294,10 @@ TEST(Launch, AnElasticJobFailsOnlyWhenEveryWorkerFailed) {
   const auto failed = launch({"-n", "1", "--elastic", "--timeout", "60s", "--", TESSERA_TEST_WORKER,
                               "elastic", "n0.w0", "0"});
   EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  EXPECT_TRUE(contains(failed.err,
+                       "worker n0.w0 left: rank 0 exited with code 3; no worker of "
+                       "this launcher is left"))
+      << failed.err;
   EXPECT_TRUE(contains(failed.err, "every worker of the elastic job failed")) << failed.err;
 }
 

@@ -199,11 +199,42 @@ class CountingCommunicator final : public Communicator {
     return inner_->recv(data, peer, tag);
   }
   std::shared_ptr<Work> do_barrier() override { return inner_->barrier(); }
-  std::unique_ptr<Communicator> do_split(int, int) override { return nullptr; }  // not used
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    return std::make_unique<CountingCommunicator>(inner_->split(color, key));
+  }
 
  private:
   std::shared_ptr<Communicator> inner_;
   std::atomic<std::size_t> sent_{0};
+};
+
+// A transport whose room runs out after the job's first world, as the shm transport's does
+// when /dev/shm fills during a run: every later connect is refused with OutOfMemory, on every
+// rank alike (as shm hands rank 0's refusal to the others).
+class RoomForOneWorld final : public Transport {
+ public:
+  RoomForOneWorld(std::shared_ptr<Transport> inner, int first_world_size)
+      : inner_(std::move(inner)), first_world_size_(first_world_size) {}
+  [[nodiscard]] int refusals() const { return refusals_.load(); }
+
+ protected:
+  std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,
+                                           Duration timeout) override {
+    if (connects_.fetch_add(1) >= first_world_size_) {
+      refusals_.fetch_add(1);
+      throw OutOfMemory("shm: a world of " + std::to_string(size) +
+                        " ranks needs a shared-memory segment of 3.0 MiB, but /dev/shm has only "
+                        "0 B free; free space in /dev/shm");
+    }
+    return std::make_unique<CountingCommunicator>(
+        inner_->connect(std::move(store), rank, size, timeout));
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+  int first_world_size_;
+  std::atomic<int> connects_{0};
+  std::atomic<int> refusals_{0};
 };
 
 std::shared_ptr<const Optimizer> momentum_sgd() {
@@ -264,7 +295,8 @@ struct LateStarts {
   // Each worker's own max_workers (a `tessera launch --join -n 1` worker's is 1); empty: the
   // number of workers.
   std::vector<int> max_workers;
-  std::vector<int> die_in_reconfigure;  // workers that die in their first reconfiguration
+  std::vector<int> die_in_reconfigure;   // workers that die in their first reconfiguration
+  std::shared_ptr<Transport> transport;  // the job's; the local transport when null
 };
 
 // `workers` threads train one elastic run; worker w dies in step die_at[w] (0: never).
@@ -272,7 +304,7 @@ std::vector<WorkerOutcome> run_elastic(int workers, const std::vector<std::int64
                                        int copies, const TrainerOptions& o,
                                        const std::shared_ptr<RecordingDataset>& data,
                                        const LateStarts& late = {}) {
-  const auto transport = local_transport();
+  const auto transport = late.transport ? late.transport : local_transport();
   const auto store = late.store ? late.store : memory::make_memory_store();
   JobProgress progress;
   progress.step_pause = late.step_pause;
@@ -585,6 +617,14 @@ fs::path test_folder(const std::string& name) {
   return folder;
 }
 
+// options(), writing a checkpoint into `folder` after every second step.
+TrainerOptions checkpointing_every_2_steps(const fs::path& folder) {
+  auto o = options();
+  o.checkpoint_dir = folder;
+  o.checkpoint_every = 2;
+  return o;
+}
+
 TEST(ElasticTrainer, BelowMinWorkersTheSurvivorsWriteACheckpointThatResumesAtTheirWorldSize) {
   constexpr std::int64_t kDieAt = 4;
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
@@ -631,9 +671,7 @@ TEST(ElasticTrainer, BelowMinWorkersTheSurvivorsWriteACheckpointThatResumesAtThe
 TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAndWhichRemains) {
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   const auto folder = test_folder("stop-lost");
-  auto o = options();
-  o.checkpoint_dir = folder;
-  o.checkpoint_every = 2;
+  const auto o = checkpointing_every_2_steps(folder);
   // Each rank's copy holds only its own part, and none is kept on another rank (copies 0).
   LateStarts strict;
   strict.copies_hold_everything = false;
@@ -654,6 +692,39 @@ TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAnd
   // What was on disk is as it was: the checkpoint of step 2 alone, whole.
   EXPECT_EQ(list_checkpoints(folder), std::vector<fs::path>{kept});
   EXPECT_EQ(FileCheckpointReader(kept).saved_world_size(), 3);
+  fs::remove_all(folder);
+}
+
+// /dev/shm filled, then a worker died: the survivors' next world is refused for lack of room.
+// Every survivor meets that refusal, and so would every world formed again: they stop at once
+// (not after regrouping until failure_timeout + join_timeout, 1 s + 60 s here), each naming the
+// refusal and the newest checkpoint for --resume.
+TEST(ElasticTrainer, ANewWorldRefusedForLackOfRoomStopsTheSurvivorsNamingTheCheckpoint) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  const auto folder = test_folder("no-room");
+  const auto o = checkpointing_every_2_steps(folder);
+  LateStarts late;
+  const auto room = std::make_shared<RoomForOneWorld>(local_transport(), 3);
+  late.transport = room;
+  late.join_timeout = Duration(60000);
+  const auto started = std::chrono::steady_clock::now();
+  const auto outcomes = run_elastic(3, {0, 0, 3}, 1, o, data, late);
+  ASSERT_TRUE(outcomes[2].died);
+  // Well within the regroup's bound: a refusal is not retried.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  const auto kept = folder / "step-000000000002";
+  for (const auto& message : stop_errors(outcomes, {0, 1})) {
+    for (const auto& part : std::vector<std::string>{
+             "elastic: the run stopped after step 2: its next world could not be formed: shm: a "
+             "world of 2 ranks needs a shared-memory segment of 3.0 MiB, but /dev/shm has only 0 "
+             "B free",
+             "the newest checkpoint on disk, " + kept.string() + " (step 2)", "--resume"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+    }
+  }
+  // One refusal per survivor: neither tried another world.
+  EXPECT_EQ(room->refusals(), 2);
+  EXPECT_EQ(list_checkpoints(folder), std::vector<fs::path>{kept});
   fs::remove_all(folder);
 }
 

@@ -169,6 +169,8 @@ TEST(Membership, ExpiredLeaseIsLeftOutAndItsHolderIsToldToRejoin) {
 
   job.views["c"]->hold_renewals(false);
   EXPECT_TRUE(eventually([&] { return job["c"].lease_lost(); }));
+  // The store answered at once: the lease ended for c's own silence, not the store's.
+  EXPECT_EQ(job["c"].store_silence(), std::nullopt);
   EXPECT_THROW((void)job["c"].next_generation(1, {}, deadline_after(1s)), LeaseExpired);
 
   // It comes back as a newcomer.
@@ -177,6 +179,38 @@ TEST(Membership, ExpiredLeaseIsLeftOutAndItsHolderIsToldToRejoin) {
   EXPECT_EQ(c.members, (Ids{"a", "b", "c"}));
   EXPECT_EQ(c.joined, Ids{"c"});
   EXPECT_EQ(c.rank, 2);
+}
+
+// A store that stops answering (its server SIGSTOPped) for longer than the ttl: the worker's
+// renewals fail meanwhile, and the first one answered finds the lease ended. That loss is the
+// store's outage, and says so: the worker did nothing wrong, and a message that blamed it would
+// send the operator to the wrong place.
+TEST(Membership, ALeaseThatEndsWhileTheStoreDoesNotAnswerIsNamedTheStoresOutage) {
+  Job job(1, 2, /*settle_time=*/300ms, /*failure_timeout=*/1000ms);
+  form_first_world(job, {"a", "b"});
+  job.views["a"]->fail_renewals(true);
+  EXPECT_EQ(job.store->wait_for_change("membership/workers/a", "alive", 10s), std::nullopt);
+  job.views["a"]->fail_renewals(false);
+  ASSERT_TRUE(eventually([&] { return job["a"].lease_lost(); }));
+
+  const auto silence = job["a"].store_silence();
+  ASSERT_TRUE(silence.has_value());
+  // From the last renewal answered to the one that found the lease ended: the ttl, less the
+  // moment between the store's renewal and its answer.
+  EXPECT_GE(*silence, 900ms);
+  try {
+    (void)job["a"].next_generation(1, {}, deadline_after(1s));
+    FAIL() << "a worker whose lease ended went on";
+  } catch (const LeaseExpired& e) {
+    EXPECT_NE(std::string(e.what()).find("the job's store had not answered its renewals for "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("longer than the lease's ttl (failure_timeout = 1000 ms)"),
+              std::string::npos)
+        << e.what();
+  }
+  // b's store answered all along.
+  EXPECT_EQ(job["b"].store_silence(), std::nullopt);
 }
 
 TEST(Membership, SlowSurvivorFindsItselfLeftOutAndJoinsTheNextWorld) {

@@ -59,6 +59,9 @@ class HeartbeatSwitchStore final : public Store {
  public:
   explicit HeartbeatSwitchStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   void hold_renewals(bool hold) { hold_.store(hold); }
+  // While set, a renewal fails as against a store that does not answer (a stopped server):
+  // the worker keeps trying, and its lease runs out in the store meanwhile.
+  void fail_renewals(bool fail) { fail_.store(fail); }
   void gate_world_writes(std::shared_ptr<ProposalGate> gate) { gate_ = std::move(gate); }
 
   void set(const std::string& k, const std::string& v) override {
@@ -100,6 +103,7 @@ class HeartbeatSwitchStore final : public Store {
   bool remove(const std::string& k) override { return returned(inner_->remove(k)); }
   LeaseId grant_lease(Duration ttl) override { return inner_->grant_lease(ttl); }
   void keep_alive(LeaseId l) override {
+    if (fail_.load()) throw Error("test store: no answer to keep_alive (the server is stopped)");
     if (!hold_.load()) inner_->keep_alive(l);
   }
   void revoke_lease(LeaseId l) override { inner_->revoke_lease(l); }
@@ -131,6 +135,7 @@ class HeartbeatSwitchStore final : public Store {
 
   std::shared_ptr<Store> inner_;
   std::atomic<bool> hold_{false};
+  std::atomic<bool> fail_{false};
   std::shared_ptr<ProposalGate> gate_;
   std::mutex turn_mutex_;
   std::thread::id turn_held_by_;  // the thread whose world write waits to pass the turn

@@ -286,6 +286,49 @@ TEST_F(TrainerRuns, AStepTrainedAgainIsMarkedRedoneInTheMetricsFile) {
   EXPECT_EQ(steps, expected);
 }
 
+// The steps of each evaluation record in `metrics_file`, in file order.
+std::vector<std::int64_t> evaluated_steps(const fs::path& metrics_file) {
+  std::vector<std::int64_t> steps;
+  std::istringstream lines(testing::read_text(metrics_file));
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("test_accuracy")) steps.push_back(record["step"].get<std::int64_t>());
+  }
+  return steps;
+}
+
+// The checkpoint at an epoch's end is written before the epoch's evaluation. A job stopped
+// during that evaluation (here: its record taken out of the metrics file, as such a stop leaves
+// it) once resumed past it, and the epoch had no evaluation; a job stopped after it must not
+// evaluate it twice.
+TEST_F(TrainerRuns, AResumeFromAnEpochsEndMakesThatEpochsEvaluationUnlessItWasRecorded) {
+  auto o = options();  // 2 epochs of 16 steps (500 samples, 2 ranks of 16)
+  o.checkpoint_dir = root_ / "checkpoints";
+  o.metrics_file = root_ / "metrics.jsonl";
+  o.max_steps = 16;
+  run(o, false);
+  ASSERT_EQ(evaluated_steps(o.metrics_file), std::vector<std::int64_t>{16});
+  const auto with_evaluation = testing::read_text(o.metrics_file);
+  std::string without_evaluation;
+  std::istringstream lines(with_evaluation);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("test_accuracy") == std::string::npos) without_evaluation += line + "\n";
+  }
+  o.max_steps = 0;
+
+  // Stopped during the evaluation: the resumed run makes it first.
+  std::ofstream(o.metrics_file, std::ios::trunc) << without_evaluation;
+  const auto stopped_during = run(o, true);
+  EXPECT_EQ(stopped_during.resumed_from_step, 16);
+  EXPECT_EQ(evaluated_steps(o.metrics_file), (std::vector<std::int64_t>{16, 32}));
+
+  // Stopped after it: nothing evaluated twice.
+  fs::remove_all(o.checkpoint_dir / "step-000000000032");
+  std::ofstream(o.metrics_file, std::ios::trunc) << with_evaluation;
+  EXPECT_EQ(run(o, true).resumed_from_step, 16);
+  EXPECT_EQ(evaluated_steps(o.metrics_file), (std::vector<std::int64_t>{16, 32}));
+}
+
 TEST_F(TrainerRuns, AResumeAtAnotherWorldSizeTrainsOnEverySampleOfTheEpochOnce) {
   // Before: the position was a batch index, so 2 -> 3 skipped samples and 2 -> 1 repeated them.
   for (const int ranks : {3, 1}) {

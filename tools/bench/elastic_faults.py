@@ -84,17 +84,14 @@ WORKERS = 3
 KNOWN_BROKEN = {
     # Fixed and removed from here (2026-11-27, after the fixes of issue 27 were merged; each
     # passed its run over shm): double, kill-in-regroup, stop, joiner-killed, store-kill-etcd,
-    # dup-job-id.
+    # dup-job-id. 2026-11-28: shm-full (a lack of room stops the job naming the checkpoint),
+    # store-stop-tcp and store-stop-etcd (an outage past the leases names the store and the
+    # checkpoint), each 5 of 5 in every cell.
     "join-in-regroup/*/*": "item 9: a step missing from metrics_file (its rank 0 was stopped); "
                            "not rerun since the successor writes the step its predecessor missed",
-    "shm-full/shm/*": "item 4: the new world's segment is refused (named, no SIGBUS); since "
-                      "failures during a regroup are folded into it, the survivors regroup again "
-                      "and the job hangs past the bound (it exited 1 before, naming no checkpoint)",
-    "store-stop-tcp/*/*": "item 5: every lease expired in the outage; exit 1, no checkpoint named",
-    "store-stop-etcd/*/*": "item 5: leases lost in the outage; exit 1, no checkpoint named",
 }
 # The ctest short form: cells that pass on main, 1 run each, 1 epoch.
-SHORT_CELLS = ("kill/shm/ddp", "kill/shm/zero2")
+SHORT_CELLS = ("kill/shm/ddp", "kill/shm/zero2", "shm-full/shm/ddp")
 STORE_ENDPOINT = "127.0.0.1"
 # Faults after which a job may stop (non-zero, a checkpoint named for --resume) instead of
 # finishing.

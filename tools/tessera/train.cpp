@@ -116,6 +116,9 @@ int run_train(const std::vector<std::string>& args) {
     if (!summary_file.empty()) write_summary_json(summary_file, result);
   };
   if (elastic) {
+    // Set when the run failed after the store left this worker's lease renewals unanswered
+    // past the lease's end: the store's outage, whether or not it answers again now.
+    std::optional<Duration> store_silence;
     try {
       run_elastic_world(
           config, registry, plan, launch, [&](std::shared_ptr<ElasticWorld> elastic_world) {
@@ -143,16 +146,24 @@ int run_train(const std::vector<std::string>& args) {
             parts.world = entered.world;
             const bool replicated_state = parts.strategy_capabilities.replicated_state;
             Trainer trainer(options, std::move(parts));
-            trainer.set_world_source(
-                make_elastic_run(std::move(elastic_world), entered, replicated_state));
-            report(trainer.run(resume));
+            trainer.set_world_source(make_elastic_run(elastic_world, entered, replicated_state));
+            try {
+              report(trainer.run(resume));
+            } catch (const Error&) {
+              store_silence = elastic_world->store_silence();
+              throw;
+            }
           });
       return 0;
     } catch (const Error& e) {
       // Whatever the failure looked like from inside (a regroup that timed out, a world that
-      // could not be written, a lease not granted), a store that is gone is the cause to name.
-      if (launcher_store_answers(registry, launch)) throw;
-      throw TrainingError(lost_store_message(launch.store_url, e.what(), options.checkpoint_dir));
+      // could not be written, a lease not granted or lost), a store that is gone, or was gone
+      // long enough for the leases to end, is the cause to name.
+      if (!store_silence && launcher_store_answers(registry, launch)) throw;
+      const std::string cause =
+          (store_silence ? "an outage longer than the workers' leases: " : "") +
+          std::string(e.what());
+      throw TrainingError(lost_store_message(launch.store_url, cause, options.checkpoint_dir));
     }
   }
   run_world(config, registry, plan, [&](std::shared_ptr<Communicator> world) {

@@ -154,6 +154,11 @@ class ElasticRun final : public WorldSource {
   }
 
   WorldChange failed(RunControl& run, const Error& failure, const TrainingPosition& at) override {
+    // Memory that cannot be had (a new world's shared memory, a side channel's) is refused to
+    // every worker alike: no regroup would get past it.
+    if (const auto* refused = dynamic_cast<const OutOfMemory*>(&failure)) {
+      stop_without_room(run, *refused, at.step);
+    }
     // A peer that died, stalled or left shows as one of these; anything else is the run's own.
     if (dynamic_cast<const TransportError*>(&failure) == nullptr &&
         dynamic_cast<const Timeout*>(&failure) == nullptr) {
@@ -232,8 +237,29 @@ class ElasticRun final : public WorldSource {
       } catch (const Timeout& e) {
         if (Clock::now() >= deadline) throw;
         reason = e.what();
+      } catch (const OutOfMemory& e) {
+        stop_without_room(run, e, failed_at_step);
       }
     }
+  }
+
+  // The new world could not be had for lack of memory (a shm segment /dev/shm cannot hold):
+  // unlike a member's failure, every survivor met the same refusal (the shm transport hands rank
+  // 0's to all), and every world formed again would meet it too, so the job stops now rather
+  // than regroup until the deadline. With no world to gather the state in, nothing is written
+  // from memory: the message names the newest checkpoint on disk for --resume.
+  [[noreturn]] void stop_without_room(RunControl& run, const OutOfMemory& refusal,
+                                      std::int64_t failed_at_step) {
+    const auto& dir = run.checkpoint_dir();
+    throw TrainingError(
+        "elastic: the run stopped" +
+        (failed_at_step >= 0 ? " after step " + std::to_string(failed_at_step) : std::string()) +
+        ": its next world could not be formed: " + refusal.what() +
+        "; no world of these workers can be, so they stop instead of regrouping, and nothing is "
+        "saved from memory (there is no world to gather it in); " +
+        (dir.empty() ? std::string("no checkpoint to resume from: [train] checkpoint_dir "
+                                   "(--train.checkpoint_dir) is not set")
+                     : newest_checkpoint_note(dir)));
   }
 
   // For each rank of `world`, its rank in the world whose state the copies are of (-1: it holds

@@ -17,6 +17,10 @@ std::string ElasticWorld::failure_domain() const {
   return {};
 }
 
+std::optional<Duration> ElasticWorld::store_silence() const {
+  return std::nullopt;
+}
+
 std::string failure_domain_of(const std::string& worker_id) {
   // Launcher ids are <node>.w<local>[.r<restart>]: the node is what dies with a host.
   const auto at = worker_id.rfind(".w");
@@ -149,6 +153,8 @@ class MembershipWorld final : public ElasticWorld {
   const ElasticOptions& options() const override { return options_; }
 
   std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
+
+  std::optional<Duration> store_silence() const override { return membership_.store_silence(); }
 
  private:
   // A generation formed without this worker (it came late): it enters the next one as a

@@ -217,6 +217,8 @@ void Membership::register_worker() {
     heartbeat_state_->stop = false;
     heartbeat_state_->done = false;
     heartbeat_state_->lease_error.clear();
+    heartbeat_state_->unanswered_since.reset();
+    heartbeat_state_->store_silence.reset();
     heartbeat_state_->lease_lost.store(false);
   } else {
     // The old thread still waits for the store with the old state: the new one gets its own.
@@ -233,15 +235,16 @@ void Membership::register_worker() {
   } catch (const InvalidArgument& e) {
     // A store's own bounds on a lease (etcd: whole seconds, at least its election minimum)
     // are known only to the store in hand: a value it refuses is the user's to change.
-    throw ConfigError("[elastic] failure_timeout = " +
-                      std::to_string(options_.failure_timeout.count()) +
-                      " ms is the ttl of each worker's lease, and this job's store refuses it: " +
-                      e.what() + "; set failure_timeout to a ttl the store grants");
+    throw ConfigError(
+        "[elastic] failure_timeout = " + std::to_string(options_.failure_timeout.count()) +
+        " ms is the ttl of each worker's lease, and this job's store refuses it: " + e.what() +
+        "; set failure_timeout to a ttl the store grants");
   }
   store_->set(worker_key(options_.worker_id), "alive", lease_);
   store_->set(beat_key(options_.worker_id), "0", lease_);
-  heartbeat_ = std::thread(heartbeat_loop, heartbeat_state_, store_, lease_,
-                           beat_key(options_.worker_id), options_.heartbeat);
+  heartbeat_ =
+      std::thread(heartbeat_loop, heartbeat_state_, store_, lease_, beat_key(options_.worker_id),
+                  options_.heartbeat, options_.failure_timeout);
 }
 
 bool Membership::stop_heartbeat() noexcept {
@@ -266,27 +269,59 @@ bool Membership::stop_heartbeat() noexcept {
 
 void Membership::heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
                                 const std::shared_ptr<Store>& store, LeaseId lease,
-                                const std::string& beat_key, Duration period) {
+                                const std::string& beat_key, Duration period, Duration ttl) {
   std::uint64_t beats = 0;
   std::unique_lock lock(state->mutex);
+  state->last_answered = Clock::now();
   while (!state->wake.wait_for(lock, period, [&] { return state->stop; })) {
+    if (!state->unanswered_since) state->unanswered_since = Clock::now();
     lock.unlock();
     try {
       store->keep_alive(lease);
       store->set(beat_key, std::to_string(++beats), lease);
+      lock.lock();
+      state->unanswered_since.reset();
+      state->last_answered = Clock::now();
+      continue;
     } catch (const LeaseExpired& error) {
       lock.lock();
       state->lease_error = error.what();
+      state->store_silence = outage_of(*state, period, ttl);
       state->lease_lost.store(true);
       break;
     } catch (const std::exception&) {
       // The store could not be reached after its own retries: try again at the next beat. If
       // the outage outlasts the ttl, the next renewal that gets through reports the expiry.
+      // unanswered_since stays: the store's silence goes on.
     }
     lock.lock();
   }
   state->done = true;
   state->wake.notify_all();
+}
+
+std::optional<Duration> Membership::outage_of(const HeartbeatState& state, Duration period,
+                                              Duration ttl) {
+  if (!state.unanswered_since) return std::nullopt;
+  // The lease ends a ttl after the last renewal that got through, and this worker asked again
+  // every period since: renewals unanswered (blocked or failing) for nearly all of that time
+  // mean the store did not answer, where a worker that stalled itself (SIGSTOP) asks again
+  // only once it wakes, and is answered at once.
+  const auto now = Clock::now();
+  if (now - *state.unanswered_since < std::max(ttl - 2 * period, ttl / 2)) return std::nullopt;
+  return std::chrono::duration_cast<Duration>(now - state.last_answered);
+}
+
+std::optional<Duration> Membership::store_silence() const {
+  const auto state = heartbeat_state_;
+  std::lock_guard lock(state->mutex);
+  if (state->store_silence) return state->store_silence;
+  // A renewal may still wait for the store, the lease ending in its silence right now (another
+  // call of this worker's may have heard of it first).
+  if (state->lease_lost.load()) {
+    return outage_of(*state, options_.heartbeat, options_.failure_timeout);
+  }
+  return std::nullopt;
 }
 
 void Membership::throw_if_lease_lost() {
@@ -296,9 +331,15 @@ void Membership::throw_if_lease_lost() {
     std::lock_guard lock(heartbeat_state_->mutex);
     cause = heartbeat_state_->lease_error;
   }
+  const auto silence = store_silence();
   throw LeaseExpired("membership: worker '" + options_.worker_id +
-                         "' lost its lease, so the others count it gone (" + cause +
-                         "); call join() to come back as a newcomer",
+                         "' lost its lease, so the others count it gone (" + cause + ")" +
+                         (silence ? "; the job's store had not answered its renewals for " +
+                                        std::to_string(silence->count()) +
+                                        " ms, longer than the lease's ttl (failure_timeout = " +
+                                        std::to_string(options_.failure_timeout.count()) + " ms)"
+                                  : std::string()) +
+                         "; call join() to come back as a newcomer",
                      lease_);
 }
 
@@ -513,7 +554,8 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
         if (it != ready.end() && it->second == kMemberRole) members.push_back(member);
       }
       if (!members.empty()) {
-        (void)store_->compare_set(world_key(generation), "", encode_world(members, {}, limits, true));
+        (void)store_->compare_set(world_key(generation), "",
+                                  encode_world(members, {}, limits, true));
         store_->add(changes_key(generation), 1);
         continue;  // adopt what is stored, ours or not
       }
@@ -524,8 +566,8 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
       if (!survivors_of) store_->remove(ready_key);
       if (may_propose) {
         throw Timeout("membership: generation " + g_text(generation) +
-                      " needs min_workers = " + std::to_string(limits.min_workers) +
-                      " but only " + std::to_string(ready.size()) + " worker(s) are ready (" +
+                      " needs min_workers = " + std::to_string(limits.min_workers) + " but only " +
+                      std::to_string(ready.size()) + " worker(s) are ready (" +
                       describe(ready_ids) + "; alive but not ready: " + describe(awaited) +
                       ") after waiting " + std::to_string(ms_since(start)) +
                       " ms for more; start more workers (tessera launch --join) or lower "
@@ -536,8 +578,7 @@ WorldView Membership::form(std::int64_t generation, const std::optional<WorldVie
           "membership: worker '" + id + "' was not admitted within " +
           std::to_string(ms_since(start)) + " ms: generation " + g_text(generation - 1) +
           " runs with " + std::to_string(previous->size()) + " member(s) (" +
-          describe(previous->members) +
-          ") of max_workers = " + std::to_string(limits.max_workers) +
+          describe(previous->members) + ") of max_workers = " + std::to_string(limits.max_workers) +
           (full ? ", so there is no room until one leaves; raise --max-workers "
                   "([elastic] max_workers) to let more in"
                 : ", and they formed no next world; members admit newcomers at step boundaries "

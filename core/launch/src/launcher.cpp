@@ -476,8 +476,7 @@ class Job {
           print(options_.stderr_fd, "elastic: cannot start " + id + ": " + e.what());
         }
       } else {
-        print(options_.stderr_fd,
-              "elastic: worker " + exit.id + " left: " + why + "; the others go on");
+        print(options_.stderr_fd, "elastic: worker " + exit.id + " left: " + why + what_follows());
       }
     }
     // Every worker gone and none finished the run: the job failed, as the last one did.
@@ -487,6 +486,18 @@ class Job {
       result_.exit_code = launch::shell_exit_code(last_failure_.status);
       if (result_.exit_code == 0) result_.exit_code = 1;
     }
+  }
+
+  // What a worker's departure (not replaced) leaves the job doing, for the line that reports
+  // it: the others go on only when some are still running and nothing is ending the job.
+  [[nodiscard]] std::string what_follows() const {
+    if (interrupted_) {
+      return std::string("; the job is being stopped (the launcher forwarded SIG") +
+             ::sigabbrev_np(*interrupted_) + ")";
+    }
+    if (finished_ > 0) return "; the run had finished without it";
+    if (live_.empty()) return "; no worker of this launcher is left";
+    return "; the others go on";
   }
 
   // SIGTERM now, SIGKILL after the grace period to whoever is still there.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -30,18 +31,24 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-// The newest step that `file` holds a step record of (one with a "loss"), -1 if none: another
-// process (the rank 0 of an earlier world, the run --resume continues) may have written it. A
-// line that does not parse (a record cut by a crash) is passed over.
-std::int64_t newest_recorded_step(const std::filesystem::path& file) {
+// Calls `seen(step)` for each record of `file` that has `field` ("loss": a step record,
+// "test_accuracy": an evaluation) and a step: another process (the rank 0 of an earlier world,
+// the run --resume continues) may have written it. A line that does not parse (a record cut by
+// a crash) is passed over.
+void for_each_record_with(const std::filesystem::path& file, const char* field,
+                          const std::function<void(std::int64_t)>& seen) {
   std::ifstream in(file);
-  std::int64_t newest = -1;
   for (std::string line; std::getline(in, line);) {
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!record.is_object() || !record.contains("loss") || !record.contains("step")) continue;
-    if (const auto& step = record["step"]; step.is_number_integer())
-      newest = std::max(newest, step.get<std::int64_t>());
+    if (!record.is_object() || !record.contains(field) || !record.contains("step")) continue;
+    if (const auto& step = record["step"]; step.is_number_integer()) seen(step.get<std::int64_t>());
   }
+}
+
+// The newest step that `file` holds a step record of, -1 if none.
+std::int64_t newest_recorded_step(const std::filesystem::path& file) {
+  std::int64_t newest = -1;
+  for_each_record_with(file, "loss", [&](std::int64_t step) { newest = std::max(newest, step); });
   return newest;
 }
 
@@ -233,6 +240,14 @@ void ProgressReporter::evaluation(std::int64_t step, std::int64_t epoch, double 
     line += text;
   }
   print_line(line, false);
+}
+
+bool ProgressReporter::evaluation_recorded(std::int64_t step) const {
+  if (metrics_path_.empty()) return false;
+  bool found = false;
+  for_each_record_with(metrics_path_, "test_accuracy",
+                       [&](std::int64_t recorded) { found = found || recorded == step; });
+  return found;
 }
 
 void ProgressReporter::checkpoint(std::int64_t step, const std::filesystem::path& folder) {

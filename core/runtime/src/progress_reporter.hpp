@@ -46,6 +46,9 @@ class ProgressReporter {
 
   void step(const StepReport& report);
   void evaluation(std::int64_t step, std::int64_t epoch, double accuracy, double loss);
+  // Whether the metrics file holds an evaluation at `step` (this run's or an earlier one's, the
+  // run --resume continues); false without a metrics file. Reads the file.
+  [[nodiscard]] bool evaluation_recorded(std::int64_t step) const;
   void checkpoint(std::int64_t step, const std::filesystem::path& folder);
   // Ends the in-place bar with a newline; syncs and closes the metrics file (throwing
   // TrainingError if that fails).

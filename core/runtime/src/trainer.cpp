@@ -135,6 +135,7 @@ struct Trainer::Run {
   std::int64_t total_steps = 0;
   std::int64_t last_saved = 0;
   std::int64_t last_evaluated = -1;
+  bool resumed = false;  // from a checkpoint, by --resume
   std::unique_ptr<trainer::ProgressReporter> reporter;
   std::size_t epoch_samples = 0;  // the training split's size
 
@@ -492,6 +493,7 @@ void Trainer::start(Run& run, bool resume) {
       const trace::Span span("checkpoint_load", "checkpoint", {{"step", run.at.step}});
       parts_.strategy->load(*reader);
       run.result.resumed_from_step = run.at.step;
+      run.resumed = true;
     }  // else nothing written yet: a fresh start
   } else {
     if (!options_.checkpoint_dir.empty()) refuse_to_overwrite(options_.checkpoint_dir);
@@ -573,6 +575,22 @@ Trainer::AfterStep Trainer::train_epochs(Run& run) {
   return AfterStep::go_on;
 }
 
+bool Trainer::owes_resumed_evaluation(const Run& run) const {
+  // A checkpoint at an evaluation's step (an epoch's end, or every eval_every steps) is written
+  // before that evaluation: a job stopped during it left the checkpoint, not the evaluation,
+  // and the resumed run, already past the step, would skip it. Rank 0 keeps the metrics file:
+  // it says whether the evaluation was made, for everyone (evaluating is collective).
+  const auto& at = run.at;
+  const bool evaluates_here = options_.eval_every > 0
+                                  ? at.step > 0 && at.step % options_.eval_every == 0
+                                  : at.samples == 0 && at.epoch > 0;
+  if (!evaluates_here) return false;
+  std::int64_t owed =
+      parts_.world->rank() == 0 && run.reporter->evaluation_recorded(at.step) ? 0 : 1;
+  broadcast_host(*parts_.world, parts_.allocator.get(), {&owed, 1, DType::i64, Device::cpu()}, 0);
+  return owed != 0;
+}
+
 void Trainer::finish(Run& run) {
   auto& at = run.at;
   if (recorder_) recorder_->set_active(true);  // the end of the run is always recorded
@@ -633,10 +651,14 @@ TrainResult Trainer::train(bool resume) {
       options_.progress, options_.metrics_file, parts_.world->rank() == 0, run.total_steps,
       options_.epochs);
   run.reporter->count_tokens(parts_.model->layout().targets_per_sample(), data.bytes_per_target());
+  bool owes_evaluation = run.resumed && owes_resumed_evaluation(run);
   // One pass, unless the world fails and the source hands a new one: then the run goes on from
   // the position of its state, possibly a step back, in the next pass.
   for (;;) {
     try {
+      if (std::exchange(owes_evaluation, false)) {
+        evaluate_into(run, run.at.samples == 0 ? run.at.epoch - 1 : run.at.epoch);
+      }
       if (train_epochs(run) == AfterStep::left) {
         run.reporter->finish();
         auto& result = run.result;

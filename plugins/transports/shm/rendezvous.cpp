@@ -13,24 +13,29 @@ namespace tessera::shm {
 namespace {
 
 // What rank 0 publishes under the segment key instead of a name (names start with '/') once
-// the world cannot come together: "refused <the rank it is about> <why>". Every rank still
-// to read the key then fails at once, naming that rank, instead of waiting out its timeout.
+// the world cannot come together: "refused <the rank it is about> <why>", or "no room 0 <why>"
+// when /dev/shm cannot hold the segment. Every rank still to read the key then fails at once,
+// naming that rank, instead of waiting out its timeout; a lack of room as OutOfMemory on every
+// rank, as on rank 0 (no peer failed: whoever retries meets the same refusal).
 constexpr std::string_view kRefusedPrefix = "refused ";
+constexpr std::string_view kNoRoomPrefix = "no room ";
 
 // Never throws: where the store is gone too the others time out, and the caller's own error
 // matters more.
-void publish_refusal(Store& store, const std::string& key, int about,
-                     const std::string& why) noexcept {
+void publish_refusal(Store& store, const std::string& key, int about, const std::string& why,
+                     std::string_view prefix = kRefusedPrefix) noexcept {
   try {
-    store.set(key, std::string(kRefusedPrefix) + std::to_string(about) + " " + why);
+    store.set(key, std::string(prefix) + std::to_string(about) + " " + why);
   } catch (...) {
   }
 }
 
-[[noreturn]] void throw_refused(int rank, int size, int about, const std::string& why) {
-  throw TransportError(
-      "shm connect (rank " + std::to_string(rank) + " of " + std::to_string(size) + "): " + why,
-      about, "connect");
+[[noreturn]] void throw_refused(int rank, int size, int about, const std::string& why,
+                                bool no_room = false) {
+  const std::string message =
+      "shm connect (rank " + std::to_string(rank) + " of " + std::to_string(size) + "): " + why;
+  if (no_room) throw OutOfMemory(message);
+  throw TransportError(message, about, "connect");
 }
 
 // Blocks until every rank has written its pid into the segment. Fails at once, naming it,
@@ -66,12 +71,17 @@ void await_attached(const Segment& segment, Store& store, const std::string& key
 Segment create_and_publish(Store& store, const std::string& key, int size,
                            std::size_t staging_bytes, const Settings& settings) {
   Segment segment;
+  const auto why = [](const std::exception& e) {
+    return "rank 0 (pid " + std::to_string(::getpid()) +
+           ") could not create the world's shared memory: " + e.what();
+  };
   try {
     segment = Segment::create(size, staging_bytes, settings.p2p_chunk_size);
+  } catch (const OutOfMemory& e) {
+    publish_refusal(store, key, 0, why(e), kNoRoomPrefix);
+    throw;
   } catch (const std::exception& e) {
-    publish_refusal(store, key, 0,
-                    "rank 0 (pid " + std::to_string(::getpid()) +
-                        ") could not create the world's shared memory: " + e.what());
+    publish_refusal(store, key, 0, why(e));
     throw;
   }
   store.set(key, segment.name());
@@ -83,11 +93,12 @@ Segment open_published(Store& store, const std::string& key, int rank, int size,
   // Throws when `value` is a refusal, unless it is about this rank (then this rank's own
   // error, being thrown, says it better).
   const auto throw_if_refused = [&](const std::string& value) {
-    if (value.rfind(kRefusedPrefix, 0) != 0) return;
-    const auto rest = value.substr(kRefusedPrefix.size());
+    const bool no_room = value.rfind(kNoRoomPrefix, 0) == 0;
+    if (!no_room && value.rfind(kRefusedPrefix, 0) != 0) return;
+    const auto rest = value.substr((no_room ? kNoRoomPrefix : kRefusedPrefix).size());
     const auto space = rest.find(' ');
     const int about = std::stoi(rest.substr(0, space));
-    if (about != rank) throw_refused(rank, size, about, rest.substr(space + 1));
+    if (about != rank) throw_refused(rank, size, about, rest.substr(space + 1), no_room);
   };
   const std::string name = store.get(key, timeout);
   throw_if_refused(name);

@@ -122,18 +122,19 @@ long double segment_bytes(int size, std::size_t staging_bytes, std::size_t chann
   const long double needed = segment_bytes(size, staging_bytes, channel_bytes);
   char exact[64];
   std::snprintf(exact, sizeof exact, "%.0Lf", needed);
-  throw TransportError(
+  // Not a TransportError: no peer failed, and every world of this size would be refused alike
+  // (an elastic job must not take it for a rank's failure and regroup into the same refusal).
+  throw OutOfMemory(
       "shm: a world of " + std::to_string(size) + " ranks needs a shared-memory segment of " +
-          format_bytes(needed) + " (" + exact + " bytes: staging " + std::to_string(size) +
-          " x 2 x " + format_bytes(static_cast<long double>(round_up(staging_bytes, kPage))) +
-          " from chunk_size, point-to-point channels " + std::to_string(size) + " x " +
-          std::to_string(size) + " x 2 x " +
-          format_bytes(static_cast<long double>(channel_stride(channel_bytes))) +
-          " from p2p_chunk_size), but " + refusal + "; " + remedy +
-          "free space in /dev/shm (remove what no longer runs there), mount it larger "
-          "(docker run --shm-size=..., mount -o remount,size=... /dev/shm), lower "
-          "[transport.shm] chunk_size or p2p_chunk_size, or use fewer ranks or the ucx transport",
-      std::nullopt, "connect");
+      format_bytes(needed) + " (" + exact + " bytes: staging " + std::to_string(size) + " x 2 x " +
+      format_bytes(static_cast<long double>(round_up(staging_bytes, kPage))) +
+      " from chunk_size, point-to-point channels " + std::to_string(size) + " x " +
+      std::to_string(size) + " x 2 x " +
+      format_bytes(static_cast<long double>(channel_stride(channel_bytes))) +
+      " from p2p_chunk_size), but " + refusal + "; " + remedy +
+      "free space in /dev/shm (remove what no longer runs there), mount it larger "
+      "(docker run --shm-size=..., mount -o remount,size=... /dev/shm), lower "
+      "[transport.shm] chunk_size or p2p_chunk_size, or use fewer ranks or the ucx transport");
 }
 
 // Allocates every page of the object now. tmpfs otherwise grants a page only when it is first

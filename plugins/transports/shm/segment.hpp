@@ -68,9 +68,10 @@ class Segment {
  public:
   // Creates a new segment with a unique name (and removes segments left behind by dead
   // processes), every page of it allocated before it is mapped: a /dev/shm that fills later
-  // cannot take them back, so touching the segment never raises SIGBUS. Throws TransportError
+  // cannot take them back, so touching the segment never raises SIGBUS. Throws OutOfMemory
   // when /dev/shm cannot hold it (naming the bytes needed, of what and from which options,
-  // against those free, and what to do), leaving nothing in /dev/shm; or on any other failure.
+  // against those free, and what to do), leaving nothing in /dev/shm; TransportError on any other
+  // failure.
   static Segment create(int size, std::size_t staging_bytes, std::size_t channel_bytes);
   // Maps an existing segment by name as `rank` and checks that its layout matches this build
   // and `size`. A rank whose world size differs records that in the segment's failure record
@@ -102,7 +103,7 @@ class Segment {
   [[nodiscard]] std::size_t channel_bytes() const noexcept { return channel_bytes_; }
 
  private:
-  // Throws TransportError, naming the bytes a segment for `size` ranks needs (and of what)
+  // Throws OutOfMemory, naming the bytes a segment for `size` ranks needs (and of what)
   // against those free, when /dev/shm has less room free than that. create() asks before it
   // allocates: allocating a segment that cannot fit would take, for a moment, all the room
   // other processes' mappings still need. Does nothing where /dev/shm cannot be queried.

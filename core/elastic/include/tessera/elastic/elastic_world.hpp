@@ -3,6 +3,7 @@
 // formed for it, and what fails together (docs/training.md, "Elastic training").
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct Regrouping {
   std::vector<int> previous_rank;
   std::vector<std::string> members;  // worker ids, in rank order
   std::vector<std::string> left;     // worker ids of the previous world not in this one
-  std::vector<std::string> joined;  // newcomers
+  std::vector<std::string> joined;   // newcomers
   // The job's run ended (ElasticWorld::finish) before this worker got into a world.
   bool finished = false;
   // Fewer than min_workers were left when the wait for newcomers ended: the job stops at this
@@ -72,6 +73,11 @@ class ElasticWorld {
   // copies of its state are kept on workers of other domains first. Empty (the default): a domain
   // of its own.
   [[nodiscard]] virtual std::string failure_domain() const;
+  // How long the job's store left this worker's lease renewals unanswered, when that outlasted
+  // the lease (failure_timeout): a run that then failed for a lost lease or the world it took
+  // down lost it to the store's outage (Membership::store_silence). nullopt (the default) else.
+  // Thread-safe.
+  [[nodiscard]] virtual std::optional<Duration> store_silence() const;
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
 };
 

@@ -157,6 +157,11 @@ class Membership {
   [[nodiscard]] std::vector<std::string> departed(const WorldView& world);
   // True once a renewal found the lease ended. Non-blocking, thread-safe.
   [[nodiscard]] bool lease_lost() const noexcept { return heartbeat_state_->lease_lost.load(); }
+  // Once the lease is lost: how long the store had not answered this worker's renewals, when
+  // they went unanswered (blocked or failing) for nearly the lease's ttl (failure_timeout) before
+  // it ended. A lease lost so is the store's outage, not this worker's stall (a stalled worker
+  // does not ask). nullopt otherwise. Non-blocking, thread-safe.
+  [[nodiscard]] std::optional<Duration> store_silence() const;
 
   [[nodiscard]] const std::string& worker_id() const noexcept { return options_.worker_id; }
 
@@ -168,8 +173,13 @@ class Membership {
     std::mutex mutex;
     std::condition_variable wake;
     bool stop = false;
-    bool done = false;         // the thread has returned
-    std::string lease_error;   // the LeaseExpired message, once lease_lost
+    bool done = false;        // the thread has returned
+    std::string lease_error;  // the LeaseExpired message, once lease_lost
+    // When the renewal under way, or the first of those failing since the store last answered,
+    // began; empty while the store answers.
+    std::optional<std::chrono::steady_clock::time_point> unanswered_since;
+    std::chrono::steady_clock::time_point last_answered;  // the last renewal that got through
+    std::optional<Duration> store_silence;                // see Membership::store_silence
     std::atomic<bool> lease_lost{false};
   };
 
@@ -179,7 +189,11 @@ class Membership {
   bool stop_heartbeat() noexcept;
   static void heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
                              const std::shared_ptr<Store>& store, LeaseId lease,
-                             const std::string& beat_key, Duration period);
+                             const std::string& beat_key, Duration period, Duration ttl);
+  // How long the store has not answered `state`'s renewals, when they went unanswered for
+  // nearly a ttl (see store_silence); nullopt else. Called with state.mutex held.
+  static std::optional<Duration> outage_of(const HeartbeatState& state, Duration period,
+                                           Duration ttl);
   void throw_if_lease_lost();
   // Forms `generation` (or learns it): `survivors_of` is the world this worker was a member of
   // (nullopt for a newcomer).

@@ -83,6 +83,8 @@ class Trainer {
   // evaluation, a change of world.
   AfterStep step(Run& run, const EpochShard& shard, std::size_t b, std::size_t batches_before);
   // The final evaluation and checkpoint, summaries, the world source told.
+  // Whether a run resumed at its checkpoint's step owes the evaluation due there (collective).
+  [[nodiscard]] bool owes_resumed_evaluation(const Run& run) const;
   void finish(Run& run);
   // Moves the run onto `change` (see set_world_source).
   AfterStep apply(Run& run, WorldChange change);
