@@ -20,6 +20,7 @@
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/shard_layout.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 
 namespace tessera::zero {
 
@@ -77,7 +78,8 @@ class ZeroStrategy : public Strategy {
     std::vector<BufferView> params;
     std::vector<std::size_t> offsets;  // canonical offset of each parameter
     std::vector<std::size_t> counts;
-    std::size_t begin = 0;  // canonical range of the layer's parameters
+    std::vector<bool> borrowed;  // a tied parameter of an earlier layer (ParamSpec::tied_to)
+    std::size_t begin = 0;       // canonical range of the layer's own parameters
     std::size_t end = 0;
   };
   // Where this step's gradients live: grads_ (stage 1), accumulate_ (stage 2, several
@@ -114,6 +116,7 @@ class ZeroStrategy : public Strategy {
   ShardLayout shards_;
   std::vector<ShardPiece> my_pieces_;
   std::vector<LayerSlice> layers_;
+  TiedGradients ties_;
   // All f32, from the setup's allocator: host memory, or a GPU's ([runtime] device = cuda)
   // where every computation on them runs there and norms and checkpoints use host copies.
   std::shared_ptr<DeviceAllocator> allocator_;

@@ -37,8 +37,15 @@ struct ParamSpec {
   // slice initialises to the bits of the whole (see strategy_kit/init.hpp).
   std::size_t fan_in = 0;
   std::size_t fan_out = 0;
-  ParamSlice slice{};  // whole by default
+  ParamSlice slice{};     // whole by default
   float init_std = 0.0F;  // the standard deviation of ParamInit::normal (GPT-2: 0.02)
+  // A tie: empty for a parameter of this layer's own; else the name of a parameter that an
+  // earlier layer declares, whose storage this layer shares (GPT-2's output head uses the token
+  // embedding "wte"). A tied parameter is one parameter under every strategy: one storage, one
+  // gradient (every user's contribution summed), one optimizer state, one checkpoint entry, all
+  // under the owner's (the earlier layer's) name; its init, fans and name here are ignored. The
+  // shape and dtype must equal the owner's (setup refuses otherwise, naming both layers).
+  std::string tied_to{};
 
   // The whole parameter's shape: `shape` unless this is a slice.
   [[nodiscard]] const Shape& full_shape() const noexcept {
