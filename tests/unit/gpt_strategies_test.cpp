@@ -90,7 +90,7 @@ class GeneratedText final : public Dataset {
 };
 
 std::shared_ptr<Strategy> make_strategy(const std::string& name) {
-  if (name == "hybrid_pp2") {
+  if (name == "hybrid_pp2") {  // two stages; over 4 ranks, two data-parallel replicas of them
     hybrid::HybridConfig config;
     config.pipeline_parallel = 2;
     return std::make_shared<hybrid::HybridStrategy>(config);
@@ -312,6 +312,22 @@ TEST(GptStrategies, TheTiedEmbeddingsCopiesOnTheFirstAndLastStageStayBitwiseEqua
   std::vector<float> untrained(kVocab * 18);
   initialize_parameter(tiny_gpt()->layer(0).parameters()[0], o.seed, 0, untrained);
   EXPECT_NE(wte[1], untrained);
+}
+
+// Two data-parallel replicas of two stages, each replica's stages summing the tied gradient
+// after the data group's average: the micro-batches of one rank of ddp.
+TEST(GptStrategies, TwoReplicasOfTwoStagesWithTheTiedHeadFollowOneRankOfDdp) {
+  const auto data = text();
+  auto o = options(8, 1);
+  const auto pipeline = train("hybrid_pp2", 4, o, data);
+  o.batch_size = 16;
+  o.micro_batches = 2;
+  const auto ddp = train("ddp", 1, o, data);
+  ASSERT_EQ(pipeline.losses.size(), ddp.losses.size());
+  for (std::size_t s = 0; s < ddp.losses.size(); ++s) {
+    EXPECT_NEAR(pipeline.losses[s], ddp.losses[s], 1e-5 * ddp.losses[s]) << "step " << s;
+  }
+  EXPECT_NEAR(pipeline.test_loss, ddp.test_loss, 1e-5 * ddp.test_loss);
 }
 
 // ddp, zero3 and two pipeline stages write the tied parameter once (as wte of layer 0), and a
