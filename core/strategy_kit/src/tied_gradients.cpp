@@ -17,10 +17,10 @@ TiedGradients::TiedGradients(const FlatLayout& layout, Device device, std::size_
       const FlatParam& owner = layout.params[param];
       if (owner.layer < first) continue;  // on another pipeline stage
       if (device != Device::cpu()) {
-        throw InvalidArgument("tied parameter " + owner.name + " (used by layer " +
-                              std::to_string(l) + " too) has its gradient on " + to_string(device) +
-                              ": tied parameters are supported in host memory only; train this "
-                              "model with [runtime] device = cpu");
+        throw ConfigError("tied parameter " + owner.name + " (used by layer " + std::to_string(l) +
+                          " too) has its gradient on " + to_string(device) +
+                          ": tied parameters are supported in host memory only; train this "
+                          "model with [runtime] device = cpu");
       }
       const auto found = std::find_if(ties_.begin(), ties_.end(),
                                       [&](const Tie& tie) { return tie.param == param; });

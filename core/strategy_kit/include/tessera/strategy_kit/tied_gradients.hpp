@@ -23,7 +23,7 @@ class TiedGradients {
   // The ties of `layout` among layers [first, last) whose owner lies in the range too (a
   // pipeline stage's; a borrower whose owner is on another stage holds a copy, which is the
   // strategy's business). Gradients live on `device`; on any but the host, a model with ties in
-  // the range is refused (InvalidArgument): the helper adds in host memory.
+  // the range is refused (ConfigError naming [runtime] device): the helper adds in host memory.
   TiedGradients(const FlatLayout& layout, Device device, std::size_t first = 0,
                 std::size_t last = SIZE_MAX);
 
