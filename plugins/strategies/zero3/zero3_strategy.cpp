@@ -186,7 +186,7 @@ std::vector<BufferView> Zero3Strategy::views(std::size_t layer, const Unit& unit
   for (std::size_t s = 0; s < params.size(); ++s) {
     const auto& flat = layout_.params[params[s]];
     if (layout_.borrowed(layer, s)) {
-      out.emplace_back();  // a tied parameter: lent_views() or ties_ fill it
+      out.emplace_back();  // a tied parameter: lend_tied() or ties_ fill it
       continue;
     }
     out.push_back(
