@@ -119,6 +119,18 @@ TEST_F(GptCli, AnUntiedCheckpointSampledWithTheTiedHeadIsRefusedNamingTheOption)
   EXPECT_EQ(untied.exit_code, 0) << untied.err;
 }
 
+// Resuming training from it with the tied model is refused naming the head's parameter.
+TEST_F(GptCli, AnUntiedCheckpointResumedWithTheTiedHeadIsRefusedNamingTheParameter) {
+  prepare_and_train("--model.gpt.tie_embeddings=false");
+  const CliRun run = tessera("train --config gpt.ini --resume --train.max_steps=70");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("its parameter 16 is 3.lm_head.weight [256x16], the model's missing; "
+                         "load it into the model built with the [model] options it was written "
+                         "with"),
+            std::string::npos)
+      << run.err;
+}
+
 TEST_F(GptCli, AModelThatIsNotALanguageModelIsRefused) {
   std::ofstream ini(dir_ / "mlp.ini");
   ini << "[train]\nmodel = mlp\n";
