@@ -31,8 +31,8 @@ class GptCli : public ::testing::Test {
   CliRun tessera(const std::string& args) { return testing::run_cli(TESSERA_CLI_PATH, dir_, args); }
 
   // A text of short repeated sentences, its token file, and a config training a gpt of one
-  // block on it for 60 steps with a checkpoint at the end.
-  void prepare_and_train() {
+  // block on it for 60 steps with a checkpoint at the end; `flags` are added to the training.
+  void prepare_and_train(const std::string& flags = "") {
     {
       std::ofstream text(dir_ / "story.txt", std::ios::binary);
       for (int i = 0; i < 300; ++i) text << "the cat sat on the mat. the dog ran to the house.\n";
@@ -47,7 +47,7 @@ class GptCli : public ::testing::Test {
            "[model.gpt]\nlayers = 1\nheads = 2\nwidth = 16\ncontext = 12\n"
            "[dataset.text]\npath = story.tokens\ncontext = 12\n";
     ini.close();
-    const CliRun train = tessera("train --config gpt.ini");
+    const CliRun train = tessera("train --config gpt.ini " + flags);
     ASSERT_EQ(train.exit_code, 0) << train.err;
     EXPECT_NE(train.out.find("perplexity"), std::string::npos) << train.out;
     EXPECT_NE(train.out.find("bits/byte"), std::string::npos) << train.out;
@@ -84,6 +84,49 @@ TEST_F(GptCli, ACheckpointOfAnotherShapeIsRefusedNamingTheParameter) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("holds 0.wte [256x16], the model's wte is 256x32; sample with the [model] "
                          "options it was trained with"),
+            std::string::npos)
+      << run.err;
+}
+
+// The head tied to wte (the default) is one parameter: the checkpoint lists wte once and no
+// lm_head.weight; consolidate counts 16 parameters of 7,600 elements (wte 256 x 16, wpe 12 x 16,
+// the block's 3,280, ln_f 32; an untied head would add a 17th of 4,096).
+TEST_F(GptCli, TheTiedHeadIsOneCheckpointEntryCountedOnce) {
+  prepare_and_train();
+  const CliRun inspect = tessera("checkpoint inspect checkpoints");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("parameter 0.wte [256x16]"), std::string::npos) << inspect.out;
+  EXPECT_EQ(inspect.out.find("lm_head"), std::string::npos) << inspect.out;
+  const CliRun consolidate = tessera("checkpoint consolidate checkpoints whole");
+  ASSERT_EQ(consolidate.exit_code, 0) << consolidate.err;
+  EXPECT_NE(consolidate.out.find("16 parameters of 7600 elements"), std::string::npos)
+      << consolidate.out;
+}
+
+// A checkpoint of a head of its own (tie_embeddings = false) sampled with the tied model would
+// silently use wte for the head: refused, naming the parameter and the option.
+TEST_F(GptCli, AnUntiedCheckpointSampledWithTheTiedHeadIsRefusedNamingTheOption) {
+  prepare_and_train("--model.gpt.tie_embeddings=false");
+  const CliRun run = tessera("sample --config gpt.ini --checkpoint checkpoints --tokens 5");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("holds 3.lm_head.weight [256x16], which this model does not have"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("tie_embeddings = false"), std::string::npos) << run.err;
+  const CliRun untied = tessera(
+      "sample --config gpt.ini --checkpoint checkpoints --tokens 5 "
+      "--model.gpt.tie_embeddings=false");
+  EXPECT_EQ(untied.exit_code, 0) << untied.err;
+}
+
+// Resuming training from it with the tied model is refused naming the head's parameter.
+TEST_F(GptCli, AnUntiedCheckpointResumedWithTheTiedHeadIsRefusedNamingTheParameter) {
+  prepare_and_train("--model.gpt.tie_embeddings=false");
+  const CliRun run = tessera("train --config gpt.ini --resume --train.max_steps=70");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("its parameter 16 is 3.lm_head.weight [256x16], the model's missing; "
+                         "load it into the model built with the [model] options it was written "
+                         "with"),
             std::string::npos)
       << run.err;
 }

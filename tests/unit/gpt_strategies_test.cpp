@@ -6,13 +6,18 @@
 // - 3 ranks with per-rank batch B give 1 rank with batch 3B to float tolerance (the loss and the
 //   gradient are means per token over the global batch);
 // - the model learns (the test loss falls well below a uniform guess);
-// - a data set whose windows the model does not take is refused naming both layouts.
+// - a data set whose windows the model does not take is refused naming both layouts;
+// - the head tied to wte is one parameter under every strategy: the same bits everywhere, one
+//   copy per pipeline stage that uses it, bitwise equal across the stages, one checkpoint
+//   entry that resumes bitwise, counted once; a tie between shapes that differ is refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,7 +30,10 @@
 #include "hybrid_strategy.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/random.hpp"
+#include "tessera/runtime/checkpoint.hpp"
 #include "tessera/runtime/trainer.hpp"
+#include "tessera/strategy_kit/init.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
 #include "zero3_strategy.hpp"
 #include "zero_strategy.hpp"
 
@@ -83,7 +91,7 @@ class GeneratedText final : public Dataset {
 };
 
 std::shared_ptr<Strategy> make_strategy(const std::string& name) {
-  if (name == "hybrid_pp2") {
+  if (name == "hybrid_pp2") {  // two stages; over 4 ranks, two data-parallel replicas of them
     hybrid::HybridConfig config;
     config.pipeline_parallel = 2;
     return std::make_shared<hybrid::HybridStrategy>(config);
@@ -95,9 +103,9 @@ std::shared_ptr<Strategy> make_strategy(const std::string& name) {
   return std::make_shared<zero::ZeroStrategy>(config);
 }
 
-// Not nice on purpose: 3 heads of 6 channels, context 7, 29 tokens; 2 blocks = 9,450
-// parameters, past one 4096-element norm block, so every zero shard at 2 and 3 ranks holds
-// real parameters and zero3 gathers block by block.
+// Not nice on purpose: 3 heads of 6 channels, context 7, 29 tokens; 2 blocks = 8,928
+// parameters with the head tied to wte (9,450 untied), past one 4096-element norm block, so
+// every zero shard at 2 and 3 ranks holds real parameters and zero3 gathers block by block.
 std::shared_ptr<const Model> tiny_gpt() {
   return std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, kVocab}, 1});
 }
@@ -112,23 +120,31 @@ TrainerOptions options(std::size_t batch, std::int64_t epochs) {
   return o;
 }
 
-constexpr bool kResume = true;
+// After training, on each rank: the strategy (to look at what it holds) and the rank.
+using Inspect = std::function<void(Strategy& strategy, int rank)>;
+
+// What a run may change from the default: the optimizer (Adam), a look at each rank's strategy
+// after training, a resume from the newest checkpoint in the options' checkpoint_dir.
+struct RunExtras {
+  std::shared_ptr<const Optimizer> optimizer;
+  Inspect inspect;
+  bool resume = false;
+};
 
 TrainResult train(const std::string& strategy, int ranks, const TrainerOptions& o,
-                  std::shared_ptr<const Dataset> data,
-                  std::shared_ptr<const Optimizer> optimizer = nullptr, bool resume = false) {
+                  std::shared_ptr<const Dataset> data, RunExtras extras = {}) {
   TrainResult result;
   const auto model = tiny_gpt();
-  if (!optimizer) optimizer = std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
+  const auto optimizer = extras.optimizer
+                             ? extras.optimizer
+                             : std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
   testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
-    TrainerComponents parts{world,
-                            model,
-                            optimizer,
-                            data,
-                            make_strategy(strategy),
-                            strategy == "hybrid_pp2" ? "hybrid" : strategy};
+    const auto trained = make_strategy(strategy);
+    TrainerComponents parts{world, model,   optimizer,
+                            data,  trained, strategy == "hybrid_pp2" ? "hybrid" : strategy};
     Trainer trainer(o, parts);
-    auto r = trainer.run(resume);
+    auto r = trainer.run(extras.resume);
+    if (extras.inspect) extras.inspect(*trained, world->rank());
     if (world->rank() == 0) result = std::move(r);
   });
   return result;
@@ -160,10 +176,10 @@ TEST(GptStrategies, DdpAndEveryZeroStageGiveTheSameLossesBitwiseWithMixedWeightD
   config.decoupled_weight_decay = true;
   config.weight_decay = 0.3F;
   const auto adamw = std::make_shared<adam::AdamOptimizer>(config);
-  const auto ddp = train("ddp", 3, options(5, 1), data, adamw);
+  const auto ddp = train("ddp", 3, options(5, 1), data, {.optimizer = adamw});
   ASSERT_EQ(ddp.steps, 7);  // ceil(101 / 15)
   for (const std::string name : {"zero1", "zero2", "zero3"}) {
-    const auto other = train(name, 3, options(5, 1), data, adamw);
+    const auto other = train(name, 3, options(5, 1), data, {.optimizer = adamw});
     EXPECT_EQ(other.losses, ddp.losses) << name;
     EXPECT_EQ(other.test_loss, ddp.test_loss) << name;
   }
@@ -223,12 +239,12 @@ TEST(GptStrategies, CheckpointsPassBetweenPipelineStagesAndDdpOnTheSameCurve) {
   ASSERT_EQ(pipeline.losses.size(), 5U);
   expect_on_curve(pipeline, 0, "two stages");
   o.max_steps = 10;
-  const auto ddp = train("ddp", 1, o, data, nullptr, kResume);
+  const auto ddp = train("ddp", 1, o, data, {.resume = true});
   EXPECT_EQ(ddp.resumed_from_step, 5);
   ASSERT_EQ(ddp.losses.size(), 5U);
   expect_on_curve(ddp, 5, "ddp from the stages' checkpoint");
   o.max_steps = 0;
-  const auto rest = train("hybrid_pp2", 2, o, data, nullptr, kResume);
+  const auto rest = train("hybrid_pp2", 2, o, data, {.resume = true});
   EXPECT_EQ(rest.resumed_from_step, 10);
   ASSERT_EQ(rest.losses.size(), 4U);
   expect_on_curve(rest, 10, "two stages from ddp's checkpoint");
@@ -293,6 +309,193 @@ TEST(GptStrategies, WindowsTheModelDoesNotTakeAreRefusedNamingBothLayouts) {
       EXPECT_NE(std::string(e.what()).find("the data set gives samples of i64 8 in, 8 targets of "
                                            "29 classes, the model takes i64 7 in, 7 targets of 29 "
                                            "classes"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+// --- The head tied to the token embedding ----------------------------------------------------
+
+constexpr std::size_t kTiedElements = 8928;  // tiny_gpt()'s 9,450 less lm_head's 29 x 18
+
+// The whole model's parameters as rank 0 of `strategy` holds them after training (zero3's
+// gathered from every rank, so every rank calls this).
+std::vector<float> whole_parameters(Strategy& strategy) {
+  if (auto* ddp = dynamic_cast<ddp::DdpStrategy*>(&strategy)) return ddp->host_parameters();
+  if (auto* zero3 = dynamic_cast<zero3::Zero3Strategy*>(&strategy)) {
+    return zero3->gather_parameters();
+  }
+  auto& zero = dynamic_cast<zero::ZeroStrategy&>(strategy);
+  const auto values = zero.parameters();
+  return {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(zero.flat_layout().total)};
+}
+
+TEST(GptStrategies, TheTiedHeadIsOneParameterWithTheSameBitsUnderDdpAndEveryZeroStage) {
+  ASSERT_EQ(FlatLayout::of(*tiny_gpt()).total, kTiedElements);
+  const auto data = text();
+  std::map<std::string, std::vector<float>> params;
+  std::mutex mutex;
+  for (const std::string name : {"ddp", "zero1", "zero2", "zero3"}) {
+    const auto result =
+        train(name, 2, options(8, 1), data, {.inspect = [&](Strategy& strategy, int rank) {
+                auto values = whole_parameters(strategy);
+                const std::lock_guard lock(mutex);
+                if (rank == 0) params[name] = std::move(values);
+              }});
+    // Reported once: the summary's parameter bytes of ddp's rank are the tied model's.
+    if (name == "ddp") {
+      EXPECT_EQ(result.ranks.at(0).memory.parameter_bytes, kTiedElements * sizeof(float));
+    }
+  }
+  ASSERT_EQ(params["ddp"].size(), kTiedElements);
+  for (const std::string name : {"zero1", "zero2", "zero3"}) {
+    EXPECT_EQ(params[name], params["ddp"]) << name;
+  }
+}
+
+// wte on the first stage and its copy on the last (the head's) take the same update: their
+// gradients are summed over the two stages before each step.
+TEST(GptStrategies, TheTiedEmbeddingsCopiesOnTheFirstAndLastStageStayBitwiseEqual) {
+  const auto data = text();
+  auto o = options(16, 1);
+  o.micro_batches = 2;
+  std::vector<std::vector<float>> wte(2);
+  std::vector<bool> copy_on_stage(2, false);
+  const auto result =
+      train("hybrid_pp2", 2, o, data, {.inspect = [&](Strategy& strategy, int rank) {
+              auto& hybrid = dynamic_cast<hybrid::HybridStrategy&>(strategy);
+              for (const auto& held : hybrid.held_parameters()) {
+                if (held.layer != 0 || held.spec.name != "wte") continue;
+                wte[static_cast<std::size_t>(rank)].assign(held.values.begin(), held.values.end());
+                copy_on_stage[static_cast<std::size_t>(rank)] = hybrid.stage().first > 0;
+              }
+            }});
+  ASSERT_EQ(result.steps, 7);
+  EXPECT_FALSE(copy_on_stage[0]);
+  EXPECT_TRUE(copy_on_stage[1]) << "the last stage holds a copy of wte for the head";
+  ASSERT_EQ(wte[0].size(), kVocab * 18);
+  EXPECT_EQ(wte[1], wte[0]);
+  // A copy that never moved would equal its initial values (every strategy's: init.hpp).
+  std::vector<float> untrained(kVocab * 18);
+  initialize_parameter(tiny_gpt()->layer(0).parameters()[0], o.seed, 0, untrained);
+  EXPECT_NE(wte[1], untrained);
+}
+
+// Two data-parallel replicas of two stages, each replica's stages summing the tied gradient
+// after the data group's average: the micro-batches of one rank of ddp.
+TEST(GptStrategies, TwoReplicasOfTwoStagesWithTheTiedHeadFollowOneRankOfDdp) {
+  const auto data = text();
+  auto o = options(8, 1);
+  const auto pipeline = train("hybrid_pp2", 4, o, data);
+  o.batch_size = 16;
+  o.micro_batches = 2;
+  const auto ddp = train("ddp", 1, o, data);
+  ASSERT_EQ(pipeline.losses.size(), ddp.losses.size());
+  for (std::size_t s = 0; s < ddp.losses.size(); ++s) {
+    EXPECT_NEAR(pipeline.losses[s], ddp.losses[s], 1e-5 * ddp.losses[s]) << "step " << s;
+  }
+  EXPECT_NEAR(pipeline.test_loss, ddp.test_loss, 1e-5 * ddp.test_loss);
+}
+
+// ddp, zero3 and two pipeline stages write the tied parameter once (as wte of layer 0), and a
+// run resumed from step 4 continues the uninterrupted one's losses bit for bit.
+TEST(GptStrategies, ACheckpointHoldsTheTiedParameterOnceAndResumesBitwise) {
+  namespace fs = std::filesystem;
+  const auto data = text();
+  for (const std::string name : {"ddp", "zero3", "hybrid_pp2"}) {
+    const fs::path root =
+        fs::temp_directory_path() / ("tessera-gpt-tied-" + std::to_string(::getpid()) + "-" + name);
+    fs::remove_all(root);
+    const auto whole = train(name, 2, options(8, 1), data);
+    ASSERT_GT(whole.steps, 4);  // 7 over two data ranks, 13 over one (two stages)
+    auto first = options(8, 1);
+    first.checkpoint_dir = root;
+    first.checkpoint_every = 2;
+    first.max_steps = 4;
+    ASSERT_EQ(train(name, 2, first, data).steps, 4);
+
+    const FileCheckpointReader reader(*latest_checkpoint(root));
+    const SliceReader slices(reader);
+    const auto& held = slices.index().params;
+    EXPECT_EQ(held.size(), FlatLayout::of(*tiny_gpt()).params.size()) << name;
+    EXPECT_EQ(std::count_if(held.begin(), held.end(),
+                            [](const ParamId& p) { return p.name == "wte" && p.layer == 0; }),
+              1)
+        << name;
+    EXPECT_EQ(std::count_if(held.begin(), held.end(),
+                            [](const ParamId& p) { return p.name == "lm_head.weight"; }),
+              0)
+        << name;
+
+    auto second = options(8, 1);
+    second.checkpoint_dir = root;
+    const auto resumed = train(name, 2, second, data, {.resume = true});
+    EXPECT_EQ(resumed.resumed_from_step, 4) << name;
+    const std::vector<double> rest(whole.losses.begin() + 4, whole.losses.end());
+    EXPECT_EQ(resumed.losses, rest) << name;
+    EXPECT_EQ(resumed.test_loss, whole.test_loss) << name;
+    fs::remove_all(root);
+  }
+}
+
+// Two layers whose parameters are given, for the refusals of a tie.
+class SpecsOnly final : public Layer {
+ public:
+  SpecsOnly(std::string name, std::vector<ParamSpec> specs)
+      : name_(std::move(name)), specs_(std::move(specs)) {}
+  [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override { return specs_; }
+  [[nodiscard]] Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(const Tensor& input, std::span<const BufferView>, LayerContext&) const override {
+    return input.alias();
+  }
+  Tensor backward(const Tensor& grad, std::span<const BufferView>, std::span<const BufferView>,
+                  LayerContext&) const override {
+    return grad.alias();
+  }
+
+ private:
+  std::string name_;
+  std::vector<ParamSpec> specs_;
+};
+
+class TwoLayers final : public Model {
+ public:
+  explicit TwoLayers(Shape tied_shape)
+      : embed_("embed", {{"table", {10, 4}, DType::f32, ParamInit::ones, 4, 10, {}}}),
+        head_("head", {[&] {
+                ParamSpec spec{"head.weight", std::move(tied_shape), DType::f32, ParamInit::ones};
+                spec.tied_to = "table";
+                return spec;
+              }()}) {}
+  [[nodiscard]] SampleLayout layout() const override { return {DType::f32, {4}, {}, 10}; }
+  [[nodiscard]] std::size_t layer_count() const noexcept override { return 2; }
+  [[nodiscard]] const Layer& layer(std::size_t index) const override {
+    return index == 0 ? static_cast<const Layer&>(embed_) : head_;
+  }
+  [[nodiscard]] LossResult loss(const Tensor&, const Tensor&) const override { return {}; }
+
+ private:
+  SpecsOnly embed_, head_;
+};
+
+TEST(GptStrategies, ATieBetweenShapesThatDifferIsRefusedNamingBothLayers) {
+  EXPECT_EQ(FlatLayout::of(TwoLayers({10, 4})).params.size(), 1U);  // the same shape: one
+  testing::run_ranks(1, [&](std::shared_ptr<Communicator> world) {
+    ddp::DdpStrategy strategy(ddp::DdpConfig{});
+    StrategySetup setup;
+    setup.world = world;
+    setup.model = std::make_shared<TwoLayers>(Shape{4, 10});
+    setup.optimizer = std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
+    try {
+      strategy.setup(setup);
+      FAIL() << "a [4, 10] head tied to a [10, 4] table was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "layer 1 (head) ties its parameter head.weight to 'table' of layer 0 (embed), "
+                    "but they differ: head.weight is f32 4x10, table is f32 10x4; a tied "
+                    "parameter needs its owner's shape and dtype"),
                 std::string::npos)
           << e.what();
     }

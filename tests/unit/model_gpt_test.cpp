@@ -1,8 +1,9 @@
 // The `gpt` model plugin's layers against PyTorch (data/gpt_reference.bin: a tiny GPT-2 with its
 // head tied to the token embedding, computed in float64 from float32 weights). The plugin's head
-// is its own parameter, so the reference's tied matrix is loaded into both wte and
-// lm_head.weight, and the reference's wte gradient is the sum of the two gradients here.
-// Also: the model's sample layout, its refusals, and what the layers check.
+// is tied to wte by default (one parameter, whose one gradient is compared); with
+// tie_embeddings = false it is its own parameter, loaded with the reference's tied matrix, and
+// the two gradients sum to the reference's. Also: the model's sample layout, its refusals, and
+// what the layers check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "gpt/gpt_model.hpp"
 #include "gpt_reference_file.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera::gpt {
 namespace {
@@ -21,41 +23,39 @@ namespace {
 using layers::Reference;
 using layers::scaled_error;
 
-GptShape shape_of(const Reference& ref) {
-  return {ref.shape.layers, ref.shape.heads, ref.shape.width, ref.shape.context, ref.shape.vocab};
+GptShape shape_of(const Reference& ref, bool tie_embeddings) {
+  return {ref.shape.layers,  ref.shape.heads, ref.shape.width,
+          ref.shape.context, ref.shape.vocab, tie_embeddings};
 }
 
-// Every layer's parameters and gradients as the strategy would hold them, filled from the
-// reference by name.
+// The model's parameters and gradients as a strategy holds them: one buffer per parameter of
+// the FlatLayout (a tied one once, shared by the layers that use it), filled from the reference
+// by name.
 struct Buffers {
-  std::vector<std::vector<std::vector<float>>> params, grads;
+  FlatLayout layout;
+  std::vector<std::vector<float>> params, grads;
 
-  Buffers(const GptModel& model, Reference& ref) {
-    const layers::ParamLayout layout(ref.shape);
-    for (std::size_t l = 0; l < model.layer_count(); ++l) {
-      auto& p = params.emplace_back();
-      auto& g = grads.emplace_back();
-      for (const auto& spec : model.layer(l).parameters()) {
-        // The reference ties the head to wte: the same values in both.
-        const std::string name = spec.name == "lm_head.weight" ? "wte" : spec.name;
-        const auto values = layout.of(ref.params, name);
-        EXPECT_EQ(values.size(), element_count(spec.shape)) << spec.name;
-        p.emplace_back(values.begin(), values.end());
-        g.emplace_back(values.size(), 0.0F);
-      }
+  Buffers(const GptModel& model, Reference& ref) : layout(FlatLayout::of(model)) {
+    const layers::ParamLayout reference(ref.shape);
+    for (const auto& p : layout.params) {
+      // The reference ties the head to wte: an untied head starts from the same values.
+      const std::string name = p.param == "lm_head.weight" ? "wte" : p.param;
+      const auto values = reference.of(ref.params, name);
+      EXPECT_EQ(values.size(), p.count) << p.param;
+      params.emplace_back(values.begin(), values.end());
+      grads.emplace_back(values.size(), 0.0F);
     }
   }
-  static std::vector<BufferView> views(std::vector<std::vector<float>>& of_layer) {
+  std::vector<BufferView> views(std::vector<std::vector<float>>& of, std::size_t layer) {
     std::vector<BufferView> out;
-    for (auto& v : of_layer) out.push_back(view_of(std::span<float>(v)));
+    for (const std::size_t index : layout.layer_params[layer]) {
+      out.push_back(view_of(std::span<float>(of[index])));
+    }
     return out;
   }
-  std::vector<float>& grad(const GptModel& model, const std::string& name) {
-    for (std::size_t l = 0; l < model.layer_count(); ++l) {
-      const auto specs = model.layer(l).parameters();
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        if (specs[i].name == name) return grads[l][i];
-      }
+  std::vector<float>& grad(const std::string& name) {
+    for (std::size_t i = 0; i < layout.params.size(); ++i) {
+      if (layout.params[i].param == name) return grads[i];
     }
     throw std::runtime_error("no parameter " + name);
   }
@@ -67,20 +67,15 @@ Tensor ids(const std::vector<std::int64_t>& values, std::size_t batch, std::size
   return t;
 }
 
-TEST(GptModel, LogitsLossAndEveryGradientMatchPyTorch) {
-  Reference ref = layers::read_reference(layers::kReferencePath);
-  ASSERT_EQ(ref.shape.ignore_index, kIgnoreTarget);
-  const GptModel model(GptConfig{shape_of(ref), 1});
-  ASSERT_EQ(model.layer_count(), ref.shape.layers + 3);
-  Buffers b(model, ref);
-
-  // Forward through every layer, then the loss, then backward: what a strategy's runner does.
+// Forward through every layer, the loss, then backward, as a strategy's runner does; checks
+// logits and loss against the reference and returns the logits' error.
+double run_reference_batch(const GptModel& model, Reference& ref, Buffers& b) {
   std::vector<LayerContext> contexts(model.layer_count());
   Tensor x = ids(ref.tokens, ref.shape.batch, ref.shape.time);
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
-    x = model.layer(l).forward(x, Buffers::views(b.params[l]), contexts[l]);
+    x = model.layer(l).forward(x, b.views(b.params, l), contexts[l]);
   }
-  ASSERT_EQ(x.shape(), (Shape{ref.shape.batch, ref.shape.time, ref.shape.vocab}));
+  EXPECT_EQ(x.shape(), (Shape{ref.shape.batch, ref.shape.time, ref.shape.vocab}));
   const double logits_error = scaled_error(x.as<float>(), ref.logits);
   EXPECT_LT(logits_error, 1e-5);
   LossResult loss = model.loss(x, ids(ref.targets, ref.shape.batch, ref.shape.time));
@@ -93,27 +88,51 @@ TEST(GptModel, LogitsLossAndEveryGradientMatchPyTorch) {
   Tensor grad = std::move(loss.grad_logits);
   contexts[0].set_input_gradient_needed(false);
   for (std::size_t l = model.layer_count(); l-- > 0;) {
-    grad = model.layer(l).backward(grad, Buffers::views(b.params[l]), Buffers::views(b.grads[l]),
-                                   contexts[l]);
+    grad = model.layer(l).backward(grad, b.views(b.params, l), b.views(b.grads, l), contexts[l]);
   }
   EXPECT_EQ(grad.count(), 0U) << "token ids have no gradient";
+  return logits_error;
+}
 
-  // The reference's tied wte gradient is the embedding's plus the head's.
-  std::vector<float> tied = b.grad(model, "wte");
-  const auto& head = b.grad(model, "lm_head.weight");
-  for (std::size_t i = 0; i < tied.size(); ++i) tied[i] += head[i];
+TEST(GptModel, LogitsLossAndEveryGradientMatchPyTorchWithTheHeadTiedToWte) {
+  Reference ref = layers::read_reference(layers::kReferencePath);
+  ASSERT_EQ(ref.shape.ignore_index, kIgnoreTarget);
+  const GptModel model(GptConfig{shape_of(ref, true), 1});
+  ASSERT_EQ(model.layer_count(), ref.shape.layers + 3);
+  Buffers b(model, ref);
   const layers::ParamLayout layout(ref.shape);
+  // One parameter per reference tensor: the head's weight is wte, not a parameter of its own.
+  ASSERT_EQ(b.layout.params.size(), layout.entries().size());
+  ASSERT_EQ(b.layout.layer_params.back(), std::vector<std::size_t>{0}) << "lm_head uses wte";
+  const double logits_error = run_reference_batch(model, ref, b);
+
+  // wte's one gradient holds the embedding's and the head's contributions.
   double worst = 0.0;
   for (const auto& e : layout.entries()) {
     const auto expected = std::span<const float>(ref.grads).subspan(e.offset, e.count);
-    const std::vector<float>& actual = e.name == "wte" ? tied : b.grad(model, e.name);
-    const double error = scaled_error(actual, expected);
+    const double error = scaled_error(b.grad(e.name), expected);
     EXPECT_LT(error, 1e-5) << e.name;
     worst = std::max(worst, error);
   }
-  std::cout << "gpt model: logits error " << logits_error << ", loss relative error "
-            << std::abs(loss.mean() - ref.loss) / ref.loss << ", worst gradient error " << worst
-            << " (each over the tensor's largest magnitude)\n";
+  std::cout << "gpt model (tied head): logits error " << logits_error << ", worst gradient error "
+            << worst << " (each over the tensor's largest magnitude)\n";
+}
+
+TEST(GptModel, AnUntiedHeadsGradientAndWtesSumToPyTorchsTiedOne) {
+  Reference ref = layers::read_reference(layers::kReferencePath);
+  const GptModel model(GptConfig{shape_of(ref, false), 1});
+  Buffers b(model, ref);
+  const layers::ParamLayout layout(ref.shape);
+  ASSERT_EQ(b.layout.params.size(), layout.entries().size() + 1) << "lm_head.weight of its own";
+  (void)run_reference_batch(model, ref, b);
+
+  std::vector<float> tied = b.grad("wte");
+  const auto& head = b.grad("lm_head.weight");
+  for (std::size_t i = 0; i < tied.size(); ++i) tied[i] += head[i];
+  for (const auto& e : layout.entries()) {
+    const auto expected = std::span<const float>(ref.grads).subspan(e.offset, e.count);
+    EXPECT_LT(scaled_error(e.name == "wte" ? tied : b.grad(e.name), expected), 1e-5) << e.name;
+  }
 }
 
 TEST(GptModel, DeclaresTokenWindowsInAndNextTokensOut) {

@@ -50,10 +50,15 @@ class LoadedParameters {
     const SliceReader slices(reader);
     std::map<std::pair<std::size_t, std::string>, const ParamId*> held;
     for (const auto& p : slices.index().params) held[{p.layer, p.name}] = &p;
+    // A tied parameter is its owner's entry (FlatLayout resolves the tie).
+    const FlatLayout layout = FlatLayout::of(model);
     for (std::size_t l = 0; l < model.layer_count(); ++l) {
       auto& layer = values_.emplace_back();
-      for (const auto& spec : model.layer(l).parameters()) {
-        const auto it = held.find({l, spec.name});
+      const auto specs = model.layer(l).parameters();
+      for (std::size_t s = 0; s < specs.size(); ++s) {
+        const auto& spec = specs[s];
+        const auto& owner = layout.params[layout.layer_params[l][s]];
+        const auto it = held.find({owner.layer, owner.param});
         const std::string where = "checkpoint " + reader.folder().string() + ": ";
         if (it == held.end()) {
           throw CheckpointError(where + "has no parameter " + spec.name + " of layer " +
@@ -67,6 +72,19 @@ class LoadedParameters {
         }
         const std::size_t rows = spec.shape.empty() ? 1 : spec.shape[0];
         layer.push_back(slices.read_slice(*it->second, StateKind::parameter, 0, 0, 0, rows));
+      }
+    }
+    // A parameter the model does not have: most likely a head of its own where this model ties
+    // it to the embedding, and sampling without it would silently use another matrix.
+    for (const auto& p : slices.index().params) {
+      const bool known =
+          std::any_of(layout.params.begin(), layout.params.end(),
+                      [&](const auto& f) { return f.layer == p.layer && f.param == p.name; });
+      if (!known) {
+        throw CheckpointError("checkpoint " + reader.folder().string() + ": holds " + describe(p) +
+                              ", which this model does not have (it may tie that parameter to "
+                              "another); sample with the [model] options it was trained with "
+                              "(a gpt head of its own: tie_embeddings = false)");
       }
     }
     step_ = reader.manifest().step;

@@ -132,6 +132,7 @@ void check_model_fits_host(const Config& config, const Model& model, const Optim
   double elements = 0;
   for (std::size_t i = 0; i < model.layer_count(); ++i) {
     for (const auto& spec : model.layer(i).parameters()) {
+      if (!spec.tied_to.empty()) continue;  // its owner's, counted there
       double n = 1;
       for (auto d : spec.shape) n *= static_cast<double>(d);
       elements += n;

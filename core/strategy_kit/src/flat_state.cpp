@@ -9,20 +9,81 @@
 
 namespace tessera {
 
+namespace {
+
+std::string layer_text(const Model& model, std::size_t layer) {
+  return "layer " + std::to_string(layer) + " (" + model.layer(layer).name() + ")";
+}
+
+std::string spec_text(const ParamSpec& spec) {
+  return std::string(dtype_name(spec.dtype)) + " " + shape_text(spec.shape);
+}
+
+// The index in `layout.params` of the parameter an earlier layer declares as `spec.tied_to`;
+// `owned` holds the spec of each of layout.params.
+std::size_t owner_of(const Model& model, const FlatLayout& layout,
+                     const std::vector<ParamSpec>& owned, std::size_t layer,
+                     const ParamSpec& spec) {
+  const std::string tie =
+      layer_text(model, layer) + " ties its parameter " + spec.name + " to '" + spec.tied_to + "'";
+  std::vector<std::size_t> found;
+  for (std::size_t i = 0; i < layout.params.size(); ++i) {
+    if (layout.params[i].param == spec.tied_to) found.push_back(i);
+  }
+  if (found.empty()) {
+    throw ConfigError(tie +
+                      ", which no earlier layer declares as its own; a tie names a "
+                      "parameter of a layer before it");
+  }
+  if (found.size() > 1) {
+    throw ConfigError(tie + ", which " + layer_text(model, layout.params[found[0]].layer) +
+                      " and " + layer_text(model, layout.params[found[1]].layer) +
+                      " both declare; a tie needs a name only one layer uses");
+  }
+  const FlatParam& owner = layout.params[found.front()];
+  const ParamSpec& owner_spec = owned[found.front()];
+  if (owner_spec.shape != spec.shape || owner_spec.dtype != spec.dtype) {
+    throw ConfigError(tie + " of " + layer_text(model, owner.layer) +
+                      ", but they differ: " + spec.name + " is " + spec_text(spec) + ", " +
+                      owner_spec.name + " is " + spec_text(owner_spec) +
+                      "; a tied parameter needs its owner's shape and dtype");
+  }
+  return found.front();
+}
+
+}  // namespace
+
 FlatLayout FlatLayout::of(const Model& model) {
   FlatLayout layout;
+  std::vector<ParamSpec> owned;  // the spec of each of layout.params
+  layout.layer_params.resize(model.layer_count());
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
     const auto& layer = model.layer(l);
     for (const auto& spec : layer.parameters()) {
+      if (!spec.tied_to.empty()) {
+        layout.layer_params[l].push_back(owner_of(model, layout, owned, l, spec));
+        continue;
+      }
       TESSERA_CHECK(spec.dtype == DType::f32,
                     "parameter " + spec.name + " of layer " + layer.name() + " is not f32");
       const std::size_t count = element_count(spec.shape);
+      layout.layer_params[l].push_back(layout.params.size());
       layout.params.push_back({std::to_string(l) + "." + layer.name() + "." + spec.name, spec.name,
                                spec.shape, layout.total, count, l, spec.weight_decay});
       layout.total += count;
+      owned.push_back(spec);
     }
   }
   return layout;
+}
+
+bool FlatLayout::has_ties() const noexcept {
+  for (std::size_t l = 0; l < layer_params.size(); ++l) {
+    for (const std::size_t index : layer_params[l]) {
+      if (params[index].layer != l) return true;
+    }
+  }
+  return false;
 }
 
 FlatLayout FlatLayout::parse(const std::string& text) {

@@ -342,7 +342,9 @@ void SliceReader::check_params(const std::vector<ParamId>& params) const {
       throw CheckpointError(
           "checkpoint was written for another model: its parameter " + std::to_string(i) + " is " +
           (i < index_.params.size() ? describe(index_.params[i]) : std::string("missing")) +
-          ", the model's " + (i < params.size() ? describe(params[i]) : std::string("missing")));
+          ", the model's " + (i < params.size() ? describe(params[i]) : std::string("missing")) +
+          "; load it into the model built with the [model] options it was written with (a "
+          "parameter the model ties to another one has no entry of its own)");
     }
   }
 }

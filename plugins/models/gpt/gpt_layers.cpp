@@ -369,7 +369,9 @@ Head::Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> 
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Head::parameters() const {
-  return {normal("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd)};
+  ParamSpec weight = normal("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd);
+  if (shape_.tie_embeddings) weight.tied_to = "wte";
+  return {weight};
 }
 
 Shape Head::output_shape(const Shape& input) const {

@@ -22,6 +22,9 @@ struct GptShape {
   std::size_t width = 128;   // channels of the residual stream; a multiple of heads
   std::size_t context = 64;  // the longest sequence (rows of the position table)
   std::size_t vocab = 256;
+  // The output head uses the token embedding wte (GPT-2's tie: one [vocab, width] matrix for
+  // both), or a matrix lm_head.weight of its own.
+  bool tie_embeddings = true;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
@@ -89,7 +92,8 @@ class FinalNorm final : public Layer {
 };
 
 // The output head without bias: [n, T, width] -> logits [n, T, vocab]. Parameter
-// "lm_head.weight" [vocab, width] (its own: the head is not tied to wte yet).
+// "lm_head.weight" [vocab, width], tied to the embedding's "wte" (ParamSpec::tied_to) unless
+// shape.tie_embeddings is false.
 class Head final : public Layer {
  public:
   Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);

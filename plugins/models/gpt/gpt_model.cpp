@@ -47,8 +47,8 @@ std::size_t positive(const Options& options, const char* key) {
 GptConfig config_from(const Options& options) {
   GptConfig config;
   config.shape = {positive(options, "layers"), positive(options, "heads"),
-                  positive(options, "width"), positive(options, "context"),
-                  positive(options, "vocab")};
+                  positive(options, "width"),  positive(options, "context"),
+                  positive(options, "vocab"),  options.get_bool("tie_embeddings")};
   config.threads = static_cast<int>(positive(options, "threads"));
   return config;
 }

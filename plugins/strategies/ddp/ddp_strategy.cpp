@@ -51,23 +51,25 @@ void DdpStrategy::setup(const StrategySetup& setup) {
   const auto grads = device_span(grads_);
 
   // Each element is a pure function of (seed, parameter index, element index): every rank
-  // computes the same bits, so no broadcast is needed.
-  std::size_t index = 0;
+  // computes the same bits, so no broadcast is needed. A tied parameter is its owner's.
   layers_.clear();
   for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
     LayerViews views;
-    for (const auto& spec : setup.model->layer(l).parameters()) {
+    const auto specs = setup.model->layer(l).parameters();
+    for (std::size_t s = 0; s < specs.size(); ++s) {
+      const std::size_t index = layout_.layer_params[l][s];
       const auto& flat = layout_.params[index];
-      const auto param = params.subspan(flat.offset, flat.count);
-      const auto grad = grads.subspan(flat.offset, flat.count);
-      initialize_parameter(spec, setup.seed, index, values.subspan(flat.offset, flat.count));
       views.params.push_back(params_.view().slice(flat.offset, flat.count));
       views.grads.push_back(grads_.view().slice(flat.offset, flat.count));
-      views.sync_indices.push_back(sync_->add_parameter(flat.name, param, grad, spec.weight_decay));
-      ++index;
+      if (layout_.borrowed(l, s)) continue;
+      initialize_parameter(specs[s], setup.seed, index, values.subspan(flat.offset, flat.count));
+      views.sync_indices.push_back(sync_->add_parameter(
+          flat.name, params.subspan(flat.offset, flat.count), grads.subspan(flat.offset, flat.count),
+          specs[s].weight_decay));
     }
     layers_.push_back(std::move(views));
   }
+  ties_ = TiedGradients(layout_, allocator->device());
   copy_back(initial, params_);
   sync_->finalize();
   // Held from the start, as memory_report says.
@@ -80,10 +82,14 @@ std::vector<float> DdpStrategy::host_parameters() const {
   return {values.begin(), values.end()};
 }
 
-LayerHooks DdpStrategy::hooks(bool last) const {
+LayerHooks DdpStrategy::hooks(bool last) {
   LayerHooks hooks;
   hooks.before_layer = [this](std::size_t l, LayerPass) { return layers_[l].params; };
-  hooks.gradients = [this](std::size_t l) { return layers_[l].grads; };
+  hooks.gradients = [this](std::size_t l) {
+    auto grads = layers_[l].grads;
+    ties_.prepare(l, grads);
+    return grads;
+  };
   // A layer's gradients are final after the last micro-batch's backward: their bucket may start
   // while earlier layers compute. An empty share still marks them, taking part in every bucket.
   if (last) {
@@ -94,7 +100,7 @@ LayerHooks DdpStrategy::hooks(bool last) const {
   return hooks;
 }
 
-Tensor DdpStrategy::forward(const Tensor& inputs) const {
+Tensor DdpStrategy::forward(const Tensor& inputs) {
   const auto layers = model_layers(*setup_.model);
   return evaluate_layers({layers, 0, layers.size()}, placed_in(memory_, inputs), hooks(false));
 }
@@ -197,6 +203,7 @@ MemoryReport DdpStrategy::memory_report() const {
     report.optimizer_state_bytes = sync_->optimizer_state_bytes();
     report.buffer_bytes = sync_->buffer_bytes();
   }
+  report.buffer_bytes += ties_.buffer_bytes();
   return report;
 }
 

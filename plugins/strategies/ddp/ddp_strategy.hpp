@@ -15,6 +15,7 @@
 #include "tessera/strategy_kit/gradient_sync.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 
 namespace tessera::ddp {
 
@@ -55,9 +56,9 @@ class DdpStrategy final : public Strategy {
   // micro-batch's summed loss (mean * rows) and correct count.
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
                               bool last);
-  Tensor forward(const Tensor& inputs) const;
+  Tensor forward(const Tensor& inputs);
   // The layer runner's view of this rank's flat storage; gradients marked ready when `last`.
-  [[nodiscard]] LayerHooks hooks(bool last) const;
+  [[nodiscard]] LayerHooks hooks(bool last);
 
   DdpConfig config_;
   StrategySetup setup_;
@@ -66,7 +67,8 @@ class DdpStrategy final : public Strategy {
   Tensor params_;  // f32, flat, from the setup's allocator
   Tensor grads_;
   bool grads_zero_ = false;  // the last step left grads_ zeroed, so the next need not
-  std::vector<LayerViews> layers_;
+  std::vector<LayerViews> layers_;  // a tied parameter's views are its owner's
+  TiedGradients ties_;
   std::unique_ptr<GradientSynchronizer> sync_;
 };
 

@@ -50,7 +50,8 @@ void HybridStrategy::save(CheckpointWriter& writer) {
   const std::size_t begin = shard_begin();
   const std::size_t end = std::min(begin + shard_size_, local_count_);
   for (const auto& p : params_of_stage_) {
-    if (p.spec.slice.whole() && groups_->at.tensor != 0) continue;
+    // A copy of a tied parameter is written by the stage that owns it.
+    if ((p.spec.slice.whole() && groups_->at.tensor != 0) || p.copy) continue;
     StateSlice slice = box_of(p.layer, p.spec, p.count);
     if (writes_params) writer.put_slice(slice, values.subspan(p.offset, p.count));
     // The part of the parameter inside this rank's state shard, as elements of its box.

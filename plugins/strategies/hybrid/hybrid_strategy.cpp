@@ -87,6 +87,12 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   stage_ = stages[static_cast<std::size_t>(at.pipeline)];
   roles_ = tensor_parallel_roles(model, mesh_->tensor_size());
   layout_ = FlatLayout::of(model);
+  if (mesh_->tensor_size() > 1 && layout_.has_ties()) {
+    throw ConfigError("[strategy.hybrid] tensor_parallel = " +
+                      std::to_string(mesh_->tensor_size()) + ": the model ties parameters " +
+                      "(ParamSpec::tied_to), which tensor parallelism does not split yet; use " +
+                      "tensor_parallel = 1");
+  }
 
   layers_ = model_layers(model);
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -99,20 +105,37 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   if (mesh_->tensor_size() > 1)
     plan_ = std::make_unique<TensorParallelPlan>(groups_->tensor, roles_);
 
-  // This rank's parameters: its stage's layers, sliced where split, in model order.
-  std::size_t model_index = 0;  // the parameter's index in the model's flat list (init seed)
+  // This rank's parameters: its stage's layers' own, sliced where split, in model order; then a
+  // copy of each parameter a layer of the stage borrows from a layer of an earlier stage (the
+  // last stage's copy of GPT-2's tied embedding), kept equal to the owner's by
+  // sum_tied_gradients().
   std::size_t local = 0;
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  const auto hold = [&](std::size_t layer, std::size_t index, const ParamSpec& spec, bool copy) {
+    const std::size_t count = element_count(spec.shape);
+    params_of_stage_.push_back({layer, index, spec, local, count, copy});
+    local += count;
+  };
+  std::vector<std::size_t> copied;  // FlatLayout indices
+  for (std::size_t l = stage_.first; l < stage_.last; ++l) {
     const auto specs = layers_[l]->parameters();
-    if (l >= stage_.first && l < stage_.last) {
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        const std::size_t count = element_count(specs[i].shape);
-        params_of_stage_.push_back({l, model_index + i, specs[i], local, count});
-        local += count;
-      }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (!layout_.borrowed(l, i)) hold(l, layout_.layer_params[l][i], specs[i], false);
     }
-    model_index += specs.size();
   }
+  own_count_ = local;
+  for (std::size_t l = stage_.first; l < stage_.last; ++l) {
+    for (std::size_t i = 0; i < layout_.layer_params[l].size(); ++i) {
+      const std::size_t index = layout_.layer_params[l][i];
+      const std::size_t owner = layout_.params[index].layer;
+      if (owner >= stage_.first || std::count(copied.begin(), copied.end(), index) > 0) continue;
+      copied.push_back(index);
+      const auto& owner_params = layout_.layer_params[owner];
+      const auto at_owner = static_cast<std::size_t>(
+          std::find(owner_params.begin(), owner_params.end(), index) - owner_params.begin());
+      hold(owner, index, layers_[owner]->parameters()[at_owner], true);
+    }
+  }
+  plan_ties(stages);
 
   local_count_ = local;
   const auto data_size = static_cast<std::size_t>(mesh_->data_size());
@@ -133,18 +156,31 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   if (mesh_->data_size() > 1) {
     sync_ = std::make_unique<GradientSynchronizer>(groups_->data, config_.sync);
   }
+  // Each layer's views, in the order of its ParamSpecs; a parameter's gradient is ready for the
+  // data group after the backward of the lowest layer of the stage that uses it.
+  const auto local_of = [&](std::size_t index) -> const LocalParam& {
+    return *std::find_if(params_of_stage_.begin(), params_of_stage_.end(),
+                         [&](const LocalParam& p) { return p.model_index == index; });
+  };
   stage_layers_.assign(stage_.last - stage_.first, StageLayer{});
-  for (auto& p : params_of_stage_) {
-    auto& layer = stage_layers_[p.layer - stage_.first];
-    const auto value = values.subspan(p.offset, p.count);
-    const auto grad = grads.subspan(p.offset, p.count);
-    layer.params.push_back(view_of(value));
-    layer.grads.push_back(view_of(grad));
-    if (sync_) {
-      layer.sync_indices.push_back(
-          sync_->add_parameter(std::to_string(p.layer) + "." + p.spec.name, value, grad));
+  std::vector<std::size_t> lowest_user(layout_.params.size(), SIZE_MAX);
+  for (std::size_t l = stage_.last; l-- > stage_.first;) {
+    auto& layer = stage_layers_[l - stage_.first];
+    for (const std::size_t index : layout_.layer_params[l]) {
+      const LocalParam& p = local_of(index);
+      layer.params.push_back(view_of(values.subspan(p.offset, p.count)));
+      layer.grads.push_back(view_of(grads.subspan(p.offset, p.count)));
+      lowest_user[index] = l;
     }
   }
+  for (auto& p : params_of_stage_) {
+    if (!sync_) break;
+    const std::string name = std::to_string(p.layer) + "." + p.spec.name;
+    stage_layers_[lowest_user[p.model_index] - stage_.first].sync_indices.push_back(
+        sync_->add_parameter(name, values.subspan(p.offset, p.count),
+                             grads.subspan(p.offset, p.count)));
+  }
+  ties_ = TiedGradients(layout_, Device::cpu(), stage_.first, stage_.last);
   if (sync_) sync_->finalize();
   timing_ = PipelineTiming{};
   timing_.stages = static_cast<std::size_t>(mesh_->pipeline_size());
@@ -179,12 +215,16 @@ LayerRange HybridStrategy::range() const {
   return range;
 }
 
-LayerHooks HybridStrategy::hooks(bool last_micro_batch) const {
+LayerHooks HybridStrategy::hooks(bool last_micro_batch) {
   LayerHooks hooks;
   hooks.before_layer = [this](std::size_t l, LayerPass) {
     return stage_layers_[l - stage_.first].params;
   };
-  hooks.gradients = [this](std::size_t l) { return stage_layers_[l - stage_.first].grads; };
+  hooks.gradients = [this](std::size_t l) {
+    auto grads = stage_layers_[l - stage_.first].grads;
+    ties_.prepare(l, grads);
+    return grads;
+  };
   // A layer's gradients are final after the last micro-batch's backward: its bucket's
   // all-reduce over the data group may start while earlier layers still compute.
   if (last_micro_batch && sync_) {
@@ -362,6 +402,7 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   const auto loss_work = last_stage ? sum_loss_over_ranks(*groups_->data, loss) : nullptr;
   if (sync_) sync_->wait(groups_->data->timeout());
   if (loss_work) loss_work->wait();
+  sum_tied_gradients();
 
   // The last stage holds the loss and the complete sum of squares; every stage gets both.
   enum : std::size_t { kLossSum, kTargets, kSumOfSquares, kTotals };
@@ -397,7 +438,8 @@ double HybridStrategy::last_stage_sum_of_squares() {
   const auto stages = static_cast<std::size_t>(mesh_->pipeline_size());
   const auto stage = static_cast<std::size_t>(groups_->at.pipeline);
   Communicator& pipeline = *groups_->pipeline;
-  const auto grads = grads_.as<float>().first(local_count_);
+  // Copies of tied parameters (after own_count_) count on their owner's stage.
+  const auto grads = grads_.as<float>().first(own_count_);
 
   if (mesh_->tensor_size() == 1) {
     // ddp's blocks over the whole model's flat order, carried from stage to stage: a block cut
@@ -408,9 +450,8 @@ double HybridStrategy::last_stage_sum_of_squares() {
       pipeline.recv(f64_view(blocks.data(), blocks.size()), static_cast<int>(stage) - 1, kNormTag)
           ->wait();
     }
-    const std::size_t offset = layout_.params.empty() || params_of_stage_.empty()
-                                   ? 0
-                                   : layout_.params[params_of_stage_.front().model_index].offset;
+    const std::size_t offset =
+        own_count_ == 0 ? 0 : layout_.params[params_of_stage_.front().model_index].offset;
     accumulate_norm_blocks(grads, offset, blocks);
     if (stage + 1 < stages) {
       pipeline.send(f64_view(blocks.data(), blocks.size()), static_cast<int>(stage) + 1, kNormTag)
@@ -424,7 +465,7 @@ double HybridStrategy::last_stage_sum_of_squares() {
   std::vector<double> blocks;
   std::size_t counted = 0;
   for (const auto& p : params_of_stage_) {
-    if (p.spec.slice.whole() && groups_->at.tensor != 0) continue;
+    if ((p.spec.slice.whole() && groups_->at.tensor != 0) || p.copy) continue;
     accumulate_norm_blocks(grads.subspan(p.offset, p.count), counted, blocks);
     counted += p.count;
   }

@@ -26,6 +26,7 @@
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/tensor_parallel.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 #include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera::hybrid {
@@ -122,11 +123,22 @@ class HybridStrategy final : public Strategy {
  private:
   // One parameter (or slice) this rank holds, at `offset` in params_ / grads_.
   struct LocalParam {
-    std::size_t layer = 0;        // model layer index
-    std::size_t model_index = 0;  // position in the model's list of ParamSpecs (init, layout_)
+    std::size_t layer = 0;        // model layer index (of the owner, for a tied parameter)
+    std::size_t model_index = 0;  // index in layout_.params (init, checkpoints)
     ParamSpec spec;               // the slice's spec for a split layer
     std::size_t offset = 0;
     std::size_t count = 0;
+    // A tied parameter whose owner is on an earlier stage: this stage's copy, which the
+    // owner's stage writes to checkpoints and counts in the norm.
+    bool copy = false;
+  };
+  // A parameter used by layers of several pipeline stages (a tie across stages), as this rank
+  // holds it.
+  struct StageTie {
+    std::size_t offset = 0;  // in params_ / grads_
+    std::size_t count = 0;
+    std::vector<int> stages;  // pipeline ranks holding it, in order, this one among them
+    std::uint32_t tag = 0;    // of its pipeline messages
   };
   // The views the layer runner gets for one layer of this stage.
   struct StageLayer {
@@ -137,7 +149,12 @@ class HybridStrategy final : public Strategy {
   struct MicroBatchPlan;
 
   void reset();
-  [[nodiscard]] LayerHooks hooks(bool last_micro_batch) const;
+  [[nodiscard]] LayerHooks hooks(bool last_micro_batch);
+  // The ties across stages this rank takes part in (tied_stages.cpp).
+  void plan_ties(const std::vector<StageRange>& stages);
+  // Each tie's gradient, summed over the stages holding it in stage order, on each of them.
+  // Collective over those stages of the pipeline group.
+  void sum_tied_gradients();
   [[nodiscard]] LayerRange range() const;
   // The shape of `rows` samples entering model layer `layer` on this tensor rank.
   [[nodiscard]] Shape shape_before(std::size_t layer, std::size_t rows) const;
@@ -171,6 +188,9 @@ class HybridStrategy final : public Strategy {
   Tensor grads_;
   Tensor state_;
   std::size_t local_count_ = 0;
+  std::size_t own_count_ = 0;  // the first elements: the stage's own parameters (copies follow)
+  std::vector<StageTie> stage_ties_;
+  TiedGradients ties_;  // ties inside the stage
   std::size_t shard_size_ = 0;
   std::vector<ElementRange> shard_exemptions_;  // of this rank's shard: weight decay skips them
   std::unique_ptr<GradientSynchronizer> sync_;

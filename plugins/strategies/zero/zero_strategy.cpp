@@ -102,20 +102,24 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
 
   // Every rank initialises every parameter (it computes with all of them); each element is a
   // pure function of (seed, parameter index, element index), so all ranks agree bitwise.
-  std::size_t index = 0;
   std::size_t window_capacity = 0;
   layers_.clear();
   for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
     LayerSlice slice;
-    for (const auto& spec : setup.model->layer(l).parameters()) {
+    const auto specs = setup.model->layer(l).parameters();
+    for (std::size_t s = 0; s < specs.size(); ++s) {
+      const std::size_t index = layout_.layer_params[l][s];
       const auto& flat = layout_.params[index];
-      initialize_parameter(spec, setup.seed, index, params.subspan(flat.offset, flat.count));
-      if (slice.offsets.empty()) slice.begin = flat.offset;
-      slice.end = flat.offset + flat.count;
       slice.params.push_back(params_.view().slice(flat.offset, flat.count));
       slice.offsets.push_back(flat.offset);
       slice.counts.push_back(flat.count);
-      ++index;
+      // A tied parameter is its owner's: its gradient goes through ties_, its range is not this
+      // layer's.
+      slice.borrowed.push_back(layout_.borrowed(l, s));
+      if (slice.borrowed.back()) continue;
+      initialize_parameter(specs[s], setup.seed, index, params.subspan(flat.offset, flat.count));
+      if (slice.end == slice.begin) slice.begin = flat.offset;
+      slice.end = flat.offset + flat.count;
     }
     if (slice.end > slice.begin) {
       const auto& buckets = shards_.buckets();
@@ -126,6 +130,7 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
     layers_.push_back(std::move(slice));
   }
   copy_back(initial, params_);
+  ties_ = TiedGradients(layout_, allocator_->device());
   // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
   if (stage_two() && setup.micro_batches == 1) {
     for (std::size_t w = 0; w < config_.staging_windows; ++w) {
@@ -234,21 +239,24 @@ void ZeroStrategy::move_values(BufferView dst, BufferView src) const {
 
 std::vector<BufferView> ZeroStrategy::gradient_views(std::size_t layer) {
   const auto& slice = layers_[layer];
-  std::vector<BufferView> views;
-  if (slice.end == slice.begin) return views;
+  std::vector<BufferView> views(slice.offsets.size());  // borrowed ones: ties_ fills them
   float* base = nullptr;
   std::size_t base_offset = 0;
-  switch (home_) {
-    case GradientHome::full: base = static_cast<float*>(grads_.view().data); break;
-    case GradientHome::accumulate: base = static_cast<float*>(accumulate_.view().data); break;
-    case GradientHome::windows:
-      base = prepare_window(slice);
-      base_offset = windows_[current_window_].begin;
-      break;
+  if (slice.end > slice.begin) {
+    switch (home_) {
+      case GradientHome::full: base = static_cast<float*>(grads_.view().data); break;
+      case GradientHome::accumulate: base = static_cast<float*>(accumulate_.view().data); break;
+      case GradientHome::windows:
+        base = prepare_window(slice);
+        base_offset = windows_[current_window_].begin;
+        break;
+    }
   }
   for (std::size_t i = 0; i < slice.offsets.size(); ++i) {
-    views.push_back(on_device(base + slice.offsets[i] - base_offset, slice.counts[i]));
+    if (slice.borrowed[i]) continue;
+    views[i] = on_device(base + slice.offsets[i] - base_offset, slice.counts[i]);
   }
+  ties_.prepare(layer, views);
   return views;
 }
 
@@ -494,6 +502,7 @@ MemoryReport ZeroStrategy::memory_report() const {
   report.gradient_bytes = grads_.bytes();
   report.optimizer_state_bytes = state_.bytes();
   for (const auto& window : windows_) report.buffer_bytes += window.values.bytes();
+  report.buffer_bytes += ties_.buffer_bytes();
   return report;
 }
 

@@ -20,6 +20,7 @@
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
 #include "tessera/strategy_kit/shard_layout.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 #include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace tessera::zero {
@@ -78,7 +79,8 @@ class ZeroStrategy : public Strategy {
     std::vector<BufferView> params;
     std::vector<std::size_t> offsets;  // canonical offset of each parameter
     std::vector<std::size_t> counts;
-    std::size_t begin = 0;  // canonical range of the layer's parameters
+    std::vector<bool> borrowed;  // a tied parameter of an earlier layer (ParamSpec::tied_to)
+    std::size_t begin = 0;       // canonical range of the layer's own parameters
     std::size_t end = 0;
   };
   // Where this step's gradients live: grads_ (stage 1), accumulate_ (stage 2, several
@@ -117,6 +119,7 @@ class ZeroStrategy : public Strategy {
   // Per piece of my_pieces_: the elements weight decay skips, counted from the piece's start.
   std::vector<std::vector<ElementRange>> piece_exemptions_;
   std::vector<LayerSlice> layers_;
+  TiedGradients ties_;
   // All f32, from the setup's allocator: host memory, or a GPU's ([runtime] device = cuda)
   // where every computation on them runs there and norms and checkpoints use host copies.
   std::shared_ptr<DeviceAllocator> allocator_;

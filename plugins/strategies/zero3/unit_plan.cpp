@@ -25,10 +25,14 @@ UnitPlan UnitPlan::make(const Model& model, const FlatLayout& layout, std::size_
   TESSERA_CHECK(unit_size >= 1, "zero3: unit_size must be at least 1");
   TESSERA_CHECK(world >= 1, "zero3: world size must be at least 1");
   UnitPlan plan;
-  std::size_t param_index = 0;
   std::size_t layers_with_params = 0;  // in the current unit
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
-    const std::size_t count = model.layer(l).parameters().size();
+    // Its own parameters: a tied one belongs to its owner's unit.
+    std::vector<std::size_t> own;
+    for (std::size_t s = 0; s < layout.layer_params.at(l).size(); ++s) {
+      if (!layout.borrowed(l, s)) own.push_back(layout.layer_params[l][s]);
+    }
+    const std::size_t count = own.size();
     const bool starts_unit = plan.units.empty() || (count > 0 && layers_with_params == unit_size);
     if (starts_unit) {
       Unit unit;
@@ -40,9 +44,9 @@ UnitPlan UnitPlan::make(const Model& model, const FlatLayout& layout, std::size_
     }
     Unit& unit = plan.units.back();
     unit.end_layer = l + 1;
-    for (std::size_t p = 0; p < count; ++p, ++param_index) {
-      unit.params.push_back(param_index);
-      unit.flat_end = layout.params.at(param_index).offset + layout.params.at(param_index).count;
+    for (const std::size_t index : own) {
+      unit.params.push_back(index);
+      unit.flat_end = layout.params.at(index).offset + layout.params.at(index).count;
     }
     if (count > 0) ++layers_with_params;
   }

@@ -35,7 +35,8 @@ struct UnitPlan {
   std::size_t largest_gathered = 0;  // world * max shard_elements
 
   // Every `unit_size` consecutive layers that have parameters form a unit; layers without
-  // parameters (activations) join the unit before them, or the first unit when they lead.
+  // parameters of their own (activations, or only tied ones: those are their owner's unit's)
+  // join the unit before them, or the first unit when they lead.
   // Shards are rounded up to 16 elements so every rank's block of a gathered unit starts on
   // a 64-byte boundary. Throws InvalidArgument for unit_size 0 or world < 1.
   [[nodiscard]] static UnitPlan make(const Model& model, const FlatLayout& layout,

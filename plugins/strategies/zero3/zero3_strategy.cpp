@@ -87,14 +87,19 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   layout_ = FlatLayout::of(model);
   plan_ = UnitPlan::make(model, layout_, config_.unit_size, world);
 
+  // The owners' specs in FlatLayout order (a tied spec is its owner's parameter).
   specs_.clear();
-  layer_params_.assign(model.layer_count(), {});
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
-    for (auto& spec : model.layer(l).parameters()) {
-      layer_params_[l].push_back(specs_.size());
-      specs_.push_back(std::move(spec));
+    const auto specs = model.layer(l).parameters();
+    for (std::size_t s = 0; s < specs.size(); ++s) {
+      if (!layout_.borrowed(l, s)) specs_.push_back(specs[s]);
     }
   }
+  param_unit_.assign(layout_.params.size(), 0);
+  for (std::size_t u = 0; u < plan_.units.size(); ++u) {
+    for (const std::size_t index : plan_.units[u].params) param_unit_[index] = u;
+  }
+  lent_.assign(model.layer_count(), {});
   // After reconfigure(), the old storage goes before the new is allocated (zero-filled).
   params_ = Tensor();
   grads_ = Tensor();
@@ -128,6 +133,7 @@ void Zero3Strategy::setup(const StrategySetup& setup) {
   pool_ = std::make_unique<GatherPool>(plan_.largest_gathered, allocator_);
   norm_ = std::make_unique<ShardedGradNorm>(plan_, rank, world);
   gathered_.assign(plan_.units.size(), {});
+  ties_ = TiedGradients(layout_, allocator_->device());
 }
 
 void Zero3Strategy::request_gather(std::size_t unit) {
@@ -179,12 +185,38 @@ void Zero3Strategy::release_gathered(std::size_t unit) {
 std::vector<BufferView> Zero3Strategy::views(std::size_t layer, const Unit& unit,
                                              float* base) const {
   std::vector<BufferView> out;
-  for (const std::size_t index : layer_params_[layer]) {
-    const auto& flat = layout_.params[index];
+  const auto& params = layout_.layer_params[layer];
+  for (std::size_t s = 0; s < params.size(); ++s) {
+    const auto& flat = layout_.params[params[s]];
+    if (layout_.borrowed(layer, s)) {
+      out.emplace_back();  // a tied parameter: lend_tied() or ties_ fill it
+      continue;
+    }
     out.push_back(
         {base + (flat.offset - unit.flat_begin), flat.count, DType::f32, allocator_->device()});
   }
   return out;
+}
+
+void Zero3Strategy::lend_tied(std::size_t layer, std::vector<BufferView>& views) {
+  const auto& params = layout_.layer_params[layer];
+  for (std::size_t s = 0; s < params.size(); ++s) {
+    if (!layout_.borrowed(layer, s)) continue;
+    const std::size_t u = param_unit_[params[s]];
+    // The owner's unit, gathered for this layer unless something else holds it already.
+    if (!gathered_[u].held) {
+      request_gather(u);
+      lent_[layer].push_back(u);
+    }
+    const auto& flat = layout_.params[params[s]];
+    views[s] = {wait_gathered(u) + (flat.offset - plan_.units[u].flat_begin), flat.count,
+                DType::f32, allocator_->device()};
+  }
+}
+
+void Zero3Strategy::return_tied(std::size_t layer) {
+  for (const std::size_t u : lent_[layer]) release_gathered(u);
+  lent_[layer].clear();
 }
 
 std::size_t Zero3Strategy::unit_of(std::size_t layer) const {
@@ -211,9 +243,12 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
       request_gather(u);
       if (u > 0) prefetch_from(u, -1);
     }
-    return views(l, unit, wait_gathered(u));
+    auto out = views(l, unit, wait_gathered(u));
+    lend_tied(l, out);
+    return out;
   };
   hooks.after_layer = [this, for_backward](std::size_t l, LayerPass pass) {
+    return_tied(l);
     const std::size_t u = unit_of(l);
     const auto& unit = plan_.units[u];
     if (pass == LayerPass::forward && l + 1 == unit.end_layer) {
@@ -242,7 +277,9 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
                   {gradient.base, world * unit.shard_elements, DType::f32, allocator_->device()});
       }
     }
-    return views(l, unit, gradient.base);
+    auto out = views(l, unit, gradient.base);
+    ties_.prepare(l, out);
+    return out;
   };
   // The unit's gradient is complete: its reduce-scatter runs while earlier units compute.
   hooks.gradient_ready = [this, accumulate, world, last, &gradient](std::size_t l) {
@@ -330,6 +367,7 @@ MemoryReport Zero3Strategy::memory_report() const {
   report.optimizer_state_bytes = state_.bytes();
   if (pool_) report.buffer_bytes = pool_->bytes();
   if (norm_) report.buffer_bytes += norm_->buffer_bytes();
+  report.buffer_bytes += ties_.buffer_bytes();
   return report;
 }
 

@@ -16,6 +16,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 #include "tessera/strategy_kit/weight_decay.hpp"
 #include "unit_plan.hpp"
 
@@ -76,8 +77,13 @@ class Zero3Strategy final : public Strategy {
   void release_gathered(std::size_t unit);
   [[nodiscard]] std::size_t inflight_gathers() const;
 
+  // Layer `layer`'s views into `base`, the unit's gathered buffer; empty for tied parameters.
   [[nodiscard]] std::vector<BufferView> views(std::size_t layer, const Unit& unit,
                                               float* base) const;
+  // Fills the tied parameters' views of `layer` with their owners' units, gathering those the
+  // layer needs (held until return_tied(layer), after its compute).
+  void lend_tied(std::size_t layer, std::vector<BufferView>& views);
+  void return_tied(std::size_t layer);
   // The unit whose backward is running: where its full gradient accumulates.
   struct UnitGradient {
     std::size_t buffer = 0;  // pool buffer, without micro-batch accumulation
@@ -96,8 +102,10 @@ class Zero3Strategy final : public Strategy {
   StrategySetup setup_;
   FlatLayout layout_;
   UnitPlan plan_;
-  std::vector<ParamSpec> specs_;                        // FlatLayout order
-  std::vector<std::vector<std::size_t>> layer_params_;  // per layer: FlatLayout indices
+  std::vector<ParamSpec> specs_;                // FlatLayout order (owners' specs)
+  std::vector<std::size_t> param_unit_;         // per FlatLayout index: its unit
+  std::vector<std::vector<std::size_t>> lent_;  // per layer: units gathered for its ties
+  TiedGradients ties_;
   // f32, from the setup's allocator, as are the pool's buffers and accumulated_.
   std::shared_ptr<DeviceAllocator> allocator_;
   Tensor params_;  // this rank's shards, UnitPlan layout

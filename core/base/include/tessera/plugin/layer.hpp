@@ -37,14 +37,22 @@ struct ParamSpec {
   // slice initialises to the bits of the whole (see strategy_kit/init.hpp).
   std::size_t fan_in = 0;
   std::size_t fan_out = 0;
-  ParamSlice slice{};  // whole by default
+  ParamSlice slice{};     // whole by default
   float init_std = 0.0F;  // the standard deviation of ParamInit::normal (GPT-2: 0.02)
   // Whether the optimizer's weight decay applies to this parameter. The rule of nanoGPT and
   // minGPT: matrices decay; biases, norm gains and embeddings do not (shrinking them toward zero
   // only fights the model). Every strategy hands the optimizer the exempt elements of each
   // buffer it updates (StepInfo::no_weight_decay), a ZeRO shard that spans several parameters
-  // included. True by default, so a layer that does not say decays all it has, as before.
+  // included. True by default, so a layer that does not say decays all it has, as before. A tied
+  // parameter decays as its owner says.
   bool weight_decay = true;
+  // A tie: empty for a parameter of this layer's own; else the name of a parameter that an
+  // earlier layer declares, whose storage this layer shares (GPT-2's output head uses the token
+  // embedding "wte"). A tied parameter is one parameter under every strategy: one storage, one
+  // gradient (every user's contribution summed), one optimizer state, one checkpoint entry, all
+  // under the owner's (the earlier layer's) name; its init, fans and name here are ignored. The
+  // shape and dtype must equal the owner's (setup refuses otherwise, naming both layers).
+  std::string tied_to{};
 
   // The whole parameter's shape: `shape` unless this is a slice.
   [[nodiscard]] const Shape& full_shape() const noexcept {

@@ -25,9 +25,22 @@ struct FlatParam {
 struct FlatLayout {
   std::vector<FlatParam> params;
   std::size_t total = 0;  // unpadded element count
+  // Per model layer, the index into `params` of each of its ParamSpecs, in order. A tied spec
+  // (ParamSpec::tied_to) has no entry of its own: it maps to its owner's, a parameter of an
+  // earlier layer. Empty for a layout parsed from a format-1 checkpoint.
+  std::vector<std::vector<std::size_t>> layer_params;
 
-  // Every parameter of every layer, in order. Throws InvalidArgument for a non-f32 parameter.
+  // Every parameter of every layer, in order, a tied one once (at its owner). Throws
+  // InvalidArgument for a non-f32 parameter, and ConfigError for a tie to a name no earlier
+  // layer declares (or several do) and for a tie whose shape or dtype differs from its owner's,
+  // naming both layers.
   [[nodiscard]] static FlatLayout of(const Model& model);
+  // Whether spec `spec` of layer `layer` uses a parameter an earlier layer owns (a tie).
+  [[nodiscard]] bool borrowed(std::size_t layer, std::size_t spec) const {
+    return params[layer_params[layer][spec]].layer != layer;
+  }
+  // Whether any layer borrows a parameter.
+  [[nodiscard]] bool has_ties() const noexcept;
   // The flat/layout blob of a format-1 checkpoint; `param` is left empty (the text does not
   // separate the layer's name from the parameter's). Throws CheckpointError on malformed text.
   [[nodiscard]] static FlatLayout parse(const std::string& text);

@@ -11,7 +11,8 @@
 namespace tessera {
 
 // Fills out with elements [offset, offset + out.size()) of parameter `param_index` (its position
-// in the model's flat list of ParamSpecs) initialised as spec.init says:
+// in FlatLayout::params: the model's ParamSpecs, a tied one only at its owner) initialised as
+// spec.init says:
 //   zeros, ones;
 //   kaiming_uniform  U(-b, b), b = sqrt(6 / fan_in)             (He, gain sqrt(2): ReLU nets);
 //   xavier_uniform   U(-b, b), b = sqrt(6 / (fan_in + fan_out)) (Glorot);
