@@ -49,9 +49,10 @@ void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView
   const float* g = grads.data();
   float* m = state.data();
   float* v = state.data() + n;
+  // Multiplying by 1 is exact, so one branch-free loop serves both rules (and vectorises).
+  const float keep = decoupled ? decay : 1.0F;
   for (std::size_t i = 0; i < n; ++i) {
-    float pi = p[i];
-    if (decoupled) pi *= decay;
+    const float pi = p[i] * keep;
     const float gi = g[i] + l2 * pi;
     const float mi = beta1 * m[i] + one_minus_b1 * gi;
     const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
