@@ -1,12 +1,11 @@
 #include "layers/softmax_cross_entropy.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "layers/kernel_support.hpp"
 #include "layers/layer_checks.hpp"
 
 namespace tessera::layers {
@@ -15,34 +14,6 @@ namespace {
 // Lanes of the row reductions: independent partial maxima and sums that the compiler keeps in
 // vector registers, combined in a fixed order, so a row's result never depends on the thread.
 constexpr std::size_t kLanes = 16;
-
-// e^x for x <= 0, within a few ulp of expf, as arithmetic the compiler vectorises (a call to
-// expf per element made the vocabulary's 50,257 exponentials per row the costliest part of a
-// GPT step). x = n ln2 + r with |r| <= ln2 / 2; e^r by Cephes' degree-7 polynomial for expf; 2^n
-// put into the exponent bits. Rounding and 2^n use the 1.5 * 2^23 trick (n lands in the low
-// mantissa bits), so there is no float-to-int conversion: a NaN stays NaN, and below -87
-// (e^-87 is near the smallest normal float) the result is 0.
-inline float exp_nonpositive(float x) {
-  constexpr float kLog2e = 1.44269504088896341F;
-  constexpr float kLn2High = 0.693359375F;  // ln 2 split so that n * kLn2High is exact
-  constexpr float kLn2Low = -2.12194440e-4F;
-  constexpr float kRoundingShift = 0x1.8p23F;
-  const bool underflow = x < -87.0F;
-  x = underflow ? -87.0F : x;
-  const float shifted = x * kLog2e + kRoundingShift;
-  const float n = shifted - kRoundingShift;
-  const float r = x - n * kLn2High - n * kLn2Low;
-  float p = 1.9875691500e-4F;
-  p = p * r + 1.3981999507e-3F;
-  p = p * r + 8.3334519073e-3F;
-  p = p * r + 4.1665795894e-2F;
-  p = p * r + 1.6666665459e-1F;
-  p = p * r + 5.0000001201e-1F;
-  const float e_r = p * r * r + r + 1.0F;
-  const float two_to_n =
-      std::bit_cast<float>((std::bit_cast<std::uint32_t>(shifted) + 127U) << 23);
-  return underflow ? 0.0F : e_r * two_to_n;
-}
 
 struct RowSoftmax {
   float max = 0;
