@@ -17,8 +17,9 @@ struct TanhTerms {
   Real one_minus_square;
 };
 
+// Always inlined: a call per element would keep the loops around it scalar.
 template <class Real>
-TanhTerms<Real> tanh_terms(Real u) {
+[[gnu::always_inline]] inline TanhTerms<Real> tanh_terms(Real u) {
   if constexpr (std::is_same_v<Real, float>) {
     const float e = exp_nonpositive(-2.0F * std::fabs(u));
     const float d = 1.0F / (1.0F + e);
