@@ -28,7 +28,11 @@ RowSoftmax softmax_into(const float* z, float* e, std::size_t classes) {
   std::fill_n(lane_max, kLanes, z[0]);
   const std::size_t whole = classes - classes % kLanes;
   for (std::size_t c = 0; c < whole; c += kLanes) {
-    for (std::size_t k = 0; k < kLanes; ++k) lane_max[k] = std::max(lane_max[k], z[c + k]);
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      // std::max by value (its reference result kept the loop scalar); a NaN z is passed over
+      // here as std::max passes it over, and reaches the loss through the exponentials.
+      lane_max[k] = lane_max[k] < z[c + k] ? z[c + k] : lane_max[k];
+    }
   }
   row.max = *std::max_element(lane_max, lane_max + kLanes);
   for (std::size_t c = whole; c < classes; ++c) row.max = std::max(row.max, z[c]);
