@@ -61,5 +61,40 @@ TEST(SyntheticDataset, RefusesAnEmptyTrainingSplitNamingTheOptionNotASourceFile)
   EXPECT_THROW(SyntheticDataset(SyntheticConfig{10, 10, 4, 1, 0}), ConfigError);
 }
 
+TEST(SyntheticDataset, TokenWindowsHaveTheNextTokensAsTargetsAndEveryIdInRange) {
+  SyntheticConfig config{100, 10, 1, 5, 3};
+  config.context = 8;
+  const SyntheticDataset data(config);
+  const SampleLayout layout = data.layout();
+  EXPECT_EQ(layout.input_dtype, DType::i64);
+  EXPECT_EQ(layout.input_shape, Shape{8});
+  EXPECT_EQ(layout.target_shape, Shape{8});
+  EXPECT_EQ(layout.classes, 5U);
+  const std::vector<std::size_t> consecutive{41, 42};
+  const Batch b = data.gather(Split::train, consecutive);
+  ASSERT_EQ(b.inputs.shape(), (Shape{2, 8}));
+  ASSERT_EQ(b.targets.shape(), (Shape{2, 8}));
+  const auto x = b.inputs.as<std::int64_t>();
+  const auto y = b.targets.as<std::int64_t>();
+  for (std::size_t t = 0; t + 1 < 8; ++t) EXPECT_EQ(y[t], x[t + 1]) << "position " << t;
+  EXPECT_EQ(y[7], x[8]) << "window 41 ends where window 42 starts";
+  std::vector<int> counts(5);
+  std::vector<std::size_t> all(100);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const Batch whole = data.gather(Split::train, all);
+  for (const auto id : whole.inputs.as<std::int64_t>()) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 5);
+    ++counts[static_cast<std::size_t>(id)];
+  }
+  for (const int c : counts) EXPECT_GT(c, 100) << "800 uniform ids over 5 values";
+  const std::vector<std::size_t> first{0};
+  const Batch train = data.gather(Split::train, first);
+  const Batch test = data.gather(Split::test, first);
+  EXPECT_NE(std::memcmp(train.inputs.view().data, test.inputs.view().data, train.inputs.bytes()),
+            0);
+  EXPECT_THROW((void)data.gather(Split::test, std::vector<std::size_t>{10}), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tessera::synthetic

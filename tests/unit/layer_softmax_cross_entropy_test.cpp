@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "layer_test_support.hpp"
@@ -98,9 +99,32 @@ TEST(SoftmaxCrossEntropy, TokenTargetsCountPerTokenAndIgnoredOnesAddNothing) {
     const double p = std::exp(static_cast<double>(z[row * 7 + target])) / sum;
     EXPECT_NEAR(g[row * 7 + target], (p - 1.0) / 13.0, 1e-6);
   }
-  EXPECT_NEAR(r.loss_sum, expected, 1e-9 * expected);
-  EXPECT_NEAR(r.mean(), expected / 13.0, 1e-9);
+  // The exponentials are float (as PyTorch's are), summed and logged in double: a few parts in
+  // 1e9 of the double-precision sum, far below float's 6e-8.
+  EXPECT_NEAR(r.loss_sum, expected, 1e-8 * expected);
+  EXPECT_NEAR(r.mean(), expected / 13.0, 1e-8);
   EXPECT_EQ(r.correct, correct);
+}
+
+TEST(SoftmaxCrossEntropy, FarBelowTheMaximumIsProbabilityZeroAndANanLogitMakesTheLossNan) {
+  // 40 classes: past the kernel's 16-lane blocks and with a tail, so each loop sees the values.
+  Tensor logits({2, 40}, DType::f32);
+  auto z = logits.as<float>();
+  for (std::size_t c = 0; c < 40; ++c) z[c] = z[40 + c] = -300.0F;
+  z[17] = 0.0F;              // row 0: one class holds all the mass; the others are e^-300 away
+  z[40 + 33] = std::nanf("");  // row 1: a NaN must reach the loss (the trainer stops on it)
+  const LossResult r = softmax_cross_entropy(logits, targets_of({17, 5}), 40, kSerial);
+  const auto g = r.grad_logits.as<float>();
+  EXPECT_TRUE(std::isnan(r.loss_sum)) << "row 1's NaN logit";
+  EXPECT_EQ(g[17], 0.0F) << "p = 1 at the target: (1 - 1) / 2";
+  for (std::size_t c = 0; c < 40; ++c) {
+    if (c == 17) continue;
+    EXPECT_EQ(g[c], 0.0F) << "class " << c << " is e^-300 below the maximum";
+  }
+  Tensor first_row({1, 40}, DType::f32);
+  std::copy_n(z.data(), 40, first_row.as<float>().data());
+  EXPECT_EQ(softmax_cross_entropy(first_row, targets_of({17}), 40, kSerial).loss_sum, 0.0)
+      << "log(1 + 39 e^-300) is 0 in any precision";
 }
 
 TEST(SoftmaxCrossEntropy, NoCountedTargetGivesZeroLossAndAZeroGradient) {

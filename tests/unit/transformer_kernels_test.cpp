@@ -144,6 +144,36 @@ TEST(GeluKernel, ForwardIsTheTanhApproximation) {
   for (std::size_t i = 0; i < input.size(); ++i) EXPECT_NEAR(output[i], expected[i], 1e-12);
 }
 
+TEST(GeluKernel, FloatKernelsFollowTheDoubleFormulaToAFewFloatUlps) {
+  // The float kernels compute tanh from a vectorised exp (kernel_support.hpp): every x from -12
+  // to 12 in steps of 1/64 (both tails, tanh's small-argument region and 0), a tiny x, a NaN.
+  std::vector<float> input;
+  for (int i = -768; i <= 768; ++i) input.push_back(static_cast<float>(i) / 64.0F);
+  input.push_back(1e-30F);
+  input.push_back(std::nanf(""));
+  std::vector<float> output(input.size());
+  std::vector<float> grad(input.size(), 0.0F);
+  const std::vector<float> ones(input.size(), 1.0F);
+  gelu_forward<float>(output, input, one_thread());
+  gelu_backward<float>(grad, ones, input, one_thread());
+  for (std::size_t i = 0; i + 1 < input.size(); ++i) {
+    const double x = input[i];
+    const double y = gelu(x);
+    const double dy = gelu_derivative(x);
+    // Relative everywhere, in the tails too (1 + t and 1 - t^2 come without cancellation near
+    // |t| = 1): float's rounding of the inner u moves e^(-2|u|) by about 2|u| x 6e-8, relative.
+    // Where gelu' crosses 0 (x near -0.75) its two terms cancel, and below 1e-12 the double
+    // reference is the worse one (its 1 + tanh and 1 - tanh^2 cancel to 0).
+    const double two_u = 2.0 * 0.7978845608028654 * std::abs(x + 0.044715 * x * x * x);
+    const double relative = 2e-7 * (2.0 + two_u);
+    const double crossing = std::abs(x) < 2.0 ? 1e-7 : 0.0;
+    EXPECT_NEAR(output[i], y, relative * std::abs(y) + 1e-12) << "gelu at " << x;
+    EXPECT_NEAR(grad[i], dy, relative * std::abs(dy) + crossing + 1e-12) << "gelu' at " << x;
+  }
+  EXPECT_TRUE(std::isnan(output.back()));
+  EXPECT_TRUE(std::isnan(grad.back()));
+}
+
 // ---- embedding ----
 
 const EmbeddingShape kEmbedding{2, 7, 5, 11, 9};  // batch, time, channels, vocab, context

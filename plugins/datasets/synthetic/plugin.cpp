@@ -14,6 +14,10 @@ constexpr tessera_option_desc kOptions[] = {
      "classes; a sample's label is the arg-max of a fixed random linear map", nullptr, "2",
      "1000000"},
     {"seed", "int", "0", "seed of the inputs and of the labelling map", nullptr, "0", nullptr},
+    {"context", "int", "0",
+     "0: feature vectors; > 0: windows of this many uniform token ids in [0, classes), the "
+     "targets their next tokens (a language model's layout, for speed runs)",
+     nullptr, "0", "1048576"},
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -31,7 +32,8 @@ SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
       classes_(config.classes),
       seed_(config.seed),
       samples_(config.samples),
-      test_samples_(config.test_samples) {
+      test_samples_(config.test_samples),
+      context_(config.context) {
   // Config errors, not checks: the values come from the user's [dataset.synthetic] section.
   if (features_ == 0) throw ConfigError("[dataset.synthetic] features = 0: must be at least 1");
   if (classes_ < 2) {
@@ -41,6 +43,7 @@ SyntheticDataset::SyntheticDataset(const SyntheticConfig& config)
   if (config.samples == 0) {
     throw ConfigError("[dataset.synthetic] samples = 0: the training split needs at least one");
   }
+  if (context_ > 0) return;  // token windows are computed per gather: nothing is held
   // Checked before anything is generated: a data set larger than the host's memory would
   // otherwise end in std::bad_alloc, with nothing saying which option made it so large.
   const double bytes = (static_cast<double>(samples_) + static_cast<double>(test_samples_)) *
@@ -83,7 +86,13 @@ SyntheticDataset::SyntheticDataset(const Options& options)
     : SyntheticDataset(SyntheticConfig{positive(options, "samples"),
                                        positive(options, "test_samples"),
                                        positive(options, "features"), positive(options, "classes"),
-                                       static_cast<std::uint64_t>(options.get_int("seed"))}) {}
+                                       static_cast<std::uint64_t>(options.get_int("seed")),
+                                       positive(options, "context")}) {}
+
+SampleLayout SyntheticDataset::layout() const {
+  if (context_ > 0) return {DType::i64, {context_}, {context_}, classes_};
+  return {DType::f32, {features_}, {}, classes_};
+}
 
 SyntheticDataset::Part SyntheticDataset::generate(std::uint64_t stream, std::size_t samples,
                                                   const std::vector<float>& weights) const {
@@ -111,7 +120,33 @@ std::size_t SyntheticDataset::size(Split split) const noexcept {
   return split == Split::train ? samples_ : test_samples_;
 }
 
+Batch SyntheticDataset::gather_tokens(Split split, std::span<const std::size_t> indices) const {
+  // Sample i is the window [i * context, (i + 1) * context] of its split's stream, as the text
+  // data set cuts its corpus: the inputs are its first context ids, the targets its last.
+  const std::uint64_t stream = split == Split::train ? kTrainStream : kTestStream;
+  const auto token = [&](std::uint64_t position) {
+    const auto id = static_cast<std::size_t>(counter_uniform(seed_, stream, position) *
+                                             static_cast<float>(classes_));
+    return static_cast<std::int64_t>(std::min(id, classes_ - 1));
+  };
+  const std::size_t n = indices.size();
+  Batch batch{Tensor({n, context_}, DType::i64), Tensor({n, context_}, DType::i64)};
+  std::int64_t* x = batch.inputs.as<std::int64_t>().data();
+  std::int64_t* y = batch.targets.as<std::int64_t>().data();
+  for (std::size_t r = 0; r < n; ++r) {
+    TESSERA_CHECK(indices[r] < size(split),
+                  "sample " + std::to_string(indices[r]) + " of " + std::to_string(size(split)));
+    const std::uint64_t start = static_cast<std::uint64_t>(indices[r]) * context_;
+    for (std::size_t t = 0; t < context_; ++t) {
+      x[r * context_ + t] = token(start + t);
+      y[r * context_ + t] = token(start + t + 1);
+    }
+  }
+  return batch;
+}
+
 Batch SyntheticDataset::gather(Split split, std::span<const std::size_t> indices) const {
+  if (context_ > 0) return gather_tokens(split, indices);
   materialize();
   const Part& part = split == Split::train ? train_ : test_;
   const std::size_t n = indices.size();

@@ -1,12 +1,53 @@
 #include "layers/softmax_cross_entropy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "layers/kernel_support.hpp"
 #include "layers/layer_checks.hpp"
 
 namespace tessera::layers {
+namespace {
+
+// Lanes of the row reductions: independent partial maxima and sums that the compiler keeps in
+// vector registers, combined in a fixed order, so a row's result never depends on the thread.
+constexpr std::size_t kLanes = 16;
+
+struct RowSoftmax {
+  float max = 0;
+  std::size_t arg_max = 0;  // the first index holding the maximum
+  double sum = 0;           // of e^(z - max)
+};
+
+// Writes e^(z[c] - max) to e[c] and returns the row's maximum, its first index and the sum.
+RowSoftmax softmax_into(const float* z, float* e, std::size_t classes) {
+  RowSoftmax row;
+  float lane_max[kLanes];
+  std::fill_n(lane_max, kLanes, z[0]);
+  const std::size_t whole = classes - classes % kLanes;
+  for (std::size_t c = 0; c < whole; c += kLanes) {
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      // std::max by value (its reference result kept the loop scalar); a NaN z is passed over
+      // here as std::max passes it over, and reaches the loss through the exponentials.
+      lane_max[k] = lane_max[k] < z[c + k] ? z[c + k] : lane_max[k];
+    }
+  }
+  row.max = *std::max_element(lane_max, lane_max + kLanes);
+  for (std::size_t c = whole; c < classes; ++c) row.max = std::max(row.max, z[c]);
+  while (row.arg_max + 1 < classes && z[row.arg_max] != row.max) ++row.arg_max;  // NaN: stop
+  for (std::size_t c = 0; c < classes; ++c) e[c] = exp_nonpositive(z[c] - row.max);
+  double lane_sum[kLanes] = {};
+  for (std::size_t c = 0; c < whole; c += kLanes) {
+    for (std::size_t k = 0; k < kLanes; ++k) lane_sum[k] += static_cast<double>(e[c + k]);
+  }
+  for (const double part : lane_sum) row.sum += part;
+  for (std::size_t c = whole; c < classes; ++c) row.sum += static_cast<double>(e[c]);
+  return row;
+}
+
+}  // namespace
 
 std::size_t loss_rows(const Tensor& logits, std::size_t classes) {
   TESSERA_CHECK(logits.dtype() == DType::f32 && logits.shape().size() >= 2 &&
@@ -61,29 +102,23 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
   compute.parallel_for(n, std::max<std::size_t>(1, kParallelGrain / classes / 4),
                        [&](std::size_t r0, std::size_t r1) {
                          for (std::size_t r = r0; r < r1; ++r) {
-                           const float* row = z + r * classes;
-                           float* grad = g + r * classes;
                            if (t[r] == kIgnoreTarget) {  // zero gradient, as allocated
                              row_loss[r] = 0.0;
                              row_correct[r] = 0;
                              continue;
                            }
-                           std::size_t arg_max = 0;
-                           for (std::size_t c = 1; c < classes; ++c) {
-                             if (row[c] > row[arg_max]) arg_max = c;
-                           }
-                           const double shift = row[arg_max];
-                           double sum = 0.0;
-                           for (std::size_t c = 0; c < classes; ++c)
-                             sum += std::exp(static_cast<double>(row[c]) - shift);
                            const auto target = static_cast<std::size_t>(t[r]);
-                           row_loss[r] = std::log(sum) + shift - static_cast<double>(row[target]);
-                           row_correct[r] = arg_max == target ? 1 : 0;
-                           for (std::size_t c = 0; c < classes; ++c) {
-                             const double p = std::exp(static_cast<double>(row[c]) - shift) / sum;
-                             grad[c] =
-                                 static_cast<float>(((c == target ? p - 1.0 : p)) * inv_targets);
-                           }
+                           const RowSoftmax row =
+                               softmax_into(z + r * classes, g + r * classes, classes);
+                           row_loss[r] = std::log(row.sum) + static_cast<double>(row.max) -
+                                         static_cast<double>(z[r * classes + target]);
+                           row_correct[r] = row.arg_max == target ? 1 : 0;
+                           // The exponentials are in the gradient row already: one pass
+                           // scales them into probabilities / targets.
+                           const auto scale = static_cast<float>(inv_targets / row.sum);
+                           float* grad = g + r * classes;
+                           for (std::size_t c = 0; c < classes; ++c) grad[c] *= scale;
+                           grad[target] -= static_cast<float>(inv_targets);
                          }
                        });
   double total = 0.0;
