@@ -8,6 +8,7 @@
 #include "layers/causal_attention.hpp"
 #include "layers/embedding.hpp"
 #include "layers/layer_norm.hpp"
+#include "layers/param_specs.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "tessera/base/error.hpp"
 
@@ -20,22 +21,11 @@ using tessera::ParamInit;
 using tessera::ParamSpec;
 using tessera::Shape;
 using tessera::Tensor;
+namespace layers = tessera::layers;
 
 namespace {
 
 constexpr float kInitStd = 0.02F;  // GPT-2's
-
-ParamSpec normal(std::string name, Shape shape, float std_dev) {
-  ParamSpec spec{std::move(name), std::move(shape), DType::f32, ParamInit::normal};
-  spec.fan_in = spec.shape.back();
-  spec.fan_out = spec.shape.front();
-  spec.init_std = std_dev;
-  return spec;
-}
-
-ParamSpec filled(std::string name, std::size_t width, ParamInit init) {
-  return {std::move(name), {width}, DType::f32, init, width, width, {}};
-}
 
 // A parameter's or gradient's elements (host memory: the kit computes there).
 std::span<const float> in(const BufferView& view) {
@@ -102,8 +92,9 @@ TokenEmbedding::TokenEmbedding(const LmShape& shape,
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> TokenEmbedding::parameters() const {
-  return {normal("wte", {shape_.vocab, shape_.width}, kInitStd),
-          normal("wpe", {shape_.context, shape_.width}, kInitStd)};
+  // Lookup tables: not decayed (layers/param_specs.hpp has the rule).
+  return {layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
+          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)};
 }
 
 Shape TokenEmbedding::output_shape(const Shape& input) const {
@@ -156,15 +147,17 @@ AttentionBlock::AttentionBlock(std::size_t index, const LmShape& shape,
       proj_(prefix_ + "proj", shape.width, shape.width, compute_) {}
 
 std::vector<ParamSpec> AttentionBlock::parameters() const {
-  std::vector<ParamSpec> specs{filled(prefix_ + "ln.weight", shape_.width, ParamInit::ones),
-                               filled(prefix_ + "ln.bias", shape_.width, ParamInit::zeros)};
+  std::vector<ParamSpec> specs{
+      layers::norm_parameter(prefix_ + "ln.weight", shape_.width, ParamInit::ones),
+      layers::norm_parameter(prefix_ + "ln.bias", shape_.width, ParamInit::zeros)};
   // The Linear layers' own specs (weight, bias), the residual projection scaled as GPT-2 does.
   for (const auto* linear : {&qkv_, &proj_}) {
     auto linear_specs = linear->parameters();
     const float std_dev = linear == &proj_
                               ? kInitStd / std::sqrt(2.0F * static_cast<float>(shape_.blocks))
                               : kInitStd;
-    linear_specs[0] = normal(linear_specs[0].name, linear_specs[0].shape, std_dev);
+    linear_specs[0] =
+        layers::matrix_parameter(linear_specs[0].name, linear_specs[0].shape, std_dev);
     specs.insert(specs.end(), linear_specs.begin(), linear_specs.end());
   }
   return specs;
@@ -236,10 +229,10 @@ Head::Head(const LmShape& shape, std::shared_ptr<const tessera::layers::ComputeC
       linear_("head", shape.width, shape.vocab, compute_) {}
 
 std::vector<ParamSpec> Head::parameters() const {
-  std::vector<ParamSpec> specs{filled("ln_f.weight", shape_.width, ParamInit::ones),
-                               filled("ln_f.bias", shape_.width, ParamInit::zeros)};
+  std::vector<ParamSpec> specs{layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
+                               layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)};
   auto linear_specs = linear_.parameters();
-  linear_specs[0] = normal(linear_specs[0].name, linear_specs[0].shape, kInitStd);
+  linear_specs[0] = layers::matrix_parameter(linear_specs[0].name, linear_specs[0].shape, kInitStd);
   specs.insert(specs.end(), linear_specs.begin(), linear_specs.end());
   return specs;
 }

@@ -126,8 +126,8 @@ using Inspect = std::function<void(Strategy& strategy, int rank)>;
 // What a run may change from the default: the optimizer (Adam), a look at each rank's strategy
 // after training, a resume from the newest checkpoint in the options' checkpoint_dir.
 struct RunExtras {
-  std::shared_ptr<const Optimizer> optimizer;
-  Inspect inspect;
+  std::shared_ptr<const Optimizer> optimizer = nullptr;
+  Inspect inspect = nullptr;
   bool resume = false;
 };
 

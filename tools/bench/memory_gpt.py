@@ -3,7 +3,8 @@
 
 The model: GPT-2 medium's blocks (width 1024, 16 heads, MLP 4x) and 28 of them (GPT-2 medium has
 24 blocks and a 50,257-token vocabulary; this one reads byte-level text, vocabulary 256, so it
-takes 28 blocks to pass 350 M parameters): 353.3 M parameters, context 64, Adam, fp32, the text
+takes 28 blocks to pass 350 M parameters) and its own output head (`tie_embeddings = false`, so
+the arithmetic has no copy of a tie to place): 353.3 M parameters, context 64, Adam, fp32, the text
 data set (linux-doc-6.1's token file, `tessera data prepare`). Each row is one short
 `tessera train` over shm processes, so RSS is per rank:
 
@@ -52,7 +53,8 @@ def run(tessera, tokens_file, shape, strategy, ranks, extra, work):
                "--runtime.timeout=900s", f"--train.strategy={strategy}", "--train.model=gpt",
                f"--model.gpt.layers={layers}", f"--model.gpt.heads={heads}",
                f"--model.gpt.width={width}", f"--model.gpt.context={context}",
-               f"--model.gpt.vocab={vocab}", "--train.dataset=text",
+               f"--model.gpt.vocab={vocab}", "--model.gpt.tie_embeddings=false",
+               "--train.dataset=text",
                f"--dataset.text.path={tokens_file}", f"--dataset.text.context={context}",
                "--train.optimizer=adam", "--train.lr=0.0001", "--train.batch_size=2",
                "--train.eval_batch_size=2", "--train.max_steps=2", "--train.epochs=1",

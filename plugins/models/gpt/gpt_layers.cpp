@@ -11,6 +11,7 @@
 #include "layers/gelu.hpp"
 #include "layers/layer_checks.hpp"
 #include "layers/layer_norm.hpp"
+#include "layers/param_specs.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::gpt {
@@ -67,29 +68,6 @@ Tensor as_sequence(Tensor m, const Sequence& seq) {
   return std::move(m).reshaped({seq.batch, seq.time, width});
 }
 
-ParamSpec normal(std::string name, Shape shape, float std_dev) {
-  ParamSpec spec{std::move(name), std::move(shape), DType::f32, ParamInit::normal};
-  spec.fan_in = spec.shape.back();
-  spec.fan_out = spec.shape.front();
-  spec.init_std = std_dev;
-  return spec;
-}
-
-// A layer norm's gain or bias: never decayed.
-ParamSpec filled(std::string name, std::size_t width, ParamInit init) {
-  ParamSpec spec{std::move(name), {width}, DType::f32, init, width, width, {}};
-  spec.weight_decay = false;
-  return spec;
-}
-
-// A table of vectors looked up by token or position: not decayed (nanoGPT's rule as the issue
-// states it; decay would shrink the rows of rare tokens for nothing).
-ParamSpec embedding_table(std::string name, Shape shape) {
-  ParamSpec spec = normal(std::move(name), std::move(shape), kInitStd);
-  spec.weight_decay = false;
-  return spec;
-}
-
 // Layer norm over the last dimension: out, and the per-row statistics backward needs.
 struct Normed {
   Tensor out, mean, rstd;
@@ -130,8 +108,8 @@ Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Embedding::parameters() const {
-  return {embedding_table("wte", {shape_.vocab, shape_.width}),
-          embedding_table("wpe", {shape_.context, shape_.width})};
+  return {layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
+          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)};
 }
 
 Shape Embedding::output_shape(const Shape& input) const {
@@ -225,16 +203,16 @@ Block::Block(std::size_t index, const GptShape& shape,
       kInitStd / static_cast<float>(std::sqrt(2.0 * static_cast<double>(shape.layers)));
   const auto linear = [&](const layers::Linear& l, float std_dev) {
     auto specs = l.parameters();
-    specs[0] = normal(specs[0].name, specs[0].shape, std_dev);
+    specs[0] = layers::matrix_parameter(specs[0].name, specs[0].shape, std_dev);
     specs_.insert(specs_.end(), specs.begin(), specs.end());
   };
   const std::size_t c = shape.width;
-  specs_.push_back(filled(prefix_ + "ln_1.weight", c, ParamInit::ones));
-  specs_.push_back(filled(prefix_ + "ln_1.bias", c, ParamInit::zeros));
+  specs_.push_back(layers::norm_parameter(prefix_ + "ln_1.weight", c, ParamInit::ones));
+  specs_.push_back(layers::norm_parameter(prefix_ + "ln_1.bias", c, ParamInit::zeros));
   linear(qkv_, kInitStd);
   linear(attn_proj_, residual_std);
-  specs_.push_back(filled(prefix_ + "ln_2.weight", c, ParamInit::ones));
-  specs_.push_back(filled(prefix_ + "ln_2.bias", c, ParamInit::zeros));
+  specs_.push_back(layers::norm_parameter(prefix_ + "ln_2.weight", c, ParamInit::ones));
+  specs_.push_back(layers::norm_parameter(prefix_ + "ln_2.bias", c, ParamInit::zeros));
   linear(fc_, kInitStd);
   linear(mlp_proj_, residual_std);
   TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
@@ -334,8 +312,8 @@ FinalNorm::FinalNorm(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> FinalNorm::parameters() const {
-  return {filled("ln_f.weight", shape_.width, ParamInit::ones),
-          filled("ln_f.bias", shape_.width, ParamInit::zeros)};
+  return {layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
+          layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)};
 }
 
 Tensor FinalNorm::forward(const Tensor& input, std::span<const BufferView> params,
@@ -369,7 +347,8 @@ Head::Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> 
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Head::parameters() const {
-  ParamSpec weight = normal("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd);
+  ParamSpec weight =
+      layers::matrix_parameter("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd);
   if (shape_.tie_embeddings) weight.tied_to = "wte";
   return {weight};
 }
