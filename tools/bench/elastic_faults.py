@@ -34,8 +34,9 @@ what is there after it, and shm-full fills only its own. Needs root.
 
 What a run must show, each read from what it produced (a run without metrics fails):
   finished  exit 0 from every launcher that was not struck, within the hang bound; the metrics
-            file's steps without gaps, no step recorded twice (a record with "redone": true is
-            not counted), every epoch's samples equal to the undisturbed run's, one evaluation
+            file's steps without gaps, no step recorded twice (a second record of a step must
+            carry "redone": true, and it replaces the first: an epoch's samples are summed over
+            each step's last record), every epoch's samples equal to the undisturbed run's, one evaluation
             per epoch as there, nothing recorded after the final evaluation, the final test
             accuracy within --accuracy-tolerance points of the undisturbed run's; nothing left
             in /dev/shm.
@@ -556,7 +557,18 @@ class Run:
                 for line in f:
                     if line.endswith("\n"):
                         records.append(json.loads(line))
-        steps = [r for r in records if "loss" in r and not r.get("redone")]
+        # A step trained again after a recovery gets a second record marked "redone", which
+        # replaces the first (docs/training.md, metrics_file): count each step's last record.
+        # A second record without the mark is a step recorded twice.
+        last_of_step = {}
+        repeated = 0
+        for r in records:
+            if "loss" not in r:
+                continue
+            if r["step"] in last_of_step and not r.get("redone"):
+                repeated += 1
+            last_of_step[r["step"]] = r
+        steps = list(last_of_step.values())
         evals = [r for r in records if "test_accuracy" in r]
         numbers = [r["step"] for r in steps]
         samples = {}
@@ -577,7 +589,7 @@ class Run:
             "exits": {entry[0]: entry[1].returncode for entry in self.launchers},
             "hung": hung, "timeout": self.timeout, "seconds": round(seconds, 1),
             "steps": len(numbers), "last_step": max(numbers, default=None),
-            "repeated": len(numbers) - len(set(numbers)),
+            "repeated": repeated,
             "gaps": len(set(range(1, max(numbers, default=0) + 1)) - set(numbers)),
             "redone": sum(int(m.group(5)) - int(m.group(6)) for m in generations
                           if m.group(5) is not None),
