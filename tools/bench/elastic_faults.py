@@ -36,10 +36,10 @@ What a run must show, each read from what it produced (a run without metrics fai
   finished  exit 0 from every launcher that was not struck, within the hang bound; the metrics
             file's steps without gaps, no step recorded twice (a second record of a step must
             carry "redone": true, and it replaces the first: an epoch's samples are summed over
-            each step's last record), every epoch's samples equal to the undisturbed run's, one evaluation
-            per epoch as there, nothing recorded after the final evaluation, the final test
-            accuracy within --accuracy-tolerance points of the undisturbed run's; nothing left
-            in /dev/shm.
+            each step's last record), every epoch's samples equal to the undisturbed run's, one
+            evaluation per epoch as there, nothing recorded after the final evaluation, the final
+            test accuracy within --accuracy-tolerance points of the undisturbed run's; nothing
+            left in /dev/shm.
   stopped   (the store and shm-full cells may end so instead) a non-zero exit within the bound,
             a message naming `--resume` and a checkpoint folder that exists; nothing left in
             /dev/shm. store-kill-tcp kills the launcher itself: there, every process of the job
