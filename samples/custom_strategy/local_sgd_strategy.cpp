@@ -39,28 +39,38 @@ void LocalSgdStrategy::setup(const tessera::StrategySetup& setup) {
 
   // The core's initialisation is a pure function of (seed, parameter, element), so every
   // replica starts from the same bits without a broadcast.
+  // One view per ParamSpec; a tied one (ParamSpec::tied_to) is its owner's parameter, which
+  // layout_.layer_params names, initialised by its owner alone.
   layer_params_.assign(setup.model->layer_count(), {});
   layer_grads_.assign(setup.model->layer_count(), {});
-  for (std::size_t index = 0; index < layout_.params.size(); ++index) {
-    const auto& flat = layout_.params[index];
-    const auto specs = setup.model->layer(flat.layer).parameters();
-    const auto& spec = specs.at(layer_params_[flat.layer].size());
-    const auto param = params_.as<float>().subspan(flat.offset, flat.count);
-    const auto grad = grads_.as<float>().subspan(flat.offset, flat.count);
-    tessera::initialize_parameter(spec, setup.seed, index, param);
-    layer_params_[flat.layer].push_back(tessera::view_of(param));
-    layer_grads_[flat.layer].push_back(tessera::view_of(grad));
+  for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
+    const auto specs = setup.model->layer(l).parameters();
+    for (std::size_t s = 0; s < specs.size(); ++s) {
+      const std::size_t index = layout_.layer_params[l][s];
+      const auto& flat = layout_.params[index];
+      const auto param = params_.as<float>().subspan(flat.offset, flat.count);
+      const auto grad = grads_.as<float>().subspan(flat.offset, flat.count);
+      if (!layout_.borrowed(l, s))
+        tessera::initialize_parameter(specs[s], setup.seed, index, param);
+      layer_params_[l].push_back(tessera::view_of(param));
+      layer_grads_[l].push_back(tessera::view_of(grad));
+    }
   }
+  ties_ = tessera::TiedGradients(layout_, tessera::Device::cpu());
 }
 
-tessera::LayerHooks LocalSgdStrategy::hooks() const {
+tessera::LayerHooks LocalSgdStrategy::hooks() {
   tessera::LayerHooks hooks;
   hooks.before_layer = [this](std::size_t l, tessera::LayerPass) { return layer_params_[l]; };
-  hooks.gradients = [this](std::size_t l) { return layer_grads_[l]; };
+  hooks.gradients = [this](std::size_t l) {
+    auto grads = layer_grads_[l];
+    ties_.prepare(l, grads);
+    return grads;
+  };
   return hooks;
 }
 
-Tensor LocalSgdStrategy::forward(const Tensor& inputs) const {
+Tensor LocalSgdStrategy::forward(const Tensor& inputs) {
   const auto layers = tessera::model_layers(*setup_.model);
   return tessera::evaluate_layers({layers, 0, layers.size()}, inputs, hooks());
 }

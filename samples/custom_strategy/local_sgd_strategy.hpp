@@ -13,6 +13,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 #include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace acme {
@@ -48,9 +49,9 @@ class LocalSgdStrategy final : public tessera::Strategy {
   // the given weight. Returns the summed loss and the correct count.
   tessera::PassTotals forward_backward(const tessera::Tensor& inputs,
                                        const tessera::Tensor& targets, float weight);
-  tessera::Tensor forward(const tessera::Tensor& inputs) const;
+  tessera::Tensor forward(const tessera::Tensor& inputs);
   // The layer runner's view of params_ and grads_.
-  [[nodiscard]] tessera::LayerHooks hooks() const;
+  [[nodiscard]] tessera::LayerHooks hooks();
   void average(const tessera::Tensor& values);
 
   std::int64_t sync_every_;
@@ -65,6 +66,8 @@ class LocalSgdStrategy final : public tessera::Strategy {
   // Views of params_ and grads_, one list per layer, in ParamSpec order.
   std::vector<std::vector<tessera::BufferView>> layer_params_;
   std::vector<std::vector<tessera::BufferView>> layer_grads_;
+  // Tied parameters (ParamSpec::tied_to): their users' gradient contributions summed.
+  tessera::TiedGradients ties_;
   std::int64_t steps_since_average_ = 0;
 };
 

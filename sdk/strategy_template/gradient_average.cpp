@@ -32,25 +32,36 @@ void GradientAverage::setup(const tessera::StrategySetup& setup) {
       Tensor({layout_.total * setup.optimizer->state_per_param()}, tessera::DType::f32, allocator);
 
   // Initialisation is a pure function of (seed, parameter, element): every rank, and every
-  // strategy, starts from the same bits.
+  // strategy, starts from the same bits. Each layer gets one view per ParamSpec; a tied one
+  // (ParamSpec::tied_to, GPT-2's head using wte) is its owner's parameter, which
+  // layout_.layer_params names, and is initialised by its owner alone.
   layer_params_.assign(setup.model->layer_count(), {});
   layer_grads_.assign(setup.model->layer_count(), {});
-  for (std::size_t index = 0; index < layout_.params.size(); ++index) {
-    const auto& flat = layout_.params[index];
-    const auto specs = setup.model->layer(flat.layer).parameters();
-    const auto& spec = specs.at(layer_params_[flat.layer].size());
-    const auto param = params_.as<float>().subspan(flat.offset, flat.count);
-    tessera::initialize_parameter(spec, setup.seed, index, param);
-    layer_params_[flat.layer].push_back(tessera::view_of(param));
-    layer_grads_[flat.layer].push_back(
-        tessera::view_of(grads_.as<float>().subspan(flat.offset, flat.count)));
+  for (std::size_t l = 0; l < setup.model->layer_count(); ++l) {
+    const auto specs = setup.model->layer(l).parameters();
+    for (std::size_t s = 0; s < specs.size(); ++s) {
+      const std::size_t index = layout_.layer_params[l][s];
+      const auto& flat = layout_.params[index];
+      const auto param = params_.as<float>().subspan(flat.offset, flat.count);
+      if (!layout_.borrowed(l, s))
+        tessera::initialize_parameter(specs[s], setup.seed, index, param);
+      layer_params_[l].push_back(tessera::view_of(param));
+      layer_grads_[l].push_back(
+          tessera::view_of(grads_.as<float>().subspan(flat.offset, flat.count)));
+    }
   }
+  // The borrowers' gradients are collected apart and added into the owner's before its backward.
+  ties_ = tessera::TiedGradients(layout_, tessera::Device::cpu());
 }
 
-tessera::LayerHooks GradientAverage::hooks() const {
+tessera::LayerHooks GradientAverage::hooks() {
   tessera::LayerHooks hooks;
   hooks.before_layer = [this](std::size_t l, tessera::LayerPass) { return layer_params_[l]; };
-  hooks.gradients = [this](std::size_t l) { return layer_grads_[l]; };
+  hooks.gradients = [this](std::size_t l) {
+    auto grads = layer_grads_[l];
+    ties_.prepare(l, grads);
+    return grads;
+  };
   return hooks;
 }
 

@@ -15,6 +15,7 @@
 #include "tessera/strategy_kit/flat_state.hpp"
 #include "tessera/strategy_kit/layer_runner.hpp"
 #include "tessera/strategy_kit/micro_batches.hpp"
+#include "tessera/strategy_kit/tied_gradients.hpp"
 #include "tessera/strategy_kit/weight_decay.hpp"
 
 namespace my_plugin {
@@ -45,7 +46,7 @@ class GradientAverage final : public tessera::Strategy {
   [[nodiscard]] tessera::MemoryReport memory_report() const override;
 
  private:
-  [[nodiscard]] tessera::LayerHooks hooks() const;
+  [[nodiscard]] tessera::LayerHooks hooks();
 
   tessera::StrategySetup setup_;
   tessera::FlatLayout layout_;
@@ -58,6 +59,8 @@ class GradientAverage final : public tessera::Strategy {
   // Views of params_ and grads_, one list per layer, in ParamSpec order.
   std::vector<std::vector<tessera::BufferView>> layer_params_;
   std::vector<std::vector<tessera::BufferView>> layer_grads_;
+  // Tied parameters (ParamSpec::tied_to): their users' gradient contributions summed.
+  tessera::TiedGradients ties_;
 };
 
 }  // namespace my_plugin

@@ -239,6 +239,23 @@ strategy_template_builds_out_of_tree_and_trains)
   holds "$ddp" "$ours" "(a - b) ^ 2 < 1e-10" || fail "gradient_average gives test loss $ours, ddp $ddp"
   accuracy=$(json_number "$scratch/gradient_average.json" test_accuracy)
   holds "$accuracy" 0 "a > 0.6" || fail "gradient_average reached only $accuracy"
+  # A model with a tied parameter (the gpt head uses wte): one parameter, its two gradient
+  # contributions summed, as ddp does; random token windows of the synthetic data set.
+  gpt=(--plugins.path="$plugins" --runtime.transport=local --runtime.world_size=2
+    --train.model=gpt --model.gpt.layers=1 --model.gpt.heads=2 --model.gpt.width=16
+    --model.gpt.context=8 --model.gpt.vocab=37 --train.dataset=synthetic
+    --dataset.synthetic.context=8 --dataset.synthetic.classes=37 --dataset.synthetic.samples=200
+    --dataset.synthetic.test_samples=40 --train.optimizer=adam --train.lr=0.01
+    --train.batch_size=16 --train.epochs=1 --train.progress=off)
+  for strategy in ddp gradient_average; do
+    run "$tessera" train "${gpt[@]}" --train.strategy=$strategy \
+      --summary "$scratch/gpt-$strategy.json" >"$scratch/gpt-$strategy.log" 2>&1 ||
+      { cat "$scratch/gpt-$strategy.log"; fail "training the tied gpt with $strategy"; }
+  done
+  ddp=$(json_number "$scratch/gpt-ddp.json" test_loss)
+  ours=$(json_number "$scratch/gpt-gradient_average.json" test_loss)
+  holds "$ddp" "$ours" "(a - b) ^ 2 < 1e-10" ||
+    fail "gradient_average gives the tied gpt test loss $ours, ddp $ddp"
   ;;
 
 local_sgd_builds_out_of_tree)
