@@ -346,7 +346,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=0, help="timed steps per run (default: 8 small, 3 large)")
     p.add_argument("--warmup", type=int, default=2, help="steps dropped at the start of each run")
-    p.add_argument("--head", choices=["untied", "tied"], default="untied",
+    p.add_argument("--head", choices=["untied", "tied"], default="tied",
                    help="tie the head to wte on the tessera and PyTorch sides (llm.c always ties)")
     p.add_argument("--tessera", default=str(REPO / "build/ci/bin/tessera"))
     p.add_argument("--llmc", help="an llm.c checkout or git directory (fetched snapshot); absent: skipped")
