@@ -111,7 +111,7 @@ TEST(SoftmaxCrossEntropy, FarBelowTheMaximumIsProbabilityZeroAndANanLogitMakesTh
   Tensor logits({2, 40}, DType::f32);
   auto z = logits.as<float>();
   for (std::size_t c = 0; c < 40; ++c) z[c] = z[40 + c] = -300.0F;
-  z[17] = 0.0F;              // row 0: one class holds all the mass; the others are e^-300 away
+  z[17] = 0.0F;                // row 0: one class holds all the mass; the others are e^-300 away
   z[40 + 33] = std::nanf("");  // row 1: a NaN must reach the loss (the trainer stops on it)
   const LossResult r = softmax_cross_entropy(logits, targets_of({17, 5}), 40, kSerial);
   const auto g = r.grad_logits.as<float>();

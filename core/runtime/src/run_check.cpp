@@ -96,7 +96,8 @@ std::shared_ptr<Interface> create_plugin(const Config& config, const PluginRegis
   const std::string plugin_section = std::string(plugin_kind_name(info.kind)) + "." + info.name;
   auto refuse = [&](const std::exception& e) {
     const std::string set = set_values(config, plugin_section);
-    return ConfigError(sources_lead(config, {plugin_section}) + "[" + plugin_section + "] refused its options: " + e.what() +
+    return ConfigError(sources_lead(config, {plugin_section}) + "[" + plugin_section +
+                       "] refused its options: " + e.what() +
                        (set.empty() ? " (all its options are defaults; selected by " +
                                           described(config, section, key) + ")"
                                     : " (values set: " + set + ")"));
@@ -122,7 +123,8 @@ void check_model_fits_data(const Config& config, const Model& model, const Datas
   std::string where = sources_lead(config, {data_section, model_section});
   if (where.empty()) where = lead(config, "train", "dataset");
   throw ConfigError(where + "the data set gives samples of " + describe(data.layout()) +
-                    ", the model takes " + describe(model.layout()) + "; make [" + model_section + "] and [" + data_section + "] agree" +
+                    ", the model takes " + describe(model.layout()) + "; make [" + model_section +
+                    "] and [" + data_section + "] agree" +
                     (set.empty() ? std::string() : " (values set: " + set + ")"));
 }
 

@@ -83,11 +83,10 @@ std::size_t positive(const Options& options, const char* key) {
 }  // namespace
 
 SyntheticDataset::SyntheticDataset(const Options& options)
-    : SyntheticDataset(SyntheticConfig{positive(options, "samples"),
-                                       positive(options, "test_samples"),
-                                       positive(options, "features"), positive(options, "classes"),
-                                       static_cast<std::uint64_t>(options.get_int("seed")),
-                                       positive(options, "context")}) {}
+    : SyntheticDataset(SyntheticConfig{
+          positive(options, "samples"), positive(options, "test_samples"),
+          positive(options, "features"), positive(options, "classes"),
+          static_cast<std::uint64_t>(options.get_int("seed")), positive(options, "context")}) {}
 
 SampleLayout SyntheticDataset::layout() const {
   if (context_ > 0) return {DType::i64, {context_}, {context_}, classes_};

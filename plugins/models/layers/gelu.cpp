@@ -60,8 +60,7 @@ void gelu_backward(std::span<Real> grad_input, std::span<const Real> grad_output
       const TanhTerms<Real> t = tanh_terms(gelu_tanh_inner(x));
       const Real inner_slope = static_cast<Real>(kGeluSqrt2OverPi) *
                                (Real(1) + Real(3) * static_cast<Real>(kGeluCubic) * x * x);
-      const Real slope =
-          Real(0.5) * t.one_plus + Real(0.5) * x * t.one_minus_square * inner_slope;
+      const Real slope = Real(0.5) * t.one_plus + Real(0.5) * x * t.one_minus_square * inner_slope;
       grad_input[i] += slope * grad_output[i];
     }
   });

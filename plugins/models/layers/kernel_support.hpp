@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -29,10 +29,10 @@ void require_size(const char* kernel, const char* what, std::span<T> values, std
 // e^x for x <= 0, within a few ulp of expf, as arithmetic the compiler vectorises (a call to
 // expf per element made the vocabulary's 50,257 exponentials per row the costliest part of a
 // GPT step; tanhf did the same to GELU). Vectorises only where the file is built with
-// -fno-trapping-math (plugins/models/CMakeLists.txt). x = n ln2 + r with |r| <= ln2 / 2; e^r by Cephes' degree-7 polynomial for expf; 2^n
-// put into the exponent bits. Rounding and 2^n use the 1.5 * 2^23 trick (n lands in the low
-// mantissa bits), so there is no float-to-int conversion: a NaN stays NaN, and below -87
-// (e^-87 is near the smallest normal float) the result is 0.
+// -fno-trapping-math (plugins/models/CMakeLists.txt). x = n ln2 + r with |r| <= ln2 / 2; e^r by
+// Cephes' degree-7 polynomial for expf; 2^n put into the exponent bits. Rounding and 2^n use
+// the 1.5 * 2^23 trick (n lands in the low mantissa bits), so there is no float-to-int conversion:
+// a NaN stays NaN, and below -87 (e^-87 is near the smallest normal float) the result is 0.
 inline float exp_nonpositive(float x) {
   constexpr float kLog2e = 1.44269504088896341F;
   constexpr float kLn2High = 0.693359375F;  // ln 2 split so that n * kLn2High is exact
@@ -50,8 +50,7 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1F;
   p = p * r + 5.0000001201e-1F;
   const float e_r = p * r * r + r + 1.0F;
-  const float two_to_n =
-      std::bit_cast<float>((std::bit_cast<std::uint32_t>(shifted) + 127U) << 23);
+  const float two_to_n = std::bit_cast<float>((std::bit_cast<std::uint32_t>(shifted) + 127U) << 23);
   return underflow ? 0.0F : e_r * two_to_n;
 }
 

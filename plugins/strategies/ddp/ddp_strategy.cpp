@@ -63,9 +63,9 @@ void DdpStrategy::setup(const StrategySetup& setup) {
       views.grads.push_back(grads_.view().slice(flat.offset, flat.count));
       if (layout_.borrowed(l, s)) continue;
       initialize_parameter(specs[s], setup.seed, index, values.subspan(flat.offset, flat.count));
-      views.sync_indices.push_back(sync_->add_parameter(
-          flat.name, params.subspan(flat.offset, flat.count), grads.subspan(flat.offset, flat.count),
-          specs[s].weight_decay));
+      views.sync_indices.push_back(
+          sync_->add_parameter(flat.name, params.subspan(flat.offset, flat.count),
+                               grads.subspan(flat.offset, flat.count), specs[s].weight_decay));
     }
     layers_.push_back(std::move(views));
   }

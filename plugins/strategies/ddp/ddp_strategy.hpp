@@ -66,7 +66,7 @@ class DdpStrategy final : public Strategy {
   FlatLayout layout_;
   Tensor params_;  // f32, flat, from the setup's allocator
   Tensor grads_;
-  bool grads_zero_ = false;  // the last step left grads_ zeroed, so the next need not
+  bool grads_zero_ = false;         // the last step left grads_ zeroed, so the next need not
   std::vector<LayerViews> layers_;  // a tied parameter's views are its owner's
   TiedGradients ties_;
   std::unique_ptr<GradientSynchronizer> sync_;
