@@ -35,10 +35,10 @@ import tempfile
 MIB = 2**20
 
 
-def parameters(layers, width, context, vocab):
+def layer_parameters(layers, width, context, vocab):
+    """Parameters of each of the model's layers in order: embedding, blocks, ln_f, lm_head."""
     block = 12 * width * width + 13 * width  # ln_1, c_attn, c_proj, ln_2, c_fc, mlp.c_proj
-    embedding = vocab * width + context * width
-    return embedding, block, 2 * width + vocab * width  # ln_f, lm_head (untied)
+    return [vocab * width + context * width] + [block] * layers + [2 * width, vocab * width]
 
 
 def activation_bytes(blocks, width, heads, vocab, tokens, with_head):
@@ -74,12 +74,11 @@ def main():
     args = parser.parse_args()
     shape = (28, 16, 1024, 64, 256)
     layers, heads, width, context, vocab = shape
-    embedding, block, head = parameters(layers, width, context, vocab)
-    total = embedding + layers * block + head
+    layer_params = layer_parameters(layers, width, context, vocab)
+    total = sum(layer_params)
     tokens = 2 * context  # batch 2 windows a rank
-    # The model's layers (embedding, blocks, ln_f, head) and hybrid's uniform partition into two
+    # Hybrid's uniform partition of the layers into two
     # stages: layer counts, the first stage one larger when they do not divide.
-    layer_params = [embedding] + [block] * layers + [2 * width, head - 2 * width]
     half = (len(layer_params) + 1) // 2
     stage_layers = [(0, half), (half, len(layer_params))]
     print(f"GPT: {layers} blocks, width {width}, {heads} heads, context {context}, vocab {vocab}: "
