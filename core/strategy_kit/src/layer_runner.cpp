@@ -82,11 +82,8 @@ Tensor evaluate_layers(const LayerRange& range, const Tensor& input, const Layer
   TESSERA_CHECK(static_cast<bool>(hooks.before_layer), "layer runner: before_layer is required");
   LayerContext context;
   context.set_input_gradient_needed(false);
-  bool first = true;
   return run_forward(range, input, hooks, batch_rows(input) > 0, [&](std::size_t) -> LayerContext& {
-    // What the previous layer saved goes before this one allocates.
-    if (!first) context.clear();
-    first = false;
+    context.clear();  // what the previous layer saved goes before this one allocates
     return context;
   });
 }
