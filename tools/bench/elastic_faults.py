@@ -83,6 +83,9 @@ WORKERS = 3
 # The cells that fail on main today, with what they do (issue 27's numbering). A glob over
 # FAULT/TRANSPORT/STRATEGY; remove a line once its fix is merged and the cell passes.
 KNOWN_BROKEN = {
+    "double/*/zero2": "item 2: a second death after the new world is adopted but before the copies' "
+                      "side channel is joined is not folded into a regroup: the survivor waits in "
+                      "shm connect_group for the dead rank (hung once of one run, 2026-11-28)",
     # Fixed and removed from here (2026-11-27, after the fixes of issue 27 were merged; each
     # passed its run over shm): double, kill-in-regroup, stop, joiner-killed, store-kill-etcd,
     # dup-job-id. 2026-11-28: shm-full (a lack of room stops the job naming the checkpoint),
