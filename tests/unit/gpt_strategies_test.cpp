@@ -26,6 +26,7 @@
 #include "adam/adam.hpp"
 #include "ddp_strategy.hpp"
 #include "ddp_test_support.hpp"
+#include "generated_text.hpp"
 #include "gpt/gpt_model.hpp"
 #include "hybrid_strategy.hpp"
 #include "tessera/base/error.hpp"
@@ -40,55 +41,8 @@
 namespace tessera {
 namespace {
 
-constexpr std::size_t kVocab = 29;  // a-z, space, '.', newline
-
-// Sentences drawn word by word from a small vocabulary with a fixed seed, as token ids: text
-// with structure a tiny transformer can learn. Windows of context + 1 tokens, one after another
-// (stride context); sample i's targets are its inputs shifted by one.
-class GeneratedText final : public Dataset {
- public:
-  GeneratedText(std::size_t context, std::size_t train, std::size_t test)
-      : context_(context), train_(train), test_(test) {
-    static const char* const kWords[] = {"the", "cat", "sat", "on",  "a",     "mat", "dog",
-                                         "ran", "to",  "big", "red", "house", "and", "slept"};
-    const std::size_t needed = (train + test) * context + 1;
-    std::uint64_t k = 0;
-    while (tokens_.size() < needed) {
-      const std::size_t words = 3 + counter_random(7, 0, k++) % 5;
-      for (std::size_t w = 0; w < words; ++w) {
-        if (w > 0) tokens_.push_back(26);
-        for (const char* c = kWords[counter_random(7, 1, k++) % 14]; *c != 0; ++c) {
-          tokens_.push_back(*c - 'a');
-        }
-      }
-      tokens_.push_back(27);
-      tokens_.push_back(28);
-    }
-  }
-  [[nodiscard]] std::size_t size(Split split) const noexcept override {
-    return split == Split::train ? train_ : test_;
-  }
-  [[nodiscard]] SampleLayout layout() const override {
-    return {DType::i64, {context_}, {context_}, kVocab};
-  }
-  [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
-    Batch batch{Tensor({indices.size(), context_}, DType::i64),
-                Tensor({indices.size(), context_}, DType::i64)};
-    const std::size_t first = split == Split::train ? 0 : train_;
-    for (std::size_t r = 0; r < indices.size(); ++r) {
-      const std::size_t start = (first + indices[r]) * context_;
-      for (std::size_t t = 0; t < context_; ++t) {
-        batch.inputs.as<std::int64_t>()[r * context_ + t] = tokens_[start + t];
-        batch.targets.as<std::int64_t>()[r * context_ + t] = tokens_[start + t + 1];
-      }
-    }
-    return batch;
-  }
-
- private:
-  std::size_t context_, train_, test_;
-  std::vector<std::int64_t> tokens_;
-};
+using testing::GeneratedText;
+using testing::kVocab;
 
 std::shared_ptr<Strategy> make_strategy(const std::string& name) {
   if (name == "hybrid_pp2") {  // two stages; over 4 ranks, two data-parallel replicas of them

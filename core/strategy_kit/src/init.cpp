@@ -6,6 +6,7 @@
 
 #include "tessera/base/error.hpp"
 #include "tessera/base/random.hpp"
+#include "tessera/strategy_kit/tensor_parallel.hpp"
 
 namespace tessera {
 namespace {
@@ -14,28 +15,13 @@ namespace {
 // whole parameter, so a slice initialises to the bits the whole parameter has there.
 class WholeIndex {
  public:
-  explicit WholeIndex(const ParamSpec& spec) {
-    if (spec.slice.whole()) return;
-    const ParamSlice& s = spec.slice;
-    const Shape& full = s.full_shape;
-    TESSERA_CHECK(
-        s.dim < full.size() && s.begin < s.end && s.end <= full[s.dim] &&
-            element_count(spec.shape) * full[s.dim] == element_count(full) * (s.end - s.begin),
-        "parameter " + spec.name + ": its slice does not fit its whole shape");
-    std::size_t inner = 1;
-    for (std::size_t d = s.dim + 1; d < full.size(); ++d) inner *= full[d];
-    run_ = (s.end - s.begin) * inner;
-    stride_ = full[s.dim] * inner;
-    start_ = s.begin * inner;
-  }
+  explicit WholeIndex(const ParamSpec& spec) : runs_(slice_runs(spec)) {}
   std::size_t operator()(std::size_t i) const noexcept {
-    return run_ == 0 ? i : (i / run_) * stride_ + start_ + i % run_;
+    return runs_.run == 0 ? i : runs_.whole_start(i / runs_.run) + i % runs_.run;
   }
 
  private:
-  std::size_t run_ = 0;  // 0: the whole parameter
-  std::size_t stride_ = 0;
-  std::size_t start_ = 0;
+  SliceRuns runs_;
 };
 
 void fill_uniform(std::uint64_t seed, std::size_t param_index, float bound, std::span<float> out,

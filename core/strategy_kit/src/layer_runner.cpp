@@ -52,6 +52,9 @@ Tensor run_forward(const LayerRange& range, const Tensor& input, const LayerHook
     const auto params = hooks.before_layer(l, LayerPass::forward);
     if (compute) {
       LayerContext& ctx = context(l);
+      // A pair layer sums inside itself; its backward finds the group in the same context.
+      if (range.tensor_parallel != nullptr)
+        ctx.set_tensor_group(range.tensor_parallel->group_sum_for(l));
       x = range.layers[l]->forward(x, params, ctx);
       if (range.tensor_parallel != nullptr) range.tensor_parallel->after_forward(l, x);
     }

@@ -13,33 +13,31 @@ void sum_in_place(Communicator& group, Tensor& tensor) {
   group.all_reduce(tensor.view(), ReduceOp::sum)->wait(group.timeout());
 }
 
-// The slice as runs of contiguous elements: `outer` runs of `run` elements, run k starting at
-// k * run in the slice and at k * stride + start in the whole parameter.
-struct SliceRuns {
-  std::size_t outer = 1;
-  std::size_t run = 0;
-  std::size_t stride = 0;
-  std::size_t start = 0;
-};
+}  // namespace
 
-SliceRuns runs_of(const ParamSpec& spec, std::size_t whole_size, std::size_t part_size) {
+SliceRuns slice_runs(const ParamSpec& spec) {
   const Shape& full = spec.full_shape();
-  TESSERA_CHECK(whole_size == element_count(full) && part_size == element_count(spec.shape),
-                spec.name + ": slice copy of " + std::to_string(part_size) + " of " +
-                    std::to_string(whole_size) + " elements does not match the parameter");
-  if (spec.slice.whole()) return {1, whole_size, whole_size, 0};
+  const std::size_t whole = element_count(full);
+  if (spec.slice.whole()) return {1, whole, 1, whole, 0, 0};
   const ParamSlice& s = spec.slice;
-  TESSERA_CHECK(s.dim < full.size() && s.begin < s.end && s.end <= full[s.dim],
-                spec.name + ": slice [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
-                    ") of dimension " + std::to_string(s.dim) + " is outside the parameter");
+  const bool fits = s.dim < full.size() && s.blocks >= 1 && full[s.dim] % s.blocks == 0 &&
+                    s.begin < s.end && s.end <= full[s.dim] / s.blocks;
+  if (!fits) {
+    throw InvalidArgument(spec.name + ": slice [" + std::to_string(s.begin) + ", " +
+                          std::to_string(s.end) + ") of each of " + std::to_string(s.blocks) +
+                          " parts of dimension " + std::to_string(s.dim) + " does not fit " +
+                          shape_text(full));
+  }
   std::size_t inner = 1;
   for (std::size_t d = s.dim + 1; d < full.size(); ++d) inner *= full[d];
   std::size_t outer = 1;
   for (std::size_t d = 0; d < s.dim; ++d) outer *= full[d];
-  return {outer, (s.end - s.begin) * inner, full[s.dim] * inner, s.begin * inner};
+  const std::size_t run = (s.end - s.begin) * inner;
+  TESSERA_CHECK(element_count(spec.shape) == outer * s.blocks * run,
+                spec.name + ": shape " + shape_text(spec.shape) + " is not its slice's");
+  return {outer * s.blocks, run, s.blocks, full[s.dim] * inner, (full[s.dim] / s.blocks) * inner,
+          s.begin * inner};
 }
-
-}  // namespace
 
 void all_reduce_column_input_gradient(Communicator& tensor_group, Tensor& grad_input) {
   sum_in_place(tensor_group, grad_input);
@@ -57,6 +55,11 @@ TensorParallelPlan::TensorParallelPlan(std::shared_ptr<Communicator> tensor_grou
   std::size_t opened_at = 0;
   for (std::size_t l = 0; l < roles_.size(); ++l) {
     const TensorParallelRole role = roles_[l];
+    if (role == TensorParallelRole::pair && open) {
+      throw InvalidArgument("tensor-parallel plan: layer " + std::to_string(l) +
+                            " holds its own pair but sits inside the pair opened by layer " +
+                            std::to_string(opened_at) + ", where its input is a slice");
+    }
     if (role == TensorParallelRole::column && open) {
       throw InvalidArgument("tensor-parallel plan: layer " + std::to_string(l) +
                             " is column-parallel inside the pair opened by layer " +
@@ -67,7 +70,9 @@ TensorParallelPlan::TensorParallelPlan(std::shared_ptr<Communicator> tensor_grou
                             " is row-parallel but no column-parallel layer before it opens a pair");
     }
     if (role == TensorParallelRole::column) opened_at = l;
-    if (role != TensorParallelRole::replicate) open = role == TensorParallelRole::column;
+    if (role == TensorParallelRole::column || role == TensorParallelRole::row) {
+      open = role == TensorParallelRole::column;
+    }
   }
   if (open) {
     throw InvalidArgument("tensor-parallel plan: the column-parallel layer " +
@@ -81,6 +86,14 @@ TensorParallelRole TensorParallelPlan::role(std::size_t layer) const {
   return roles_[layer];
 }
 
+void TensorParallelPlan::sum(Tensor& partial) const {
+  sum_in_place(*group_, partial);
+}
+
+const TensorGroupSum* TensorParallelPlan::group_sum_for(std::size_t layer) const {
+  return role(layer) == TensorParallelRole::pair ? this : nullptr;
+}
+
 void TensorParallelPlan::after_forward(std::size_t layer, Tensor& output) const {
   if (role(layer) == TensorParallelRole::row) all_reduce_row_output(*group_, output);
 }
@@ -91,21 +104,33 @@ void TensorParallelPlan::after_backward(std::size_t layer, Tensor& grad_input) c
   }
 }
 
+namespace {
+
+SliceRuns checked_runs(const ParamSpec& spec, std::size_t whole_size, std::size_t part_size) {
+  TESSERA_CHECK(
+      whole_size == element_count(spec.full_shape()) && part_size == element_count(spec.shape),
+      spec.name + ": slice copy of " + std::to_string(part_size) + " of " +
+          std::to_string(whole_size) + " elements does not match the parameter");
+  return slice_runs(spec);
+}
+
+}  // namespace
+
 void copy_slice_from_whole(const ParamSpec& spec, std::span<const float> whole,
                            std::span<float> part) {
-  const SliceRuns r = runs_of(spec, whole.size(), part.size());
-  for (std::size_t k = 0; k < r.outer; ++k) {
-    std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(k * r.stride + r.start), r.run,
+  const SliceRuns r = checked_runs(spec, whole.size(), part.size());
+  for (std::size_t k = 0; k < r.count; ++k) {
+    std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(r.whole_start(k)), r.run,
                 part.begin() + static_cast<std::ptrdiff_t>(k * r.run));
   }
 }
 
 void copy_slice_into_whole(const ParamSpec& spec, std::span<const float> part,
                            std::span<float> whole) {
-  const SliceRuns r = runs_of(spec, whole.size(), part.size());
-  for (std::size_t k = 0; k < r.outer; ++k) {
+  const SliceRuns r = checked_runs(spec, whole.size(), part.size());
+  for (std::size_t k = 0; k < r.count; ++k) {
     std::copy_n(part.begin() + static_cast<std::ptrdiff_t>(k * r.run), r.run,
-                whole.begin() + static_cast<std::ptrdiff_t>(k * r.stride + r.start));
+                whole.begin() + static_cast<std::ptrdiff_t>(r.whole_start(k)));
   }
 }
 

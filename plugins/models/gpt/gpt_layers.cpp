@@ -82,7 +82,7 @@ Normed layer_norm(const Tensor& x, std::size_t rows, std::size_t width, std::spa
 }
 
 // A Linear's backward from the input its forward saw (the block keeps its own activations).
-Tensor linear_backward(const layers::Linear& linear, const Tensor& grad_output,
+Tensor linear_backward(const Layer& linear, const Tensor& grad_output,
                        const Tensor& saved_input, std::span<const BufferView> params,
                        std::span<const BufferView> grads) {
   LayerContext ctx;
@@ -90,7 +90,7 @@ Tensor linear_backward(const layers::Linear& linear, const Tensor& grad_output,
   return linear.backward(grad_output, params, grads, ctx);
 }
 
-Tensor linear_forward(const layers::Linear& linear, const Tensor& input,
+Tensor linear_forward(const Layer& linear, const Tensor& input,
                       std::span<const BufferView> params) {
   LayerContext unused;  // the block saves the input itself
   return linear.forward(input, params, unused);
@@ -195,13 +195,19 @@ Block::Block(std::size_t index, const GptShape& shape,
     : prefix_("h." + std::to_string(index) + "."),
       shape_(shape),
       compute_(std::move(compute)),
-      qkv_(prefix_ + "attn.c_attn", shape.width, 3 * shape.width, compute_),
-      attn_proj_(prefix_ + "attn.c_proj", shape.width, shape.width, compute_),
-      fc_(prefix_ + "mlp.c_fc", shape.width, 4 * shape.width, compute_),
-      mlp_proj_(prefix_ + "mlp.c_proj", 4 * shape.width, shape.width, compute_) {
+      heads_(shape.heads),
+      head_width_(shape.width / shape.heads),
+      qkv_(std::make_unique<layers::Linear>(prefix_ + "attn.c_attn", shape.width, 3 * shape.width,
+                                            compute_)),
+      attn_proj_(std::make_unique<layers::Linear>(prefix_ + "attn.c_proj", shape.width,
+                                                  shape.width, compute_)),
+      fc_(std::make_unique<layers::Linear>(prefix_ + "mlp.c_fc", shape.width, 4 * shape.width,
+                                           compute_)),
+      mlp_proj_(std::make_unique<layers::Linear>(prefix_ + "mlp.c_proj", 4 * shape.width,
+                                                 shape.width, compute_)) {
   const float residual_std =
       kInitStd / static_cast<float>(std::sqrt(2.0 * static_cast<double>(shape.layers)));
-  const auto linear = [&](const layers::Linear& l, float std_dev) {
+  const auto linear = [&](const Layer& l, float std_dev) {
     auto specs = l.parameters();
     specs[0] = layers::matrix_parameter(specs[0].name, specs[0].shape, std_dev);
     specs_.insert(specs_.end(), specs.begin(), specs.end());
@@ -209,13 +215,65 @@ Block::Block(std::size_t index, const GptShape& shape,
   const std::size_t c = shape.width;
   specs_.push_back(layers::norm_parameter(prefix_ + "ln_1.weight", c, ParamInit::ones));
   specs_.push_back(layers::norm_parameter(prefix_ + "ln_1.bias", c, ParamInit::zeros));
-  linear(qkv_, kInitStd);
-  linear(attn_proj_, residual_std);
+  linear(*qkv_, kInitStd);
+  linear(*attn_proj_, residual_std);
   specs_.push_back(layers::norm_parameter(prefix_ + "ln_2.weight", c, ParamInit::ones));
   specs_.push_back(layers::norm_parameter(prefix_ + "ln_2.bias", c, ParamInit::zeros));
-  linear(fc_, kInitStd);
-  linear(mlp_proj_, residual_std);
+  linear(*fc_, kInitStd);
+  linear(*mlp_proj_, residual_std);
   TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
+}
+
+Block::Block(const Block& whole, TensorSlice slice)
+    : prefix_(whole.prefix_),
+      shape_(whole.shape_),
+      compute_(whole.compute_),
+      head_width_(whole.head_width_),
+      specs_(whole.specs_),
+      sliced_(true) {
+  const auto [h0, h1] = slice.range_of(shape_.heads);
+  heads_ = h1 - h0;
+  const std::size_t c = shape_.width;
+  // c_attn: this rank's heads of each of Q, K and V, rows [Q_heads; K_heads; V_heads], which is
+  // the layout the attention reads. A Linear of that shape computes on them.
+  qkv_ = std::make_unique<layers::Linear>(prefix_ + "attn.c_attn", c, 3 * heads_ * head_width_,
+                                          compute_);
+  for (std::size_t i = kQkv; i < kQkv + 2; ++i) {
+    ParamSpec& spec = specs_[i];
+    spec.slice = {0, h0 * head_width_, h1 * head_width_, spec.shape, 3};
+    spec.shape[0] = 3 * heads_ * head_width_;
+  }
+  // The rest splits as a Linear does; with tp dividing the heads, attn.c_proj's input columns
+  // [c h0 / heads, c h1 / heads) are exactly the heads' channels.
+  const auto split = [&](const Layer& linear, TensorParallelRole role, std::size_t first_spec) {
+    std::unique_ptr<const Layer> part = linear.sliced(role, slice);
+    const auto part_specs = part->parameters();
+    for (std::size_t i = 0; i < part_specs.size(); ++i) {
+      specs_[first_spec + i].slice = part_specs[i].slice;
+      specs_[first_spec + i].shape = part_specs[i].shape;
+    }
+    return part;
+  };
+  attn_proj_ = split(*whole.attn_proj_, TensorParallelRole::row, kAttnProj);
+  fc_ = split(*whole.fc_, TensorParallelRole::column, kFc);
+  mlp_proj_ = split(*whole.mlp_proj_, TensorParallelRole::row, kMlpProj);
+}
+
+std::unique_ptr<Layer> Block::do_sliced(TensorParallelRole role, TensorSlice slice) const {
+  if (role != TensorParallelRole::pair) return nullptr;
+  TESSERA_CHECK(!sliced_, name() + ": is already a slice; slice the whole block");
+  const auto tp = static_cast<std::size_t>(slice.size);
+  if (shape_.heads % tp != 0 || (4 * shape_.width) % tp != 0) {
+    throw InvalidArgument(name() + ": a tensor size of " + std::to_string(tp) +
+                          " does not divide its " + std::to_string(shape_.heads) + " heads" +
+                          ((4 * shape_.width) % tp != 0
+                               ? " nor its " + std::to_string(4 * shape_.width) + " MLP features"
+                               : std::string()) +
+                          " (each tensor rank computes whole heads and an equal share of the "
+                          "MLP); use a tensor size that divides " +
+                          std::to_string(shape_.heads));
+  }
+  return std::unique_ptr<Layer>(new Block(*this, slice));
 }
 
 Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
@@ -227,20 +285,23 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
 
   Normed ln1 = layer_norm(input, rows, c, p(kLn1Weight), p(kLn1Bias), *compute_);
-  Tensor qkv = linear_forward(qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
-  Tensor attention({rows, c}, DType::f32);
-  Tensor lse({rows * shape_.heads}, DType::f32);
+  Tensor qkv = linear_forward(*qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
+  Tensor attention({rows, heads_ * head_width_}, DType::f32);
+  Tensor lse({rows * heads_}, DType::f32);
   layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
-                                          {seq.batch, seq.time, shape_.heads, c / shape_.heads},
-                                          *compute_);
+                                          {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  // Split over a tensor group, c_proj's product is this rank's part: the sum comes before the
+  // residual, so the residual is added once.
   Tensor mid =
-      as_sequence(linear_forward(attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
+      as_sequence(linear_forward(*attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
+  ctx.sum_over_tensor_group(mid);
   add_into(mid, input);
   Normed ln2 = layer_norm(mid, rows, c, p(kLn2Weight), p(kLn2Bias), *compute_);
-  Tensor fc = linear_forward(fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
+  Tensor fc = linear_forward(*fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
   Tensor gelu(fc.shape(), DType::f32);
   layers::gelu_forward<float>(gelu.as<float>(), values(fc), *compute_);
-  Tensor out = as_sequence(linear_forward(mlp_proj_, gelu, params.subspan(kMlpProj, 2)), seq);
+  Tensor out = as_sequence(linear_forward(*mlp_proj_, gelu, params.subspan(kMlpProj, 2)), seq);
+  ctx.sum_over_tensor_group(out);
   add_into(out, mid);
 
   ctx.save(input.alias());
@@ -279,27 +340,31 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   std::memcpy(dx.view().data, grad_output.view().data, grad_output.bytes());
 
   // MLP branch: out = mid + mlp_proj(gelu(fc(ln_2(mid)))).
-  const Tensor grad_gelu = linear_backward(mlp_proj_, as_matrix(dx, rows, c), saved(kGelu),
+  const Tensor grad_gelu = linear_backward(*mlp_proj_, as_matrix(dx, rows, c), saved(kGelu),
                                            params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
   Tensor grad_fc(saved(kFcOut).shape(), DType::f32);
   layers::gelu_backward<float>(grad_fc.as<float>(), values(grad_gelu), values(saved(kFcOut)),
                                *compute_);
-  const Tensor grad_ln2 = linear_backward(fc_, grad_fc, as_matrix(saved(kLn2), rows, c),
-                                          params.subspan(kFc, 2), grads.subspan(kFc, 2));
+  // Split, each rank's c_fc gives its features' part of ln_2's output gradient: summed first,
+  // so ln_2's gradients and dx are the same on every tensor rank.
+  Tensor grad_ln2 = linear_backward(*fc_, grad_fc, as_matrix(saved(kLn2), rows, c),
+                                    params.subspan(kFc, 2), grads.subspan(kFc, 2));
+  ctx.sum_over_tensor_group(grad_ln2);
   layers::layer_norm_backward<float>(dx.as<float>(), g(kLn2Weight), g(kLn2Bias), values(grad_ln2),
                                      values(saved(kMid)), p(kLn2Weight), values(saved(kLn2Mean)),
                                      values(saved(kLn2Rstd)), rows, c, *compute_);
   // Attention branch: mid = input + attn_proj(attention(qkv(ln_1(input)))).
   const Tensor grad_attention =
-      linear_backward(attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
+      linear_backward(*attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
                       params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
   Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
   layers::causal_attention_backward<float>(
       grad_qkv.as<float>(), values(grad_attention), values(saved(kQkvOut)),
       values(saved(kAttention)), values(saved(kLogSumExp)),
-      {seq.batch, seq.time, shape_.heads, c / shape_.heads}, *compute_);
-  const Tensor grad_ln1 = linear_backward(qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
-                                          params.subspan(kQkv, 2), grads.subspan(kQkv, 2));
+      {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  Tensor grad_ln1 = linear_backward(*qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
+                                    params.subspan(kQkv, 2), grads.subspan(kQkv, 2));
+  ctx.sum_over_tensor_group(grad_ln1);
   layers::layer_norm_backward<float>(dx.as<float>(), g(kLn1Weight), g(kLn1Bias), values(grad_ln1),
                                      values(input), p(kLn1Weight), values(saved(kLn1Mean)),
                                      values(saved(kLn1Rstd)), rows, c, *compute_);

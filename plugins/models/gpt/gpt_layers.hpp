@@ -54,6 +54,15 @@ class Embedding final : public Layer {
 // of 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
 // ([3 width, width]: the rows of Q, K and V), attn.c_proj.{weight,bias}, ln_2.{weight,bias},
 // mlp.c_fc.{weight,bias} ([4 width, width]), mlp.c_proj.{weight,bias}.
+//
+// Tensor parallelism (role pair, Megatron's split of a transformer block): tensor rank r of tp
+// holds heads [h0, h1) (heads / tp of them): the rows of Q, K and V of those heads out of
+// c_attn (one ParamSlice of 3 blocks) and the matching input columns of attn.c_proj; and
+// features [f0, f1) of the 4 width MLP: rows of mlp.c_fc, input columns of mlp.c_proj. ln_1,
+// ln_2 and the two c_proj biases are whole on every rank. The partial outputs of both c_proj are
+// summed over the tensor group (LayerContext::sum_over_tensor_group) before the residual add,
+// which then happens once; in backward the partial input gradients of c_attn and c_fc are summed
+// before ln_1 and ln_2, so the norms' gradients are equal on every tensor rank.
 class Block final : public Layer {
  public:
   Block(std::size_t index, const GptShape& shape,
@@ -66,12 +75,24 @@ class Block final : public Layer {
   Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                   std::span<const BufferView> grads, LayerContext& ctx) const override;
 
+ protected:
+  // Role pair only (nullptr for column and row: a block's input and output are whole). Throws
+  // InvalidArgument when the tensor size does not divide the heads (a head is never split).
+  [[nodiscard]] std::unique_ptr<Layer> do_sliced(TensorParallelRole role,
+                                                 TensorSlice slice) const override;
+
  private:
+  Block(const Block& whole, TensorSlice slice);
+
   std::string prefix_;
   GptShape shape_;
   std::shared_ptr<const layers::ComputeContext> compute_;
-  layers::Linear qkv_, attn_proj_, fc_, mlp_proj_;
+  // What this rank computes with: all heads and 4 width MLP features, or its slice's.
+  std::size_t heads_ = 0;
+  std::size_t head_width_ = 0;
+  std::unique_ptr<const Layer> qkv_, attn_proj_, fc_, mlp_proj_;
   std::vector<ParamSpec> specs_;
+  bool sliced_ = false;
 };
 
 // The final layer norm: "ln_f.weight", "ln_f.bias" over the last dimension.

@@ -53,6 +53,7 @@ Linear::Linear(const Linear& whole, TensorParallelRole role, TensorSlice slice)
 }
 
 std::unique_ptr<Layer> Linear::do_sliced(TensorParallelRole role, TensorSlice slice) const {
+  if (role == TensorParallelRole::pair) return nullptr;  // one Linear is half a pair
   TESSERA_CHECK(!sliced_, name_ + ": is already a slice; slice the whole layer");
   const std::size_t extent = role == TensorParallelRole::column ? out_ : in_;
   if (static_cast<std::size_t>(slice.size) > extent) {

@@ -11,8 +11,15 @@ namespace tessera::hybrid {
 
 namespace {
 
-// The box a parameter (or its tensor-parallel slice) covers, all of its elements.
-StateSlice box_of(std::size_t layer, const ParamSpec& spec, std::size_t count) {
+// The boxes a parameter (or its tensor-parallel slice) covers, all of their elements: one, or
+// for a slice of several blocks (ParamSlice::blocks, the heads of Q, K and V) one per block,
+// which the slice holds one after the other. `offset` is where a box starts in the slice.
+struct Box {
+  StateSlice slice;
+  std::size_t offset = 0;
+};
+
+std::vector<Box> boxes_of(std::size_t layer, const ParamSpec& spec, std::size_t count) {
   const Shape& full = spec.full_shape();
   StateSlice slice;
   slice.layer = layer;
@@ -22,14 +29,25 @@ StateSlice box_of(std::size_t layer, const ParamSpec& spec, std::size_t count) {
     slice.dim = 0;
     slice.begin = 0;
     slice.end = full.empty() ? 1 : full[0];
-  } else {
-    slice.dim = spec.slice.dim;
-    slice.begin = spec.slice.begin;
-    slice.end = spec.slice.end;
+    slice.last = count;
+    return {{slice, 0}};
   }
-  slice.first = 0;
-  slice.last = count;
-  return slice;
+  const ParamSlice& s = spec.slice;
+  const SliceRuns runs = slice_runs(spec);
+  // Blocks lie one after the other in the slice only when nothing varies before `dim`.
+  TESSERA_CHECK(s.blocks == 1 || runs.count == s.blocks,
+                spec.name + ": a slice of several blocks must cut its leading dimension");
+  const std::size_t part = full[s.dim] / s.blocks;
+  const std::size_t per_box = count / s.blocks;
+  std::vector<Box> boxes;
+  for (std::size_t b = 0; b < s.blocks; ++b) {
+    slice.dim = s.dim;
+    slice.begin = b * part + s.begin;
+    slice.end = b * part + s.end;
+    slice.last = per_box;
+    boxes.push_back({slice, b * per_box});
+  }
+  return boxes;
 }
 
 }  // namespace
@@ -52,18 +70,21 @@ void HybridStrategy::save(CheckpointWriter& writer) {
   for (const auto& p : params_of_stage_) {
     // A copy of a tied parameter is written by the stage that owns it.
     if ((p.spec.slice.whole() && groups_->at.tensor != 0) || p.copy) continue;
-    StateSlice slice = box_of(p.layer, p.spec, p.count);
-    if (writes_params) writer.put_slice(slice, values.subspan(p.offset, p.count));
-    // The part of the parameter inside this rank's state shard, as elements of its box.
-    const std::size_t lo = std::max(begin, p.offset);
-    const std::size_t hi = std::min(end, p.offset + p.count);
-    if (lo >= hi) continue;
-    slice.kind = StateKind::optimizer_state;
-    slice.first = lo - p.offset;
-    slice.last = hi - p.offset;
-    for (std::size_t s = 0; s < slots; ++s) {
-      slice.slot = s;
-      writer.put_slice(slice, state.subspan(s * shard_size_ + lo - begin, hi - lo));
+    for (auto [slice, offset] : boxes_of(p.layer, p.spec, p.count)) {
+      const std::size_t at = p.offset + offset;
+      const std::size_t count = slice.elements();
+      if (writes_params) writer.put_slice(slice, values.subspan(at, count));
+      // The part of the box inside this rank's state shard, as elements of the box.
+      const std::size_t lo = std::max(begin, at);
+      const std::size_t hi = std::min(end, at + count);
+      if (lo >= hi) continue;
+      slice.kind = StateKind::optimizer_state;
+      slice.first = lo - at;
+      slice.last = hi - at;
+      for (std::size_t s = 0; s < slots; ++s) {
+        slice.slot = s;
+        writer.put_slice(slice, state.subspan(s * shard_size_ + lo - begin, hi - lo));
+      }
     }
   }
 }
@@ -79,22 +100,27 @@ void HybridStrategy::load(const CheckpointReader& reader) {
   const std::size_t begin = shard_begin();
   const std::size_t end = std::min(begin + shard_size_, local_count_);
   for (const auto& p : params_of_stage_) {
-    const StateSlice box = box_of(p.layer, p.spec, p.count);
     const ParamId id{p.layer, p.spec.name, p.spec.full_shape()};
-    const auto read = [&](StateKind kind, std::size_t slot, std::size_t first, std::size_t last,
-                          std::span<float> into) {
-      const auto part = slices.read_slice(id, kind, slot, box.dim, box.begin, box.end, first, last);
-      TESSERA_CHECK(part.size() == into.size(),
-                    "hybrid: slice of " + describe(id) + " read with the wrong size");
-      std::copy(part.begin(), part.end(), into.begin());
-    };
-    read(StateKind::parameter, 0, 0, p.count, values.subspan(p.offset, p.count));
-    const std::size_t lo = std::max(begin, p.offset);
-    const std::size_t hi = std::min(end, p.offset + p.count);
-    if (lo >= hi) continue;
-    for (std::size_t s = 0; s < slots; ++s) {
-      read(StateKind::optimizer_state, s, lo - p.offset, hi - p.offset,
-           state.subspan(s * shard_size_ + lo - begin, hi - lo));
+    for (const Box& b : boxes_of(p.layer, p.spec, p.count)) {
+      const StateSlice& box = b.slice;
+      const auto read = [&](StateKind kind, std::size_t slot, std::size_t first,
+                            std::size_t last, std::span<float> into) {
+        const auto part =
+            slices.read_slice(id, kind, slot, box.dim, box.begin, box.end, first, last);
+        TESSERA_CHECK(part.size() == into.size(),
+                      "hybrid: slice of " + describe(id) + " read with the wrong size");
+        std::copy(part.begin(), part.end(), into.begin());
+      };
+      const std::size_t at = p.offset + b.offset;
+      const std::size_t count = box.elements();
+      read(StateKind::parameter, 0, 0, count, values.subspan(at, count));
+      const std::size_t lo = std::max(begin, at);
+      const std::size_t hi = std::min(end, at + count);
+      if (lo >= hi) continue;
+      for (std::size_t s = 0; s < slots; ++s) {
+        read(StateKind::optimizer_state, s, lo - at, hi - at,
+             state.subspan(s * shard_size_ + lo - begin, hi - lo));
+      }
     }
   }
 }

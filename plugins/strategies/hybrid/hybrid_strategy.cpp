@@ -68,6 +68,33 @@ void HybridStrategy::reset() {
   state_ = Tensor();
 }
 
+namespace {
+
+// A tied parameter (GPT-2's wte and lm_head) is one storage that several layers use; a layer
+// that holds a slice of it would need its users to slice it alike, which nothing arranges yet.
+// Ties between replicated layers are fine: every tensor rank holds them whole.
+void refuse_split_ties(const FlatLayout& layout, const std::vector<TensorParallelRole>& roles,
+                       const Model& model, int tensor_parallel) {
+  for (std::size_t l = 0; l < roles.size(); ++l) {
+    if (roles[l] == TensorParallelRole::replicate) continue;
+    for (const std::size_t index : layout.layer_params[l]) {
+      bool tied = layout.params[index].layer != l;
+      for (std::size_t m = 0; m < layout.layer_params.size() && !tied; ++m) {
+        tied = m != l && std::count(layout.layer_params[m].begin(), layout.layer_params[m].end(),
+                                    index) > 0;
+      }
+      if (!tied) continue;
+      throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) +
+                        ": layer " + std::to_string(l) + " (" + model.layer(l).name() +
+                        ") would be split but shares a parameter with another layer "
+                        "(ParamSpec::tied_to), which tensor parallelism does not split; use "
+                        "tensor_parallel = 1 or untie the parameter");
+    }
+  }
+}
+
+}  // namespace
+
 void HybridStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
                 "hybrid: setup needs world, model and optimizer");
@@ -87,11 +114,10 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   stage_ = stages[static_cast<std::size_t>(at.pipeline)];
   roles_ = tensor_parallel_roles(model, mesh_->tensor_size());
   layout_ = FlatLayout::of(model);
-  if (mesh_->tensor_size() > 1 && layout_.has_ties()) {
-    throw ConfigError("[strategy.hybrid] tensor_parallel = " +
-                      std::to_string(mesh_->tensor_size()) + ": the model ties parameters " +
-                      "(ParamSpec::tied_to), which tensor parallelism does not split yet; use " +
-                      "tensor_parallel = 1");
+  refuse_split_ties(layout_, roles_, model, mesh_->tensor_size());
+  if (mesh_->tensor_size() > 1 && setup.world->rank() == 0) {
+    std::fprintf(stderr, "%s",
+                 describe_tensor_parallel_plan(model, roles_, mesh_->tensor_size()).c_str());
   }
 
   layers_ = model_layers(model);

@@ -1,6 +1,8 @@
 #include "model_split.hpp"
 
 #include <algorithm>
+#include <iomanip>
+#include <sstream>
 #include <limits>
 #include <memory>
 
@@ -92,6 +94,20 @@ std::vector<double> estimated_layer_costs(const Model& model) {
 
 namespace {
 
+std::string role_name(TensorParallelRole role) {
+  switch (role) {
+    case TensorParallelRole::column:
+      return "column-parallel";
+    case TensorParallelRole::row:
+      return "row-parallel";
+    case TensorParallelRole::pair:
+      return "as a column/row pair inside the layer";
+    case TensorParallelRole::replicate:
+      break;
+  }
+  return "replicated";
+}
+
 bool can_split(const Layer& layer, TensorParallelRole role) {
   return layer.sliced(role, {0, 1}) != nullptr;
 }
@@ -115,15 +131,13 @@ void check_divides(const Layer& layer, std::size_t index, TensorParallelRole rol
   }
   for (const auto& spec : slice->parameters()) {
     if (spec.slice.whole()) continue;
-    const std::size_t extent = spec.slice.full_shape.at(spec.slice.dim);
+    const std::size_t extent = spec.slice.full_shape.at(spec.slice.dim) / spec.slice.blocks;
     if (extent % static_cast<std::size_t>(tp) != 0) {
       throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tp) +
                         " does not divide the " + std::to_string(extent) + " " +
-                        (role == TensorParallelRole::column ? "output" : "input") +
-                        " features of layer " + std::to_string(index) + " (" + spec.name +
-                        "), which runs " + (role == TensorParallelRole::column ? "column" : "row") +
-                        "-parallel; use a tensor_parallel that divides every split layer's "
-                        "features");
+                        "features of layer " + std::to_string(index) + " (" + spec.name +
+                        ") that it splits, which runs " + role_name(role) +
+                        "; use a tensor_parallel that divides every split layer's features");
     }
   }
 }
@@ -142,11 +156,21 @@ std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int te
     shape = model.layer(l).output_shape(shape);
   }
   bool any = false;
+  for (std::size_t l = 0; l < n; ++l) {
+    if (!can_split(model.layer(l), TensorParallelRole::pair)) continue;
+    check_divides(model.layer(l), l, TensorParallelRole::pair, tensor_parallel);
+    roles[l] = TensorParallelRole::pair;
+    any = true;
+  }
   for (std::size_t i = 0; i < n; ++i) {
-    if (!can_split(model.layer(i), TensorParallelRole::column)) continue;
+    if (roles[i] != TensorParallelRole::replicate ||
+        !can_split(model.layer(i), TensorParallelRole::column))
+      continue;
     std::size_t j = i + 1;
     while (j < n && element_wise(model.layer(j), inputs[j])) ++j;
-    if (j >= n || !can_split(model.layer(j), TensorParallelRole::row)) continue;
+    if (j >= n || roles[j] != TensorParallelRole::replicate ||
+        !can_split(model.layer(j), TensorParallelRole::row))
+      continue;
     check_divides(model.layer(i), i, TensorParallelRole::column, tensor_parallel);
     check_divides(model.layer(j), j, TensorParallelRole::row, tensor_parallel);
     roles[i] = TensorParallelRole::column;
@@ -161,6 +185,45 @@ std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int te
                       "tensor_parallel = 1");
   }
   return roles;
+}
+
+namespace {
+
+std::size_t parameter_bytes(const Layer& layer) {
+  std::size_t bytes = 0;
+  for (const auto& spec : layer.parameters()) {
+    if (spec.tied_to.empty()) bytes += element_count(spec.shape) * sizeof(float);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string describe_tensor_parallel_plan(const Model& model,
+                                          std::span<const TensorParallelRole> roles,
+                                          int tensor_parallel) {
+  std::ostringstream text;
+  text << "hybrid: tensor-parallel plan over " << tensor_parallel << " tensor ranks\n";
+  text << "  layer  name                  split                                  "
+          "bytes per rank     whole\n";
+  std::size_t rank_total = 0;
+  std::size_t whole_total = 0;
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    const Layer& layer = model.layer(l);
+    const TensorParallelRole role = l < roles.size() ? roles[l] : TensorParallelRole::replicate;
+    const std::size_t whole = parameter_bytes(layer);
+    const std::size_t held = role == TensorParallelRole::replicate
+                                 ? whole
+                                 : parameter_bytes(*layer.sliced(role, {0, tensor_parallel}));
+    rank_total += held;
+    whole_total += whole;
+    text << "  " << std::setw(5) << l << "  " << std::left << std::setw(20) << layer.name()
+         << "  " << std::setw(37) << role_name(role) << std::right << "  " << std::setw(14)
+         << held << "  " << std::setw(8) << whole << "\n";
+  }
+  text << "  total" << std::string(62, ' ') << std::setw(14) << rank_total << "  " << std::setw(8)
+       << whole_total << "\n";
+  return text.str();
 }
 
 }  // namespace tessera::hybrid

@@ -39,13 +39,22 @@ struct StageRange {
 [[nodiscard]] std::vector<double> estimated_layer_costs(const Model& model);
 
 // Which layers run column- and row-parallel over a tensor group of `tensor_parallel` ranks:
-// scanning forward, a layer that can be split column-parallel (Layer::sliced), followed by
-// layers that cannot be split, hold no parameters and keep their input's shape (element-wise),
-// then a layer that can be split row-parallel, form a pair; every other layer is replicated.
-// All replicate for tensor_parallel = 1. Throws ConfigError naming [strategy.hybrid]
-// tensor_parallel when it is above 1 and the model has no such pair, or when it does not divide
-// the features a pair splits (each tensor rank must hold exactly 1/tp of them).
+// a layer that splits as a pair of its own (role pair: a GPT block) runs so; then, scanning
+// forward, a layer that can be split column-parallel (Layer::sliced), followed by layers that
+// cannot be split, hold no parameters and keep their input's shape (element-wise), then a layer
+// that can be split row-parallel, form a pair; every other layer is replicated. All replicate
+// for tensor_parallel = 1. Throws ConfigError naming [strategy.hybrid] tensor_parallel and the
+// layer when it is above 1 and the model has no such pair, or when it does not divide the
+// features (or heads) a split layer splits (each tensor rank must hold exactly 1/tp of them).
 [[nodiscard]] std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model,
                                                                     int tensor_parallel);
+
+// The tensor-parallel plan as a table a person reads at start-up: for each layer its index,
+// name, how it is split and the bytes of parameters one tensor rank holds of it (of the first
+// rank, which holds the most when a split is uneven) beside the whole layer's. Pure: the
+// same text on every rank.
+[[nodiscard]] std::string describe_tensor_parallel_plan(const Model& model,
+                                                        std::span<const TensorParallelRole> roles,
+                                                        int tensor_parallel);
 
 }  // namespace tessera::hybrid

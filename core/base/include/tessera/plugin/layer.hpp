@@ -18,11 +18,19 @@ enum class ParamInit : std::uint8_t { zeros, ones, kaiming_uniform, xavier_unifo
 // [begin, end) of dimension `dim` of full_shape, every index of the other dimensions. The
 // default (an empty full_shape) is the whole parameter. Checkpoints record it so that a slice
 // written at one tensor size can be read back at another.
+//
+// blocks > 1: dimension `dim` is `blocks` equal parts laid end to end (GPT-2's c_attn rows are
+// [Q; K; V]), and the slice takes [begin, end) of each part (begin and end count within one
+// part), the parts' pieces one after the other in the slice's `dim`. A rank's heads of Q, K and V
+// are one such slice: its rows [Q_heads; K_heads; V_heads] are what the attention expects.
+// Checkpoints hold a blocked slice as `blocks` ordinary boxes (one per part), so the format and
+// every reader stay those of blocks = 1.
 struct ParamSlice {
   std::size_t dim = 0;
   std::size_t begin = 0;
   std::size_t end = 0;
   Shape full_shape;
+  std::size_t blocks = 1;
 
   [[nodiscard]] bool whole() const noexcept { return full_shape.empty(); }
   friend bool operator==(const ParamSlice&, const ParamSlice&) = default;
@@ -66,7 +74,28 @@ struct ParamSpec {
 // after it takes that slice as input, holds the matching input columns of its weight and
 // produces a partial output that the tensor group sums. Layers between the two see the sliced
 // features and must be element-wise. replicate: the whole layer on every tensor rank.
-enum class TensorParallelRole : std::uint8_t { replicate, column, row };
+//
+// pair: the layer holds a column-parallel / row-parallel pair (or several) inside itself: a
+// transformer block, whose attention and MLP each open and close one, with the residual adds
+// and layer norms between them. Its input and output are whole on every tensor rank, so the
+// kit does nothing around it; the sums fall inside the layer (after each row-parallel product
+// in forward, before each layer norm in backward), and the layer asks for them through
+// LayerContext::sum_over_tensor_group. Why a role and a callback rather than two layers: a
+// block is one Layer so that every strategy treats it as one unit (zero3 gathers it whole, a
+// pipeline cuts between blocks), and the layer, which never holds a communicator, still has to
+// sum in the middle of its own computation.
+enum class TensorParallelRole : std::uint8_t { replicate, column, row, pair };
+
+// The tensor group's sum as a layer split with role pair sees it (the kit implements it over
+// the group's communicator: strategy_kit/tensor_parallel.hpp).
+class TensorGroupSum {
+ public:
+  virtual ~TensorGroupSum() = default;
+  // Replaces `partial` by its sum over the tensor group, in place; blocks until done. Every
+  // rank of the group must call it at the same point of the same layer (a collective), and
+  // all get the same bits. Errors: TransportError and Timeout from the group.
+  virtual void sum(Tensor& partial) const = 0;
+};
 
 // Rank `rank` of a tensor group of `size`. Extents split near-equally, the first ranks one
 // larger when `size` does not divide them (the micro-batch rule), so column and row slices of
@@ -93,16 +122,27 @@ class LayerContext {
   void set_input_gradient_needed(bool needed) noexcept { input_gradient_needed_ = needed; }
   [[nodiscard]] bool input_gradient_needed() const noexcept { return input_gradient_needed_; }
 
+  // The tensor group of a layer split with role pair; nullptr (the default) outside tensor
+  // parallelism. Not owned: the kit's plan, which outlives the step. Survives clear().
+  void set_tensor_group(const TensorGroupSum* group) noexcept { tensor_group_ = group; }
+  // Sums a partial result over the layer's tensor group; nothing without one (a whole layer's
+  // result is already the sum), so a layer runs one code path whole and split.
+  void sum_over_tensor_group(Tensor& partial) const {
+    if (tensor_group_ != nullptr) tensor_group_->sum(partial);
+  }
+
  private:
   std::vector<Tensor> saved_;
   bool input_gradient_needed_ = true;
+  const TensorGroupSum* tensor_group_ = nullptr;
 };
 
 // Layers are stateless apart from their configuration: parameters and gradients arrive as
 // views, one per ParamSpec in order, valid for the duration of the call. forward may keep an
 // alias() of its input in ctx, so the caller must not write into the input until backward of
 // that context has returned. Layers never communicate: the tensor-parallel sums around
-// column/row-parallel layers belong to the strategy kit (strategy_kit/tensor_parallel.hpp).
+// column/row-parallel layers belong to the strategy kit (strategy_kit/tensor_parallel.hpp), and a
+// layer split with role pair calls the sum the kit hands it in its context.
 // Thread-safety: forward/backward are const and may run concurrently with different contexts.
 class Layer {
  public:
@@ -117,9 +157,9 @@ class Layer {
   virtual Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                           std::span<const BufferView> grads, LayerContext& ctx) const = 0;
 
-  // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column or row):
-  // a new layer whose parameters() describe its slices (ParamSpec::slice) and which computes
-  // on them. nullptr: the layer cannot be split that way and runs whole on every tensor rank
+  // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column, row or
+  // pair): a new layer whose parameters() describe its slices (ParamSpec::slice) and which
+  // computes on them. nullptr: the layer cannot be split that way and runs whole on every tensor rank
   // (replicate). A row-parallel layer's output is a partial sum that the kit all-reduces in
   // place, so it must not keep its output in its context. The new layer may share resources
   // with this one (compute threads) but not its lifetime. Throws InvalidArgument for role

@@ -29,19 +29,27 @@ void all_reduce_column_input_gradient(Communicator& tensor_group, Tensor& grad_i
 void all_reduce_row_output(Communicator& tensor_group, Tensor& partial_output);
 
 // Which layers of a model run column- or row-parallel over one tensor group; the layer runner
-// (layer_runner.hpp) applies the sums after the layers that need them.
+// (layer_runner.hpp) applies the sums after the layers that need them, and hands a layer split
+// with role pair this plan as its TensorGroupSum (LayerContext::set_tensor_group).
 // Thread-safety: const methods may run concurrently only on different groups (a communicator
 // takes operations from one thread at a time).
-class TensorParallelPlan {
+class TensorParallelPlan final : public TensorGroupSum {
  public:
   // roles[l]: the role of model layer l. Throws InvalidArgument unless the roles form pairs: a
   // column-parallel layer, any replicated layers (element-wise, they see the sliced features),
-  // then a row-parallel layer, with no row-parallel layer outside such a pair.
+  // then a row-parallel layer, with no row-parallel layer outside such a pair and no pair layer
+  // inside one (its input must be whole).
   TensorParallelPlan(std::shared_ptr<Communicator> tensor_group,
                      std::vector<TensorParallelRole> roles);
 
   [[nodiscard]] TensorParallelRole role(std::size_t layer) const;
   [[nodiscard]] Communicator& group() const noexcept { return *group_; }
+
+  // The sum a pair layer calls inside its forward and backward (TensorGroupSum::sum).
+  void sum(Tensor& partial) const override;
+  // What LayerContext::set_tensor_group takes for `layer`: this plan for a pair layer, nullptr
+  // for any other (their sums are after_forward's and after_backward's).
+  [[nodiscard]] const TensorGroupSum* group_sum_for(std::size_t layer) const;
 
   // After layer `layer`'s forward: a row-parallel layer's partial output is summed.
   void after_forward(std::size_t layer, Tensor& output) const;
@@ -53,6 +61,25 @@ class TensorParallelPlan {
   std::shared_ptr<Communicator> group_;
   std::vector<TensorParallelRole> roles_;
 };
+
+// A slice (ParamSpec::slice, blocks included) as `count` runs of `run` contiguous elements: run
+// k is elements [k * run, (k + 1) * run) of the slice and starts at whole_start(k) in the whole
+// parameter (row-major over spec.full_shape()). A whole spec is one run. Throws InvalidArgument
+// when the slice does not fit its whole shape (an interval outside one part, a dimension whose
+// extent the blocks do not divide, a shape that is not the slice's).
+struct SliceRuns {
+  std::size_t count = 1;
+  std::size_t run = 0;
+  std::size_t blocks = 1;
+  std::size_t outer_stride = 0;  // whole elements from one index of the dims before `dim` to the next
+  std::size_t block_stride = 0;  // whole elements from one part of `dim` to the next
+  std::size_t start = 0;         // of run 0
+
+  [[nodiscard]] std::size_t whole_start(std::size_t k) const noexcept {
+    return (k / blocks) * outer_stride + (k % blocks) * block_stride + start;
+  }
+};
+[[nodiscard]] SliceRuns slice_runs(const ParamSpec& spec);
 
 // Copies the slice that `spec` describes out of `whole` (the whole parameter, row-major over
 // spec.full_shape()) into `part` (element_count(spec.shape) elements). For a whole spec this is

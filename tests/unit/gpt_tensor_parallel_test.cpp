@@ -1,0 +1,304 @@
+// The gpt model under hybrid with tensor parallelism (Megatron's split of a block: c_attn by
+// heads, attention local to them, c_proj row-parallel, the MLP column then row, the norms
+// whole), on shapes that are powers of nothing: 6 heads of 8 channels, 29 tokens, context 7.
+// - tp 2 and tp 3, tp 2 x pp 2 and tp 2 x dp 2 follow one rank of ddp step by step;
+// - each tensor rank holds exactly its share of the blocks' parameters, no more;
+// - a checkpoint written at tp 2 loads bitwise at tp 1, tp 3 and under ddp, and its parameters
+//   read whole (what `tessera checkpoint consolidate` writes) are in the natural [Q; K; V]
+//   layout, those of a ddp run of the same steps;
+// - a tensor size that does not divide the heads is refused naming the block, and the plan
+//   printed at start-up gives each layer's split and bytes per rank.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "adam/adam.hpp"
+#include "ddp_strategy.hpp"
+#include "ddp_test_support.hpp"
+#include "generated_text.hpp"
+#include "gpt/gpt_model.hpp"
+#include "hybrid_strategy.hpp"
+#include "tessera/base/error.hpp"
+#include "tessera/runtime/checkpoint.hpp"
+#include "tessera/runtime/trainer.hpp"
+#include "tessera/strategy_kit/param_checkpoint.hpp"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::GeneratedText;
+using testing::kVocab;
+
+constexpr std::size_t kWidth = 48;
+constexpr std::size_t kBlocks = 2;
+
+std::shared_ptr<const Model> six_head_gpt() {
+  return std::make_shared<gpt::GptModel>(gpt::GptConfig{{kBlocks, 6, kWidth, 7, kVocab}, 1});
+}
+
+// Of one block, the elements a tensor group splits: c_attn (3c x c and 3c), attn.c_proj's
+// weight (c x c), mlp.c_fc (4c x c and 4c), mlp.c_proj's weight (c x 4c). The norms and the
+// c_proj biases (6c) stay whole.
+constexpr std::size_t kSplitPerBlock = 12 * kWidth * kWidth + 7 * kWidth;
+
+std::shared_ptr<const Dataset> text() {
+  return std::make_shared<GeneratedText>(7, 101, 23);
+}
+
+// A hybrid mesh, or ddp when none.
+struct Parallelism {
+  int tensor = 1;
+  int pipeline = 1;
+};
+
+std::shared_ptr<Strategy> make_strategy(std::optional<Parallelism> mesh) {
+  if (!mesh) return std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{});
+  hybrid::HybridConfig config;
+  config.tensor_parallel = mesh->tensor;
+  config.pipeline_parallel = mesh->pipeline;
+  return std::make_shared<hybrid::HybridStrategy>(config);
+}
+
+TrainerOptions options(std::size_t batch, std::size_t micro_batches) {
+  TrainerOptions o;
+  o.epochs = 1;
+  o.batch_size = batch;
+  o.micro_batches = micro_batches;
+  o.max_grad_norm = 0.5;  // the norm every tensor and pipeline rank shares decides each update
+  o.schedule.base_lr = 0.01F;
+  o.seed = 11;
+  o.progress = ProgressMode::off;
+  return o;
+}
+
+using Inspect = std::function<void(Strategy& strategy, int rank)>;
+
+TrainResult train(std::optional<Parallelism> mesh, int ranks, const TrainerOptions& o,
+                  const Inspect& inspect = nullptr, bool resume = false) {
+  TrainResult result;
+  const auto model = six_head_gpt();
+  const auto data = text();
+  const auto optimizer = std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
+  testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
+    const auto strategy = make_strategy(mesh);
+    Trainer trainer(o, {world, model, optimizer, data, strategy, mesh ? "hybrid" : "ddp"});
+    auto r = trainer.run(resume);
+    if (inspect) inspect(*strategy, world->rank());
+    if (world->rank() == 0) result = std::move(r);
+  });
+  return result;
+}
+
+void expect_same_curve(const TrainResult& actual, const TrainResult& ddp, const std::string& what) {
+  ASSERT_EQ(actual.losses.size(), ddp.losses.size()) << what;
+  for (std::size_t s = 0; s < ddp.losses.size(); ++s) {
+    EXPECT_NEAR(actual.losses[s], ddp.losses[s], 1e-5 * ddp.losses[s]) << what << ", step " << s;
+  }
+  EXPECT_NEAR(actual.test_loss, ddp.test_loss, 1e-5 * ddp.test_loss) << what;
+}
+
+TEST(GptTensorParallel, TwoAndThreeTensorRanksFollowOneRankOfDdp) {
+  const auto o = options(16, 2);
+  const auto ddp = train(std::nullopt, 1, o);
+  ASSERT_EQ(ddp.losses.size(), 7U);  // ceil(101 / 16)
+  for (const int tp : {2, 3}) {
+    expect_same_curve(train(Parallelism{tp, 1}, tp, o), ddp, "tp " + std::to_string(tp));
+  }
+}
+
+TEST(GptTensorParallel, TwoTensorRanksTimesTwoPipelineStagesFollowOneRankOfDdp) {
+  const auto o = options(16, 2);
+  expect_same_curve(train(Parallelism{2, 2}, 4, o), train(std::nullopt, 1, o), "tp 2 x pp 2");
+}
+
+// Two data-parallel replicas of a tensor group of two, batch 8 each: ddp's batch of 16 in two
+// micro-batches.
+TEST(GptTensorParallel, TwoTensorRanksTimesTwoDataReplicasFollowOneRankOfDdp) {
+  const auto mesh = train(Parallelism{2, 1}, 4, options(8, 1));
+  expect_same_curve(mesh, train(std::nullopt, 1, options(16, 2)), "tp 2 x dp 2");
+}
+
+TEST(GptTensorParallel, EachTensorRankHoldsItsShareOfTheBlocksAndTheRestWhole) {
+  const std::size_t whole = FlatLayout::of(*six_head_gpt()).total;
+  for (const int tp : {2, 3}) {
+    const auto tensor = static_cast<std::size_t>(tp);
+    const std::size_t expected = whole - kBlocks * kSplitPerBlock + kBlocks * kSplitPerBlock / tensor;
+    auto o = options(16, 1);
+    o.max_steps = 1;
+    std::vector<std::size_t> held(tensor, 0);
+    std::vector<std::size_t> reported(tensor, 0);
+    std::mutex mutex;
+    train(Parallelism{tp, 1}, tp, o, [&](Strategy& strategy, int rank) {
+      auto& hybrid = dynamic_cast<hybrid::HybridStrategy&>(strategy);
+      std::size_t count = 0;
+      for (const auto& p : hybrid.held_parameters()) count += p.values.size();
+      const std::lock_guard lock(mutex);
+      held[static_cast<std::size_t>(rank)] = count;
+      reported[static_cast<std::size_t>(rank)] = hybrid.memory_report().parameter_bytes;
+    });
+    for (std::size_t r = 0; r < tensor; ++r) {
+      EXPECT_EQ(held[r], expected) << "tp " << tp << ", rank " << r;
+      EXPECT_EQ(reported[r], expected * sizeof(float)) << "tp " << tp << ", rank " << r;
+      EXPECT_LT(held[r], whole);
+    }
+  }
+}
+
+// The whole parameters of a strategy set up on `ranks` ranks and loaded from `checkpoint`, as
+// rank 0 has them (collective: hybrid assembles them from every rank).
+std::vector<float> loaded_parameters(std::optional<Parallelism> mesh, int ranks,
+                                     const fs::path& checkpoint) {
+  std::vector<float> whole;
+  testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
+    const auto strategy = make_strategy(mesh);
+    StrategySetup setup;
+    setup.world = world;
+    setup.model = six_head_gpt();
+    setup.optimizer = std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
+    strategy->setup(setup);
+    if (!checkpoint.empty()) strategy->load(FileCheckpointReader(checkpoint));
+    auto values = mesh ? dynamic_cast<hybrid::HybridStrategy&>(*strategy).gather_parameters()
+                       : dynamic_cast<ddp::DdpStrategy&>(*strategy).host_parameters();
+    if (world->rank() == 0) whole = std::move(values);
+  });
+  return whole;
+}
+
+class TensorParallelCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("tessera-gpt-tp-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Trains 4 steps under `mesh` on `ranks` ranks with a checkpoint at the end, in `folder`;
+  // returns the whole parameters at the end, as rank 0 of the run has them.
+  std::vector<float> train_four_steps(std::optional<Parallelism> mesh, int ranks,
+                                      const std::string& folder) {
+    auto o = options(16, 2);
+    o.max_steps = 4;
+    o.checkpoint_every = 4;
+    o.checkpoint_dir = root_ / folder;
+    std::vector<float> whole;
+    train(mesh, ranks, o, [&](Strategy& strategy, int rank) {
+      auto values = mesh ? dynamic_cast<hybrid::HybridStrategy&>(strategy).gather_parameters()
+                         : dynamic_cast<ddp::DdpStrategy&>(strategy).host_parameters();
+      if (rank == 0) whole = std::move(values);
+    });
+    return whole;
+  }
+
+  fs::path root_;
+};
+
+TEST_F(TensorParallelCheckpoint, WrittenAtTwoTensorRanksItLoadsBitwiseAtOneAndThreeAndUnderDdp) {
+  const auto trained = train_four_steps(Parallelism{2, 1}, 2, "tp2");
+  ASSERT_EQ(trained.size(), FlatLayout::of(*six_head_gpt()).total);
+  const auto checkpoint = latest_checkpoint(root_ / "tp2");
+  ASSERT_TRUE(checkpoint.has_value());
+  // Not the initial values: the comparison below would pass for a load that did nothing.
+  EXPECT_NE(loaded_parameters(Parallelism{3, 1}, 3, {}), trained);
+  EXPECT_EQ(loaded_parameters(Parallelism{3, 1}, 3, *checkpoint), trained) << "tp 3";
+  EXPECT_EQ(loaded_parameters(Parallelism{1, 1}, 1, *checkpoint), trained) << "tp 1";
+  EXPECT_EQ(loaded_parameters(Parallelism{2, 2}, 4, *checkpoint), trained) << "tp 2 x pp 2";
+  EXPECT_EQ(loaded_parameters(std::nullopt, 1, *checkpoint), trained) << "ddp";
+}
+
+TEST_F(TensorParallelCheckpoint, InitialisedAtTwoAndThreeTensorRanksTheModelHasDdpsBits) {
+  const auto ddp = loaded_parameters(std::nullopt, 1, {});
+  EXPECT_EQ(loaded_parameters(Parallelism{2, 1}, 2, {}), ddp) << "tp 2";
+  EXPECT_EQ(loaded_parameters(Parallelism{3, 1}, 3, {}), ddp) << "tp 3";
+}
+
+// Read whole from each checkpoint (SliceReader::read_slice over every slice, which is what
+// `tessera checkpoint consolidate` writes), every parameter of the tp 2 run equals the ddp run's
+// to float tolerance: c_attn's rows are Q, K, V of every head in the natural order, whatever
+// rank wrote them. A layout off by a head would differ by the size of the weights themselves
+// (N(0, 0.02) plus 4 Adam steps of 0.01); the tolerance is that of 4 steps of Adam on the K
+// bias, whose gradient is rounding noise (softmax ignores a shift common to a query's scores).
+TEST_F(TensorParallelCheckpoint, ReadWholeItHoldsTheNaturalQkvLayoutOfDdpsCheckpoint) {
+  (void)train_four_steps(Parallelism{2, 1}, 2, "tp2");
+  (void)train_four_steps(std::nullopt, 1, "ddp");
+  const FileCheckpointReader tp_reader(*latest_checkpoint(root_ / "tp2"));
+  const FileCheckpointReader ddp_reader(*latest_checkpoint(root_ / "ddp"));
+  const SliceReader tp(tp_reader);
+  const SliceReader ddp(ddp_reader);
+  ASSERT_EQ(tp.index().params.size(), ddp.index().params.size());
+  std::size_t compared_qkv = 0;
+  for (const auto& p : ddp.index().params) {
+    const std::size_t rows = p.shape.empty() ? 1 : p.shape[0];
+    const auto expected = ddp.read_slice(p, StateKind::parameter, 0, 0, 0, rows);
+    const auto actual = tp.read_slice(p, StateKind::parameter, 0, 0, 0, rows);
+    ASSERT_EQ(actual.size(), expected.size()) << describe(p);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(actual[i], expected[i], 1e-4) << describe(p) << ", element " << i;
+    }
+    if (p.name.find("c_attn") != std::string::npos) ++compared_qkv;
+  }
+  EXPECT_EQ(compared_qkv, 2 * kBlocks);  // weight and bias of each block
+}
+
+TEST(GptTensorParallel, ATensorSizeThatDoesNotDivideTheHeadsIsRefusedNamingTheBlock) {
+  hybrid::HybridConfig config;
+  config.tensor_parallel = 4;  // 6 heads
+  const hybrid::HybridStrategy strategy(config);
+  try {
+    (void)strategy.plan_data_parallel_size(*six_head_gpt(), 4);
+    FAIL() << "tensor_parallel = 4 was accepted for 6 heads";
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("[strategy.hybrid] tensor_parallel = 4 cannot split layer 1 "
+                           "(h.0.block)"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("does not divide its 6 heads"), std::string::npos) << message;
+    EXPECT_NE(message.find("use a tensor size that divides 6"), std::string::npos) << message;
+  }
+}
+
+// The line of `plan` that names `layer`.
+std::string line_of(const std::string& plan, const std::string& layer) {
+  const std::size_t at = plan.find("  " + layer + " ");
+  if (at == std::string::npos) return {};
+  return plan.substr(at, plan.find('\n', at) - at);
+}
+
+TEST(GptTensorParallel, ThePlanGivesEachLayersSplitAndItsBytesPerRank) {
+  const auto model = six_head_gpt();
+  const auto roles = hybrid::tensor_parallel_roles(*model, 2);
+  ASSERT_EQ(roles.size(), 2 + kBlocks + 1);
+  EXPECT_EQ(roles[0], TensorParallelRole::replicate);  // the embedding
+  EXPECT_EQ(roles[1], TensorParallelRole::pair);
+  EXPECT_EQ(roles[2], TensorParallelRole::pair);
+  EXPECT_EQ(roles[3], TensorParallelRole::replicate);  // ln_f
+  EXPECT_EQ(roles[4], TensorParallelRole::replicate);  // the head
+  const std::string plan = hybrid::describe_tensor_parallel_plan(*model, roles, 2);
+  const std::size_t block = 12 * kWidth * kWidth + 13 * kWidth;
+  const std::string per_rank = " " + std::to_string((block - kSplitPerBlock / 2) * sizeof(float));
+  const std::string whole = " " + std::to_string(block * sizeof(float));
+  for (const std::string name : {"h.0.block", "h.1.block"}) {
+    const std::string line = line_of(plan, name);
+    EXPECT_NE(line.find("as a column/row pair inside the layer" ), std::string::npos) << plan;
+    EXPECT_NE(line.find(per_rank + "  "), std::string::npos) << plan;
+    EXPECT_EQ(line.substr(line.size() - whole.size()), whole) << plan;
+  }
+  const std::string embedding = line_of(plan, "embedding");
+  const std::string table_bytes = " " + std::to_string((kVocab + 7) * kWidth * sizeof(float));
+  EXPECT_NE(embedding.find("replicated" + std::string(27, ' ')), std::string::npos) << plan;
+  EXPECT_NE(embedding.find(table_bytes + "  "), std::string::npos) << plan;
+}
+
+}  // namespace
+}  // namespace tessera
