@@ -131,7 +131,8 @@ TEST(GptTensorParallel, EachTensorRankHoldsItsShareOfTheBlocksAndTheRestWhole) {
   const std::size_t whole = FlatLayout::of(*six_head_gpt()).total;
   for (const int tp : {2, 3}) {
     const auto tensor = static_cast<std::size_t>(tp);
-    const std::size_t expected = whole - kBlocks * kSplitPerBlock + kBlocks * kSplitPerBlock / tensor;
+    const std::size_t expected =
+        whole - kBlocks * kSplitPerBlock + kBlocks * kSplitPerBlock / tensor;
     auto o = options(16, 1);
     o.max_steps = 1;
     std::vector<std::size_t> held(tensor, 0);
@@ -290,7 +291,7 @@ TEST(GptTensorParallel, ThePlanGivesEachLayersSplitAndItsBytesPerRank) {
   const std::string whole = " " + std::to_string(block * sizeof(float));
   for (const std::string name : {"h.0.block", "h.1.block"}) {
     const std::string line = line_of(plan, name);
-    EXPECT_NE(line.find("as a column/row pair inside the layer" ), std::string::npos) << plan;
+    EXPECT_NE(line.find("as a column/row pair inside the layer"), std::string::npos) << plan;
     EXPECT_NE(line.find(per_rank + "  "), std::string::npos) << plan;
     EXPECT_EQ(line.substr(line.size() - whole.size()), whole) << plan;
   }

@@ -1,6 +1,7 @@
 // Layers on slices and the tensor-parallel kit: a Linear split column- or row-parallel holds
-// and initialises exactly its slice, and an mlp whose middle Linear pair runs over a tensor
-// group of 2 (local transport) computes what the unsplit model computes.
+// and initialises exactly its slice (a blocked slice too: the heads of Q, K and V), an mlp whose
+// middle Linear pair runs over a tensor group of 2 (local transport) and a GPT whose blocks are
+// split by heads over 2 and 3 compute what the unsplit model computes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <mutex>
 
 #include "ddp_test_support.hpp"
+#include "gpt/gpt_model.hpp"
 #include "layer_test_support.hpp"
 #include "layers/activation.hpp"
 #include "layers/linear.hpp"
@@ -143,6 +145,55 @@ TEST(ParamSliceKit, InitialisesAndCopiesSlicesAsTheWholeParameterHasThem) {
   }
 }
 
+// GPT-2's c_attn bias of 2 heads of width 1 is [q0 q1 k0 k1 v0 v1]: tensor rank 1 of 2 holds
+// head 1 of each of Q, K and V, [q1 k1 v1], and rebuilds its place in the whole.
+TEST(ParamSliceKit, ABlockedSliceTakesTheSameIntervalOfEachPart) {
+  ParamSpec spec{"qkv.weight", {3, 2}, DType::f32, ParamInit::normal, 2, 6, {}};
+  spec.init_std = 0.02F;
+  spec.slice = {0, 1, 2, {6, 2}, 3};
+  const std::vector<float> whole{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  std::vector<float> part(6);
+  copy_slice_from_whole(spec, whole, part);
+  EXPECT_EQ(part, (std::vector<float>{2, 3, 6, 7, 10, 11}));
+  std::vector<float> rebuilt(12, -1.0F);
+  copy_slice_into_whole(spec, part, rebuilt);
+  EXPECT_EQ(rebuilt, (std::vector<float>{-1, -1, 2, 3, -1, -1, 6, 7, -1, -1, 10, 11}));
+
+  ParamSpec whole_spec = spec;
+  whole_spec.shape = {6, 2};
+  whole_spec.slice = {};
+  std::vector<float> initialised_whole(12);
+  std::vector<float> initialised_part(6);
+  initialize_parameter(whole_spec, 5, 2, initialised_whole);
+  initialize_parameter(spec, 5, 2, initialised_part);
+  copy_slice_from_whole(spec, initialised_whole, part);
+  EXPECT_EQ(std::memcmp(part.data(), initialised_part.data(), part.size() * sizeof(float)), 0);
+
+  const SliceRuns runs = slice_runs(spec);
+  EXPECT_EQ(runs.count, 3U);
+  EXPECT_EQ(runs.run, 2U);
+  EXPECT_EQ(runs.whole_start(2), 10U);
+}
+
+TEST(ParamSliceKit, ABlockedSliceOutsideOnePartIsRefused) {
+  ParamSpec spec{"qkv.bias", {4}, DType::f32, ParamInit::zeros, 1, 6, {}};
+  spec.slice = {0, 1, 3, {6}, 3};  // a part has 2 entries
+  EXPECT_THROW((void)slice_runs(spec), InvalidArgument);
+  spec.slice = {0, 0, 1, {7}, 3};  // 7 rows are not 3 equal parts
+  spec.shape = {3};
+  EXPECT_THROW((void)slice_runs(spec), InvalidArgument);
+}
+
+TEST(TensorParallelPlan, APairLayerStandsOutsideColumnRowPairsAndAloneGetsTheGroupSum) {
+  auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
+  const TensorParallelPlan plan(group, {Role::pair, Role::column, Role::row, Role::pair});
+  EXPECT_EQ(plan.group_sum_for(0), &plan);
+  EXPECT_EQ(plan.group_sum_for(1), nullptr);
+  EXPECT_EQ(plan.group_sum_for(2), nullptr);
+  EXPECT_EQ(plan.group_sum_for(3), &plan);
+  EXPECT_THROW(TensorParallelPlan(group, {Role::column, Role::pair, Role::row}), InvalidArgument);
+}
+
 TEST(TensorParallelPlan, RolesMustFormColumnThenRowPairs) {
   auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
   EXPECT_NO_THROW(TensorParallelPlan(
@@ -221,6 +272,66 @@ TEST(TensorParallelMlp, MiddleLinearPairOverTwoRanksMatchesTheUnsplitModel) {
     }
     for (std::size_t i = 0; i < reassembled.size(); ++i) {
       EXPECT_NEAR(reassembled[i], expected.grads[p][i], 1e-6F) << specs[0][p].name << " " << i;
+    }
+  }
+}
+
+// A GPT of 6 heads of 3 channels, its blocks split by heads (role pair) over 2 and 3 tensor
+// ranks: the logits and every gradient are the whole model's, and what every rank holds whole
+// (the norms, the c_proj biases, the embeddings and the head) gets the same gradient bits on
+// every rank, so it stays in step without a reduction.
+TEST(TensorParallelGpt, BlocksSplitByHeadsMatchTheWholeModelAndKeepWholeGradientsEqual) {
+  const gpt::GptModel model(gpt::GptConfig{{2, 6, 18, 5, 11, false}, 1});
+  const auto whole = whole_parameters(model, 3);
+  Tensor tokens({2, 5}, DType::i64);
+  Tensor targets({2, 5}, DType::i64);
+  for (std::size_t i = 0; i < 10; ++i) {
+    tokens.as<std::int64_t>()[i] = static_cast<std::int64_t>((7 * i + 3) % 11);
+    targets.as<std::int64_t>()[i] = static_cast<std::int64_t>((5 * i + 1) % 11);
+  }
+  const auto pass = [&](RankLayers& layers, const TensorParallelPlan* plan) {
+    std::vector<float> logits;
+    const LayerRange range{layers.layers, 0, layers.layers.size(), false, plan};
+    (void)run_layers(range, tokens, layers.hooks(), [&](Tensor out) {
+      logits = values_of(out);
+      return std::move(model.loss(out, targets).grad_logits);
+    });
+    return logits;
+  };
+  RankLayers unsplit(model, whole);
+  const auto expected_logits = pass(unsplit, nullptr);
+
+  std::vector<Role> roles(model.layer_count(), Role::replicate);
+  roles[1] = roles[2] = Role::pair;
+  for (const int tp : {2, 3}) {
+    const auto ranks = static_cast<std::size_t>(tp);
+    std::vector<std::vector<float>> logits(ranks);
+    std::vector<RankLayers> held;
+    held.reserve(ranks);
+    for (int r = 0; r < tp; ++r) held.emplace_back(model, whole, roles, TensorSlice{r, tp});
+    run_ranks(tp, [&](std::shared_ptr<Communicator> world) {
+      const auto rank = static_cast<std::size_t>(world->rank());
+      const TensorParallelPlan plan(world, roles);
+      logits[rank] = pass(held[rank], &plan);
+    });
+    for (std::size_t r = 0; r < ranks; ++r) {
+      ASSERT_EQ(logits[r].size(), expected_logits.size());
+      for (std::size_t i = 0; i < expected_logits.size(); ++i) {
+        EXPECT_NEAR(logits[r][i], expected_logits[i], 1e-5F) << "tp " << tp << ", logit " << i;
+      }
+    }
+    for (std::size_t p = 0; p < whole.size(); ++p) {
+      const std::string what = "tp " + std::to_string(tp) + ", " + held[0].specs[p].name;
+      std::vector<float> reassembled(whole[p].size(), std::nanf(""));
+      for (std::size_t r = 0; r < ranks; ++r) {
+        if (held[r].specs[p].slice.whole()) {
+          EXPECT_EQ(held[r].grads[p], held[0].grads[p]) << what;
+        }
+        copy_slice_into_whole(held[r].specs[p], held[r].grads[p], reassembled);
+      }
+      for (std::size_t i = 0; i < reassembled.size(); ++i) {
+        EXPECT_NEAR(reassembled[i], unsplit.grads[p][i], 1e-5F) << what << " " << i;
+      }
     }
   }
 }

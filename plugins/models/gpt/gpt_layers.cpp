@@ -82,9 +82,8 @@ Normed layer_norm(const Tensor& x, std::size_t rows, std::size_t width, std::spa
 }
 
 // A Linear's backward from the input its forward saw (the block keeps its own activations).
-Tensor linear_backward(const Layer& linear, const Tensor& grad_output,
-                       const Tensor& saved_input, std::span<const BufferView> params,
-                       std::span<const BufferView> grads) {
+Tensor linear_backward(const Layer& linear, const Tensor& grad_output, const Tensor& saved_input,
+                       std::span<const BufferView> params, std::span<const BufferView> grads) {
   LayerContext ctx;
   ctx.save(saved_input.alias());
   return linear.backward(grad_output, params, grads, ctx);
@@ -199,8 +198,8 @@ Block::Block(std::size_t index, const GptShape& shape,
       head_width_(shape.width / shape.heads),
       qkv_(std::make_unique<layers::Linear>(prefix_ + "attn.c_attn", shape.width, 3 * shape.width,
                                             compute_)),
-      attn_proj_(std::make_unique<layers::Linear>(prefix_ + "attn.c_proj", shape.width,
-                                                  shape.width, compute_)),
+      attn_proj_(std::make_unique<layers::Linear>(prefix_ + "attn.c_proj", shape.width, shape.width,
+                                                  compute_)),
       fc_(std::make_unique<layers::Linear>(prefix_ + "mlp.c_fc", shape.width, 4 * shape.width,
                                            compute_)),
       mlp_proj_(std::make_unique<layers::Linear>(prefix_ + "mlp.c_proj", 4 * shape.width,
@@ -358,10 +357,10 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
       linear_backward(*attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
                       params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
   Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
-  layers::causal_attention_backward<float>(
-      grad_qkv.as<float>(), values(grad_attention), values(saved(kQkvOut)),
-      values(saved(kAttention)), values(saved(kLogSumExp)),
-      {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  layers::causal_attention_backward<float>(grad_qkv.as<float>(), values(grad_attention),
+                                           values(saved(kQkvOut)), values(saved(kAttention)),
+                                           values(saved(kLogSumExp)),
+                                           {seq.batch, seq.time, heads_, head_width_}, *compute_);
   Tensor grad_ln1 = linear_backward(*qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
                                     params.subspan(kQkv, 2), grads.subspan(kQkv, 2));
   ctx.sum_over_tensor_group(grad_ln1);

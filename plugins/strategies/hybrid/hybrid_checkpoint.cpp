@@ -103,8 +103,8 @@ void HybridStrategy::load(const CheckpointReader& reader) {
     const ParamId id{p.layer, p.spec.name, p.spec.full_shape()};
     for (const Box& b : boxes_of(p.layer, p.spec, p.count)) {
       const StateSlice& box = b.slice;
-      const auto read = [&](StateKind kind, std::size_t slot, std::size_t first,
-                            std::size_t last, std::span<float> into) {
+      const auto read = [&](StateKind kind, std::size_t slot, std::size_t first, std::size_t last,
+                            std::span<float> into) {
         const auto part =
             slices.read_slice(id, kind, slot, box.dim, box.begin, box.end, first, last);
         TESSERA_CHECK(part.size() == into.size(),

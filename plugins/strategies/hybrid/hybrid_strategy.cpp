@@ -80,8 +80,8 @@ void refuse_split_ties(const FlatLayout& layout, const std::vector<TensorParalle
     for (const std::size_t index : layout.layer_params[l]) {
       bool tied = layout.params[index].layer != l;
       for (std::size_t m = 0; m < layout.layer_params.size() && !tied; ++m) {
-        tied = m != l && std::count(layout.layer_params[m].begin(), layout.layer_params[m].end(),
-                                    index) > 0;
+        tied = m != l &&
+               std::count(layout.layer_params[m].begin(), layout.layer_params[m].end(), index) > 0;
       }
       if (!tied) continue;
       throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) +

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <iomanip>
-#include <sstream>
 #include <limits>
 #include <memory>
+#include <sstream>
 
 #include "tessera/base/error.hpp"
 
@@ -96,14 +96,10 @@ namespace {
 
 std::string role_name(TensorParallelRole role) {
   switch (role) {
-    case TensorParallelRole::column:
-      return "column-parallel";
-    case TensorParallelRole::row:
-      return "row-parallel";
-    case TensorParallelRole::pair:
-      return "as a column/row pair inside the layer";
-    case TensorParallelRole::replicate:
-      break;
+    case TensorParallelRole::column: return "column-parallel";
+    case TensorParallelRole::row: return "row-parallel";
+    case TensorParallelRole::pair: return "as a column/row pair inside the layer";
+    case TensorParallelRole::replicate: break;
   }
   return "replicated";
 }
@@ -132,12 +128,14 @@ void check_divides(const Layer& layer, std::size_t index, TensorParallelRole rol
   for (const auto& spec : slice->parameters()) {
     if (spec.slice.whole()) continue;
     const std::size_t extent = spec.slice.full_shape.at(spec.slice.dim) / spec.slice.blocks;
+    // By role: what a split cuts of a Linear (its rows or its columns), or of a pair's part.
+    static const char* const features[] = {"", "output features", "input features", "features"};
     if (extent % static_cast<std::size_t>(tp) != 0) {
-      throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tp) +
-                        " does not divide the " + std::to_string(extent) + " " +
-                        "features of layer " + std::to_string(index) + " (" + spec.name +
-                        ") that it splits, which runs " + role_name(role) +
-                        "; use a tensor_parallel that divides every split layer's features");
+      throw ConfigError(
+          "[strategy.hybrid] tensor_parallel = " + std::to_string(tp) + " does not divide the " +
+          std::to_string(extent) + " " + features[static_cast<std::size_t>(role)] + " of layer " +
+          std::to_string(index) + " (" + spec.name + "), which runs " + role_name(role) +
+          "; use a tensor_parallel that divides every split layer's features");
     }
   }
 }
@@ -217,9 +215,9 @@ std::string describe_tensor_parallel_plan(const Model& model,
                                  : parameter_bytes(*layer.sliced(role, {0, tensor_parallel}));
     rank_total += held;
     whole_total += whole;
-    text << "  " << std::setw(5) << l << "  " << std::left << std::setw(20) << layer.name()
-         << "  " << std::setw(37) << role_name(role) << std::right << "  " << std::setw(14)
-         << held << "  " << std::setw(8) << whole << "\n";
+    text << "  " << std::setw(5) << l << "  " << std::left << std::setw(20) << layer.name() << "  "
+         << std::setw(37) << role_name(role) << std::right << "  " << std::setw(14) << held << "  "
+         << std::setw(8) << whole << "\n";
   }
   text << "  total" << std::string(62, ' ') << std::setw(14) << rank_total << "  " << std::setw(8)
        << whole_total << "\n";

@@ -159,10 +159,10 @@ class Layer {
 
   // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column, row or
   // pair): a new layer whose parameters() describe its slices (ParamSpec::slice) and which
-  // computes on them. nullptr: the layer cannot be split that way and runs whole on every tensor rank
-  // (replicate). A row-parallel layer's output is a partial sum that the kit all-reduces in
-  // place, so it must not keep its output in its context. The new layer may share resources
-  // with this one (compute threads) but not its lifetime. Throws InvalidArgument for role
+  // computes on them. nullptr: the layer cannot be split that way and runs whole on every
+  // tensor rank (replicate). A row-parallel layer's output is a partial sum that the kit
+  // all-reduces in place, so it must not keep its output in its context. The new layer may share
+  // resources with this one (compute threads) but not its lifetime. Throws InvalidArgument for role
   // replicate, a rank outside [0, size), or an extent smaller than the tensor size.
   [[nodiscard]] std::unique_ptr<Layer> sliced(TensorParallelRole role, TensorSlice slice) const;
 

@@ -71,8 +71,8 @@ struct SliceRuns {
   std::size_t count = 1;
   std::size_t run = 0;
   std::size_t blocks = 1;
-  std::size_t outer_stride = 0;  // whole elements from one index of the dims before `dim` to the next
-  std::size_t block_stride = 0;  // whole elements from one part of `dim` to the next
+  std::size_t outer_stride = 0;  // whole elements between indices of the dims before `dim`
+  std::size_t block_stride = 0;  // whole elements between parts of `dim`
   std::size_t start = 0;         // of run 0
 
   [[nodiscard]] std::size_t whole_start(std::size_t k) const noexcept {
