@@ -47,7 +47,8 @@ class GptCli : public ::testing::Test {
            "[model.gpt]\nlayers = 1\nheads = 2\nwidth = 16\ncontext = 12\n"
            "[dataset.text]\npath = story.tokens\ncontext = 12\n";
     ini.close();
-    const CliRun train = tessera("train --config gpt.ini " + flags);
+    train_ = tessera("train --config gpt.ini " + flags);
+    const CliRun& train = train_;
     ASSERT_EQ(train.exit_code, 0) << train.err;
     EXPECT_NE(train.out.find("perplexity"), std::string::npos) << train.out;
     EXPECT_NE(train.out.find("bits/byte"), std::string::npos) << train.out;
@@ -55,6 +56,7 @@ class GptCli : public ::testing::Test {
   }
 
   fs::path dir_;
+  CliRun train_;  // of prepare_and_train
 };
 
 TEST_F(GptCli, ATrainedModelContinuesAPromptTheSameWayForTheSameSeed) {
@@ -101,6 +103,36 @@ TEST_F(GptCli, TheTiedHeadIsOneCheckpointEntryCountedOnce) {
   ASSERT_EQ(consolidate.exit_code, 0) << consolidate.err;
   EXPECT_NE(consolidate.out.find("16 parameters of 7600 elements"), std::string::npos)
       << consolidate.out;
+}
+
+// Two ranks of hybrid with tensor_parallel = 2 (threads over `local`) split each block by heads;
+// rank 0 prints the plan; the checkpoint's c_attn rows, written as one box per rank and per Q, K
+// and V, consolidate into one rank's checkpoint that samples exactly as the original does.
+TEST_F(GptCli, ATensorParallelRunPrintsItsPlanAndItsCheckpointConsolidatesToTheSameModel) {
+  prepare_and_train(
+      "--train.strategy=hybrid --runtime.world_size=2 --strategy.hybrid.tensor_parallel=2");
+  EXPECT_NE(train_.err.find("hybrid: tensor-parallel plan over 2 tensor ranks"), std::string::npos)
+      << train_.err;
+  EXPECT_NE(train_.err.find("h.0.block             as a column/row pair inside the layer"),
+            std::string::npos)
+      << train_.err;
+  const CliRun inspect = tessera("checkpoint inspect checkpoints");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  // Rank 1's head of K (2 heads of 8 channels): rows [24, 32) of c_attn's [Q; K; V] 48.
+  EXPECT_NE(inspect.out.find("rank 1  values  dim 0 [24, 32) elements [0, 128)"), std::string::npos)
+      << inspect.out;
+  const CliRun consolidate = tessera("checkpoint consolidate checkpoints whole");
+  ASSERT_EQ(consolidate.exit_code, 0) << consolidate.err;
+  EXPECT_NE(consolidate.out.find("16 parameters of 7600 elements"), std::string::npos)
+      << consolidate.out;
+  const std::string sample =
+      "sample --config gpt.ini --prompt 'the dog ' --tokens 30 --temperature 0 ";
+  const CliRun original = tessera(sample + "--checkpoint checkpoints");
+  const CliRun consolidated = tessera(sample + "--checkpoint whole");
+  ASSERT_EQ(original.exit_code, 0) << original.err;
+  ASSERT_EQ(consolidated.exit_code, 0) << consolidated.err;
+  EXPECT_EQ(consolidated.out, original.out);
+  EXPECT_EQ(original.out.size(), std::string("the dog ").size() + 30 + 1) << original.out;
 }
 
 // A checkpoint of a head of its own (tie_embeddings = false) sampled with the tied model would

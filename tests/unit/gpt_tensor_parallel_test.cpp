@@ -1,11 +1,13 @@
 // The gpt model under hybrid with tensor parallelism (Megatron's split of a block: c_attn by
 // heads, attention local to them, c_proj row-parallel, the MLP column then row, the norms
 // whole), on shapes that are powers of nothing: 6 heads of 8 channels, 29 tokens, context 7.
-// - tp 2 and tp 3, tp 2 x pp 2 and tp 2 x dp 2 follow one rank of ddp step by step;
+// - tp 2 and tp 3, tp 2 x pp 2 (with recompute too) and tp 2 x dp 2 (with zero1 too) follow one
+//   rank of ddp step by step;
 // - each tensor rank holds exactly its share of the blocks' parameters, no more;
 // - a checkpoint written at tp 2 loads bitwise at tp 1, tp 3 and under ddp, and its parameters
 //   read whole (what `tessera checkpoint consolidate` writes) are in the natural [Q; K; V]
-//   layout, those of a ddp run of the same steps;
+//   layout, those of a ddp run of the same steps; sharded optimizer state (zero1) resumes
+//   across tensor sizes and ddp on ddp's curve;
 // - a tensor size that does not divide the heads is refused naming the block, and the plan
 //   printed at start-up gives each layer's split and bytes per rank.
 #include <gtest/gtest.h>
@@ -58,6 +60,8 @@ std::shared_ptr<const Dataset> text() {
 struct Parallelism {
   int tensor = 1;
   int pipeline = 1;
+  bool zero1 = false;      // the optimizer state sharded over the data group
+  bool recompute = false;  // each stage's forward run again before its backward
 };
 
 std::shared_ptr<Strategy> make_strategy(std::optional<Parallelism> mesh) {
@@ -65,6 +69,8 @@ std::shared_ptr<Strategy> make_strategy(std::optional<Parallelism> mesh) {
   hybrid::HybridConfig config;
   config.tensor_parallel = mesh->tensor;
   config.pipeline_parallel = mesh->pipeline;
+  config.zero1 = mesh->zero1;
+  config.recompute = mesh->recompute;
   return std::make_shared<hybrid::HybridStrategy>(config);
 }
 
@@ -117,14 +123,18 @@ TEST(GptTensorParallel, TwoAndThreeTensorRanksFollowOneRankOfDdp) {
 
 TEST(GptTensorParallel, TwoTensorRanksTimesTwoPipelineStagesFollowOneRankOfDdp) {
   const auto o = options(16, 2);
-  expect_same_curve(train(Parallelism{2, 2}, 4, o), train(std::nullopt, 1, o), "tp 2 x pp 2");
+  const auto ddp = train(std::nullopt, 1, o);
+  expect_same_curve(train(Parallelism{2, 2}, 4, o), ddp, "tp 2 x pp 2");
+  // The blocks' sums run again in the recomputed forward, in the same order.
+  expect_same_curve(train(Parallelism{2, 2, false, true}, 4, o), ddp, "tp 2 x pp 2, recompute");
 }
 
 // Two data-parallel replicas of a tensor group of two, batch 8 each: ddp's batch of 16 in two
 // micro-batches.
 TEST(GptTensorParallel, TwoTensorRanksTimesTwoDataReplicasFollowOneRankOfDdp) {
-  const auto mesh = train(Parallelism{2, 1}, 4, options(8, 1));
-  expect_same_curve(mesh, train(std::nullopt, 1, options(16, 2)), "tp 2 x dp 2");
+  const auto ddp = train(std::nullopt, 1, options(16, 2));
+  expect_same_curve(train(Parallelism{2, 1}, 4, options(8, 1)), ddp, "tp 2 x dp 2");
+  expect_same_curve(train(Parallelism{2, 1, true}, 4, options(8, 1)), ddp, "tp 2 x dp 2, zero1");
 }
 
 TEST(GptTensorParallel, EachTensorRankHoldsItsShareOfTheBlocksAndTheRestWhole) {
@@ -215,6 +225,37 @@ TEST_F(TensorParallelCheckpoint, WrittenAtTwoTensorRanksItLoadsBitwiseAtOneAndTh
   EXPECT_EQ(loaded_parameters(Parallelism{1, 1}, 1, *checkpoint), trained) << "tp 1";
   EXPECT_EQ(loaded_parameters(Parallelism{2, 2}, 4, *checkpoint), trained) << "tp 2 x pp 2";
   EXPECT_EQ(loaded_parameters(std::nullopt, 1, *checkpoint), trained) << "ddp";
+}
+
+// The optimizer state too: tp 2 x dp 2 with zero1 (each data rank writes its shard of each
+// rank's boxes, cut inside the heads of Q, K and V) hands over to one rank of ddp at step 4,
+// which hands over to tp 3 at step 6: every step on ddp's uninterrupted curve.
+TEST_F(TensorParallelCheckpoint, ShardedOptimizerStateResumesAcrossTensorSizesOnDdpsCurve) {
+  const auto whole = train(std::nullopt, 1, options(16, 2));
+  ASSERT_EQ(whole.losses.size(), 7U);
+  auto o = options(8, 1);  // per data rank: 2 x 8 = ddp's 16 in two micro-batches
+  o.checkpoint_dir = root_;
+  o.checkpoint_every = 2;
+  o.max_steps = 4;
+  const auto first = train(Parallelism{2, 1, true}, 4, o);
+  ASSERT_EQ(first.losses.size(), 4U);
+  auto single = options(16, 2);
+  single.checkpoint_dir = root_;
+  single.checkpoint_every = 2;
+  single.max_steps = 6;
+  const auto ddp = train(std::nullopt, 1, single, nullptr, true);
+  EXPECT_EQ(ddp.resumed_from_step, 4);
+  single.max_steps = 0;
+  const auto rest = train(Parallelism{3, 1}, 3, single, nullptr, true);
+  EXPECT_EQ(rest.resumed_from_step, 6);
+  std::vector<double> losses = first.losses;
+  losses.insert(losses.end(), ddp.losses.begin(), ddp.losses.end());
+  losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
+  ASSERT_EQ(losses.size(), whole.losses.size());
+  for (std::size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_NEAR(losses[s], whole.losses[s], 1e-5 * whole.losses[s]) << "step " << s + 1;
+  }
+  EXPECT_NEAR(rest.test_loss, whole.test_loss, 1e-5 * whole.test_loss);
 }
 
 TEST_F(TensorParallelCheckpoint, InitialisedAtTwoAndThreeTensorRanksTheModelHasDdpsBits) {
