@@ -14,6 +14,11 @@ data set (linux-doc-6.1's token file, `tessera data prepare`). Each row is one s
       uniform partition: 16 of the 31 layers on the first stage, 15 on the second), 4 P_s
       of parameters + 4 P_s of gradients + 8 P_s / dp of Adam state, plus the activations of the
       micro-batches a stage holds in flight under 1f1b (pp - stage);
+  hybrid tp2 x pp2 (4 ranks): the same stages, each block split by heads over a tensor group of
+      2 (its 12 C^2 + 7 C split elements halved, the norms and c_proj biases whole; the
+      embedding, ln_f and head whole): 16 bytes per element a tensor rank holds, plus the
+      activations in flight, whose block part saves 4 C + 4 floats a token whole (input, ln_1,
+      mid, ln_2 and the norms' statistics) and 12 C + heads split (Q, K, V, attention, the MLP);
   ddp is not run: 16 P = 5.3 GiB a rank, four ranks 21 GiB of a 23 GiB host (that is the point).
 
 Columns: rank, peak RSS, the state the strategy must hold by arithmetic (from the model's shape,
@@ -41,8 +46,9 @@ def layer_parameters(layers, width, context, vocab):
     return [vocab * width + context * width] + [block] * layers + [2 * width, vocab * width]
 
 
-def activation_bytes(blocks, width, heads, vocab, tokens, with_head):
-    per_token = blocks * (16 * width + heads + 4) + (width + 2 * vocab if with_head else 0)
+def activation_bytes(blocks, width, heads, vocab, tokens, with_head, tensor=1):
+    block = 4 * width + 4 + (12 * width + heads) / tensor  # 16 C + heads + 4 whole (tensor 1)
+    per_token = blocks * block + (width + 2 * vocab if with_head else 0)
     return 4 * per_token * tokens
 
 
@@ -70,7 +76,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tessera", default="build/release/bin/tessera")
     parser.add_argument("--tokens", default="samples/configs/data/linux-doc-6.1.tokens")
-    parser.add_argument("--rows", default="all", choices=["all", "zero3", "hybrid"])
+    parser.add_argument("--rows", default="all", choices=["all", "zero3", "hybrid", "tp"])
     args = parser.parse_args()
     shape = (28, 16, 1024, 64, 256)
     layers, heads, width, context, vocab = shape
@@ -95,8 +101,14 @@ def main():
             rows.append(("hybrid", 4, ["--strategy.hybrid.pipeline_parallel=2",
                                        "--strategy.hybrid.micro_batches=2",
                                        "--strategy.hybrid.data_parallel_sharding=zero1"]))
+        if args.rows in ("all", "tp"):
+            rows.append(("hybrid", 4, ["--strategy.hybrid.pipeline_parallel=2",
+                                       "--strategy.hybrid.micro_batches=2",
+                                       "--strategy.hybrid.tensor_parallel=2"]))
         for strategy, ranks, extra in rows:
-            label = f"{strategy} {ranks} ranks" if strategy == "zero3" else "hybrid pp2.dp2 zero1"
+            tensor = 2 if "--strategy.hybrid.tensor_parallel=2" in extra else 1
+            label = (f"{strategy} {ranks} ranks" if strategy == "zero3" else
+                     "hybrid tp2.pp2" if tensor == 2 else "hybrid pp2.dp2 zero1")
             for rank in run(args.tessera, args.tokens, shape, strategy, ranks, extra, work):
                 r = rank["rank"]
                 report = rank["memory_report"]
@@ -104,14 +116,19 @@ def main():
                     state = 16 * total / ranks
                     activations = activation_bytes(layers, width, heads, vocab, tokens, True)
                 else:
-                    stage = r // 2  # ranks 0, 1: stage 0; ranks 2, 3: stage 1 (tp 1, dp 2)
+                    # ranks 0, 1: stage 0; ranks 2, 3: stage 1 (tp 1 x dp 2, or tp 2 x dp 1)
+                    stage = r // 2
                     first, last = stage_layers[stage]
                     held = sum(layer_params[first:last])
-                    state = 4 * held + 4 * held + 8 * held / 2
-                    in_flight = 2 - stage  # 1f1b: pp - stage micro-batches of 1 window
                     blocks = sum(1 for l in range(first, last) if 1 <= l <= layers)
-                    activations = in_flight * activation_bytes(blocks, width, heads, vocab,
-                                                               context, last == len(layer_params))
+                    if tensor == 1:
+                        state = 4 * held + 4 * held + 8 * held / 2  # Adam's state over dp 2
+                    else:
+                        held -= blocks * (12 * width * width + 7 * width) / 2
+                        state = 16 * held
+                    in_flight = 2 - stage  # 1f1b: pp - stage micro-batches of 1 window
+                    activations = in_flight * activation_bytes(
+                        blocks, width, heads, vocab, context, last == len(layer_params), tensor)
                 reported = (report["parameter_bytes"] + report["gradient_bytes"] +
                             report["optimizer_state_bytes"])
                 pool = report["buffer_bytes"]

@@ -7,8 +7,9 @@ namespace {
 
 constexpr tessera_option_desc kOptions[] = {
     {"tensor_parallel", "int", "1",
-     "ranks of a tensor group: Linear pairs split column- then row-parallel over them", nullptr,
-     "1", "4096"},
+     "ranks of a tensor group: Linear pairs split column- then row-parallel over them, gpt "
+     "blocks by heads",
+     nullptr, "1", "4096"},
     {"pipeline_parallel", "int", "1", "pipeline stages the model's layers are cut into", nullptr,
      "1", "4096"},
     {"micro_batches", "int", "0",
