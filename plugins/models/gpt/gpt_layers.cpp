@@ -261,15 +261,14 @@ Block::Block(const Block& whole, TensorSlice slice)
 std::unique_ptr<Layer> Block::do_sliced(TensorParallelRole role, TensorSlice slice) const {
   if (role != TensorParallelRole::pair) return nullptr;
   TESSERA_CHECK(!sliced_, name() + ": is already a slice; slice the whole block");
+  // A size that divides the heads divides the width (heads x head width) and the MLP's 4 width,
+  // so every rank holds an equal share of each split.
   const auto tp = static_cast<std::size_t>(slice.size);
-  if (shape_.heads % tp != 0 || (4 * shape_.width) % tp != 0) {
+  if (shape_.heads % tp != 0) {
     throw InvalidArgument(name() + ": a tensor size of " + std::to_string(tp) +
-                          " does not divide its " + std::to_string(shape_.heads) + " heads" +
-                          ((4 * shape_.width) % tp != 0
-                               ? " nor its " + std::to_string(4 * shape_.width) + " MLP features"
-                               : std::string()) +
-                          " (each tensor rank computes whole heads and an equal share of the "
-                          "MLP); use a tensor size that divides " +
+                          " does not divide its " + std::to_string(shape_.heads) +
+                          " heads (each tensor rank computes whole heads); use a tensor size "
+                          "that divides " +
                           std::to_string(shape_.heads));
   }
   return std::unique_ptr<Layer>(new Block(*this, slice));
