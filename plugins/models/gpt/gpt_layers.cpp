@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "layers/causal_attention.hpp"
+#include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_checks.hpp"
@@ -100,6 +102,31 @@ int blas_int(std::size_t v) {
   return static_cast<int>(v);
 }
 
+// The mask of dropout site `site` in this call: drawn only in a training forward (the runner set
+// ctx.training()) at a rate above 0; nullopt leaves the values untouched, bit for bit. Element 0
+// of the call is element first_sample * elements_per_sample of the site's global activation.
+std::optional<layers::DropoutKey> dropout_key(const LayerContext& ctx, float rate, std::size_t site,
+                                              std::size_t elements_per_sample) {
+  const auto& draw = ctx.training();
+  if (!draw || rate == 0.0F) return std::nullopt;
+  return layers::DropoutKey{draw->seed, draw->step, site, draw->first_sample * elements_per_sample};
+}
+
+void dropout_in_place(const Tensor& x, float rate, const std::optional<layers::DropoutKey>& key) {
+  if (!key) return;
+  const auto v = x.as<float>();
+  layers::dropout_forward<float>(v, v, rate, *key);
+}
+
+// The gradient at a dropout's input from the one at its output: the same mask, drawn again.
+Tensor dropout_gradient(const Tensor& grad_output, float rate,
+                        const std::optional<layers::DropoutKey>& key) {
+  if (!key) return grad_output.alias();
+  Tensor grad_input(grad_output.shape(), DType::f32);  // zero-filled: the kernel adds into it
+  layers::dropout_backward<float>(grad_input.as<float>(), values(grad_output), rate, *key);
+  return grad_input;
+}
+
 }  // namespace
 
 // --- Embedding ---------------------------------------------------------------------------------
@@ -133,6 +160,7 @@ Tensor Embedding::forward(const Tensor& input, std::span<const BufferView> param
   layers::embedding_forward<float>(
       out.as<float>(), tokens_of(input), values(params[0], "wte"), values(params[1], "wpe"),
       {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+  dropout_in_place(out, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
   ctx.save(input.alias());
   return out;
 }
@@ -142,9 +170,11 @@ Tensor Embedding::backward(const Tensor& grad_output, std::span<const BufferView
   const Tensor& tokens = ctx.saved(0);
   const Shape& s = tokens.shape();
   check_views(name(), grads, parameters(), "gradient", Device::cpu());
+  const Tensor grad_sum = dropout_gradient(
+      grad_output, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
   layers::embedding_backward<float>(
-      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_output),
-      tokens_of(tokens), {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_sum), tokens_of(tokens),
+      {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
   return {};  // token ids have no gradient
 }
 
@@ -195,6 +225,7 @@ Block::Block(std::size_t index, const GptShape& shape,
     : prefix_("h." + std::to_string(index) + "."),
       shape_(shape),
       compute_(std::move(compute)),
+      index_(index),
       qkv_(prefix_ + "attn.c_attn", shape.width, 3 * shape.width, compute_),
       attn_proj_(prefix_ + "attn.c_proj", shape.width, shape.width, compute_),
       fc_(prefix_ + "mlp.c_fc", shape.width, 4 * shape.width, compute_),
@@ -218,6 +249,14 @@ Block::Block(std::size_t index, const GptShape& shape,
   TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
 }
 
+std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>> Block::dropout_keys(
+    const LayerContext& ctx, std::size_t time) const {
+  const std::size_t first_site = 1 + kDropoutSitesPerBlock * index_;
+  const std::size_t per_sample = time * shape_.width;
+  return {dropout_key(ctx, shape_.dropout, first_site, per_sample),
+          dropout_key(ctx, shape_.dropout, first_site + 1, per_sample)};
+}
+
 Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
                       LayerContext& ctx) const {
   const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
@@ -225,6 +264,7 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   const std::size_t rows = seq.rows();
   const std::size_t c = shape_.width;
   const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
+  const auto [attn_drop, mlp_drop] = dropout_keys(ctx, seq.time);
 
   Normed ln1 = layer_norm(input, rows, c, p(kLn1Weight), p(kLn1Bias), *compute_);
   Tensor qkv = linear_forward(qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
@@ -235,12 +275,14 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
                                           *compute_);
   Tensor mid =
       as_sequence(linear_forward(attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
+  dropout_in_place(mid, shape_.dropout, attn_drop);
   add_into(mid, input);
   Normed ln2 = layer_norm(mid, rows, c, p(kLn2Weight), p(kLn2Bias), *compute_);
   Tensor fc = linear_forward(fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
   Tensor gelu(fc.shape(), DType::f32);
   layers::gelu_forward<float>(gelu.as<float>(), values(fc), *compute_);
   Tensor out = as_sequence(linear_forward(mlp_proj_, gelu, params.subspan(kMlpProj, 2)), seq);
+  dropout_in_place(out, shape_.dropout, mlp_drop);
   add_into(out, mid);
 
   ctx.save(input.alias());
@@ -272,6 +314,7 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
   const auto g = [&](std::size_t i) { return values_of(grads[i], "gpt block gradient"); };
   const auto saved = [&](std::size_t i) -> const Tensor& { return ctx.saved(i); };
+  const auto [attn_drop, mlp_drop] = dropout_keys(ctx, seq.time);
 
   // `dx` is the residual stream's gradient from the top down: the identity paths carry it
   // through, each branch adds its own (layer_norm_backward adds into its input gradient).
@@ -279,8 +322,9 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   std::memcpy(dx.view().data, grad_output.view().data, grad_output.bytes());
 
   // MLP branch: out = mid + mlp_proj(gelu(fc(ln_2(mid)))).
-  const Tensor grad_gelu = linear_backward(mlp_proj_, as_matrix(dx, rows, c), saved(kGelu),
-                                           params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
+  const Tensor grad_gelu =
+      linear_backward(mlp_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, mlp_drop), rows, c),
+                      saved(kGelu), params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
   Tensor grad_fc(saved(kFcOut).shape(), DType::f32);
   layers::gelu_backward<float>(grad_fc.as<float>(), values(grad_gelu), values(saved(kFcOut)),
                                *compute_);
@@ -290,9 +334,9 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
                                      values(saved(kMid)), p(kLn2Weight), values(saved(kLn2Mean)),
                                      values(saved(kLn2Rstd)), rows, c, *compute_);
   // Attention branch: mid = input + attn_proj(attention(qkv(ln_1(input)))).
-  const Tensor grad_attention =
-      linear_backward(attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
-                      params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
+  const Tensor grad_attention = linear_backward(
+      attn_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, attn_drop), rows, c),
+      saved(kAttention), params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
   Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
   layers::causal_attention_backward<float>(
       grad_qkv.as<float>(), values(grad_attention), values(saved(kQkvOut)),
