@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -237,9 +238,9 @@ TEST(GptModel, RefusesADropoutRateOutsideZeroToOneNamingTheOption) {
       const GptModel model(GptConfig{with_dropout({2, 2, 8, 5, 16}, rate), 1});
       FAIL() << "dropout " << rate << " was accepted";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("model.gpt.dropout: "), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(" is not a rate in [0, 1)"), std::string::npos)
-          << e.what();
+      std::ostringstream named;
+      named << "model.gpt.dropout: " << rate << " is not a rate in [0, 1)";
+      EXPECT_NE(std::string(e.what()).find(named.str()), std::string::npos) << e.what();
     }
   }
 }
@@ -273,6 +274,21 @@ TEST(GptModel, DeclaresWeightDecayOnItsMatricesOnly) {
     }
   }
   EXPECT_EQ(decayed, 2U * 4U + 1U);  // four Linear weights per block, and lm_head
+}
+
+// decay_all: every parameter decays, biases, norms and both embeddings too (the tied head is wte).
+TEST(GptModel, DecayAllDeclaresWeightDecayOnEveryParameter) {
+  GptShape shape{2, 2, 10, 7, 29};
+  shape.decay_all = true;
+  const GptModel model(GptConfig{shape, 1});
+  std::size_t parameters = 0;
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    for (const auto& spec : model.layer(l).parameters()) {
+      EXPECT_TRUE(spec.weight_decay) << spec.name;
+      ++parameters;
+    }
+  }
+  EXPECT_EQ(parameters, 2U + 2U * 12U + 2U + 1U);  // wte, wpe; the blocks; ln_f; lm_head
 }
 
 TEST(GptModel, RefusesAWidthThatTheHeadsDoNotDivideNamingTheOption) {

@@ -102,6 +102,15 @@ int blas_int(std::size_t v) {
   return static_cast<int>(v);
 }
 
+// The layer's ParamSpecs under the model's weight-decay rule: nanoGPT's, as the specs were made,
+// or every parameter with shape.decay_all.
+std::vector<ParamSpec> with_decay_rule(std::vector<ParamSpec> specs, const GptShape& shape) {
+  if (shape.decay_all) {
+    for (auto& spec : specs) spec.weight_decay = true;
+  }
+  return specs;
+}
+
 // The mask of dropout site `site` in this call: drawn only in a training forward (the runner set
 // ctx.training()) at a rate above 0; nullopt leaves the values untouched, bit for bit. Element 0
 // of the call is element first_sample * elements_per_sample of the site's global activation.
@@ -135,8 +144,9 @@ Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Embedding::parameters() const {
-  return {layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
-          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)};
+  return with_decay_rule({layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
+                          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)},
+                         shape_);
 }
 
 Shape Embedding::output_shape(const Shape& input) const {
@@ -247,6 +257,7 @@ Block::Block(std::size_t index, const GptShape& shape,
   linear(fc_, kInitStd);
   linear(mlp_proj_, residual_std);
   TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
+  specs_ = with_decay_rule(std::move(specs_), shape);
 }
 
 std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>> Block::dropout_keys(
@@ -356,8 +367,9 @@ FinalNorm::FinalNorm(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> FinalNorm::parameters() const {
-  return {layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
-          layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)};
+  return with_decay_rule({layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
+                          layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)},
+                         shape_);
 }
 
 Tensor FinalNorm::forward(const Tensor& input, std::span<const BufferView> params,

@@ -33,6 +33,9 @@ struct GptShape {
   // probabilities). 0 draws nothing: the bits of a model without dropout. Evaluation and
   // sampling never drop (LayerContext::training unset).
   float dropout = 0.0F;
+  // Weight decay on every parameter, as PyTorch's AdamW over model.parameters() does, instead of
+  // nanoGPT's rule (the matrices only; layers/param_specs.hpp).
+  bool decay_all = false;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, the residual projections

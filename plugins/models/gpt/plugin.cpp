@@ -23,6 +23,10 @@ constexpr tessera_option_desc kOptions[] = {
      "share of activations zeroed in training after the embedding and each attention and MLP "
      "output (nanoGPT's places); in [0, 1), 0 off; evaluation and sampling never drop",
      nullptr, "0", "1"},
+    {"decay_all", "bool", "false",
+     "weight decay on every parameter (PyTorch's plain AdamW); false: the matrices only "
+     "(nanoGPT: not biases, layer norms, wte, wpe)",
+     nullptr, nullptr, nullptr},
     {"threads", "int", "1",
      "compute threads of this rank (oneTBB arena and OpenBLAS pool, which is process-wide)",
      nullptr, "1", "1024"},
