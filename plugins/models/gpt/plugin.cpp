@@ -22,7 +22,7 @@ constexpr tessera_option_desc kOptions[] = {
     {"dropout", "float", "0",
      "share of activations zeroed in training after the embedding and each attention and MLP "
      "output (nanoGPT's places); in [0, 1), 0 off; evaluation and sampling never drop",
-     nullptr, "0", "1"},
+     nullptr, "0", nullptr},
     {"decay_all", "bool", "false",
      "weight decay on every parameter (PyTorch's plain AdamW); false: the matrices only "
      "(nanoGPT: not biases, layer norms, wte, wpe)",
