@@ -76,8 +76,9 @@ Tensor LocalSgdStrategy::forward(const Tensor& inputs) {
 }
 
 tessera::PassTotals LocalSgdStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
-                                                       float weight) {
-  return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight);
+                                                       float weight,
+                                                       const tessera::TrainingDraw& draw) {
+  return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight, draw);
 }
 
 tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
@@ -94,9 +95,10 @@ tessera::StepStats LocalSgdStrategy::train_step(const tessera::Batch& batch,
   // averaging is this strategy's own).
   if (n > 0) {
     const tessera::PassTotals local = tessera::run_micro_batches(
-        batch, std::min(setup_.micro_batches, n), 1, n,
-        [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/) {
-          return forward_backward(inputs, targets, weight);
+        batch, std::min(setup_.micro_batches, n), 1, n, tessera::training_draw(setup_, info),
+        [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/,
+               const tessera::TrainingDraw& draw) {
+          return forward_backward(inputs, targets, weight, draw);
         });
     stats = tessera::step_stats(local, tessera::LossOverRanks(local));
   }

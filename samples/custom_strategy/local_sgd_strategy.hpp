@@ -45,10 +45,11 @@ class LocalSgdStrategy final : public tessera::Strategy {
   [[nodiscard]] tessera::MemoryReport memory_report() const override;
 
  private:
-  // Forward and backward of rows [begin, end) of the batch, gradients added into grads_ with
-  // the given weight. Returns the summed loss and the correct count.
+  // Forward and backward of one micro-batch, gradients added into grads_ with the given weight,
+  // the layers drawing from `draw`. Returns the summed loss and the correct count.
   tessera::PassTotals forward_backward(const tessera::Tensor& inputs,
-                                       const tessera::Tensor& targets, float weight);
+                                       const tessera::Tensor& targets, float weight,
+                                       const tessera::TrainingDraw& draw);
   tessera::Tensor forward(const tessera::Tensor& inputs);
   // The layer runner's view of params_ and grads_.
   [[nodiscard]] tessera::LayerHooks hooks();

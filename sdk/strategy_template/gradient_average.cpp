@@ -79,9 +79,11 @@ tessera::StepStats GradientAverage::train_step(const tessera::Batch& batch,
   // batch with fewer rows than micro_batches runs one micro-batch per row.
   const std::size_t micro = std::min(setup_.micro_batches, std::max<std::size_t>(n, 1));
   const tessera::PassTotals local = tessera::run_micro_batches(
-      batch, micro, ranks, global,
-      [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/) {
-        return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight);
+      batch, micro, ranks, global, tessera::training_draw(setup_, info),
+      [this](const Tensor& inputs, const Tensor& targets, float weight, bool /*last*/,
+             const tessera::TrainingDraw& draw) {
+        // Layers that draw (dropout) key on the step and the rows' place in the global batch.
+        return tessera::run_model_pass(*setup_.model, inputs, targets, hooks(), weight, draw);
       });
 
   // The transports reduce in a fixed order: every rank gets the same bits.

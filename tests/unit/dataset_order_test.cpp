@@ -46,6 +46,34 @@ TEST(EpochShard, SplitsTheLastPartialGlobalBatchAsEvenlyAsPossible) {
   EXPECT_EQ(last_sizes, (std::vector<std::size_t>{14, 13, 13}));
 }
 
+// StepInfo::batch_offset: where a rank's share starts in its step's global batch, the full
+// batches and the short last one alike, in an epoch resumed after 4 samples. In index order the
+// global batch is consecutive, so the share's first index shows where it starts.
+TEST(EpochShard, EachRanksBatchOffsetIsWhereItsShareStartsInTheGlobalBatch) {
+  constexpr int kWorld = 3;
+  std::vector<EpochShard> shards;
+  for (int r = 0; r < kWorld; ++r) {
+    EpochShardSpec spec{30, 0, 0, r, kWorld, 4};
+    spec.shuffle = false;
+    spec.consumed = 4;
+    shards.emplace_back(spec);
+  }
+  ASSERT_EQ(shards[0].steps(), 3U);  // 12, 12 and the last 2 of 26: 1, 1, 0
+  std::size_t step_begin = 4;
+  for (std::size_t s = 0; s < shards[0].steps(); ++s) {
+    std::size_t before = 0;
+    for (const auto& shard : shards) {
+      EXPECT_EQ(shard.batch_offset(s), before) << "step " << s;
+      if (!shard.batch(s).empty()) {
+        EXPECT_EQ(shard.batch(s).front(), step_begin + shard.batch_offset(s)) << "step " << s;
+      }
+      before += shard.batch(s).size();
+    }
+    EXPECT_EQ(before, shards[0].global_batch_size(s));
+    step_begin += before;
+  }
+}
+
 TEST(EpochShard, EachEpochShufflesDifferentlyButReproducibly) {
   const EpochShard a(EpochShardSpec{500, 0, 3, 0, 1, 50});
   const EpochShard again(EpochShardSpec{500, 0, 3, 0, 1, 50});

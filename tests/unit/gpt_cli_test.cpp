@@ -1,6 +1,7 @@
 // A language model end to end as a user runs it: `tessera data prepare` on a small text,
 // `tessera train` of a tiny gpt on it, then `tessera sample` from the checkpoint; and what the
-// sampler refuses (a checkpoint of another shape, a model that is not a language model).
+// sampler refuses (a checkpoint of another shape, a model that is not a language model); a model
+// trained with dropout samples without it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -77,6 +78,26 @@ TEST_F(GptCli, ATrainedModelContinuesAPromptTheSameWayForTheSameSeed) {
   const CliRun again = tessera(sample + "--temperature 1 --top-k 0 --seed 5");
   ASSERT_EQ(drawn.exit_code, 0) << drawn.err;
   EXPECT_EQ(drawn.out, again.out);
+}
+
+// Dropout is for training: a model trained with it samples the same text whether the config
+// still says dropout = 0.2 or 0 (sampling draws no mask), and a rate of 1 is refused naming the
+// option before anything trains.
+TEST_F(GptCli, AModelTrainedWithDropoutSamplesWithoutIt) {
+  prepare_and_train("--model.gpt.dropout=0.2");
+  const std::string sample =
+      "sample --config gpt.ini --checkpoint checkpoints --prompt 'the cat ' --tokens 40 "
+      "--temperature 0 ";
+  const CliRun configured = tessera(sample + "--model.gpt.dropout=0.2");
+  const CliRun off = tessera(sample + "--model.gpt.dropout=0");
+  ASSERT_EQ(configured.exit_code, 0) << configured.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(configured.out, off.out);
+
+  const CliRun refused = tessera("train --config gpt.ini --model.gpt.dropout=1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("model.gpt.dropout: 1 is not a rate in [0, 1)"), std::string::npos)
+      << refused.err;
 }
 
 TEST_F(GptCli, ACheckpointOfAnotherShapeIsRefusedNamingTheParameter) {

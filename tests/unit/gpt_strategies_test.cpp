@@ -9,7 +9,10 @@
 // - a data set whose windows the model does not take is refused naming both layouts;
 // - the head tied to wte is one parameter under every strategy: the same bits everywhere, one
 //   copy per pipeline stage that uses it, bitwise equal across the stages, one checkpoint
-//   entry that resumes bitwise, counted once; a tie between shapes that differ is refused.
+//   entry that resumes bitwise, counted once; a tie between shapes that differ is refused;
+// - dropout draws each element's mask from the step and its place in the global batch: ddp and
+//   every zero stage stay bitwise equal, other world sizes, micro-batches and pipeline stages
+//   follow one rank, and a resumed run draws the masks of the run it continues.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -45,9 +48,12 @@ using testing::GeneratedText;
 using testing::kVocab;
 
 std::shared_ptr<Strategy> make_strategy(const std::string& name) {
-  if (name == "hybrid_pp2") {  // two stages; over 4 ranks, two data-parallel replicas of them
+  // Two stages; over 4 ranks, two data-parallel replicas of them. "_recompute": each stage runs
+  // a micro-batch's forward again before its backward.
+  if (name.starts_with("hybrid_pp2")) {
     hybrid::HybridConfig config;
     config.pipeline_parallel = 2;
+    config.recompute = name.ends_with("_recompute");
     return std::make_shared<hybrid::HybridStrategy>(config);
   }
   if (name == "ddp") return std::make_shared<ddp::DdpStrategy>(ddp::DdpConfig{});
@@ -60,8 +66,8 @@ std::shared_ptr<Strategy> make_strategy(const std::string& name) {
 // Not nice on purpose: 3 heads of 6 channels, context 7, 29 tokens; 2 blocks = 8,928
 // parameters with the head tied to wte (9,450 untied), past one 4096-element norm block, so
 // every zero shard at 2 and 3 ranks holds real parameters and zero3 gathers block by block.
-std::shared_ptr<const Model> tiny_gpt() {
-  return std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, kVocab}, 1});
+std::shared_ptr<const Model> tiny_gpt(float dropout = 0.0F) {
+  return std::make_shared<gpt::GptModel>(gpt::GptConfig{{2, 3, 18, 7, kVocab, true, dropout}, 1});
 }
 
 TrainerOptions options(std::size_t batch, std::int64_t epochs) {
@@ -83,19 +89,20 @@ struct RunExtras {
   std::shared_ptr<const Optimizer> optimizer = nullptr;
   Inspect inspect = nullptr;
   bool resume = false;
+  float dropout = 0.0F;  // the model's
 };
 
 TrainResult train(const std::string& strategy, int ranks, const TrainerOptions& o,
                   std::shared_ptr<const Dataset> data, RunExtras extras = {}) {
   TrainResult result;
-  const auto model = tiny_gpt();
+  const auto model = tiny_gpt(extras.dropout);
   const auto optimizer = extras.optimizer
                              ? extras.optimizer
                              : std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
   testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
     const auto trained = make_strategy(strategy);
     TrainerComponents parts{world, model,   optimizer,
-                            data,  trained, strategy == "hybrid_pp2" ? "hybrid" : strategy};
+                            data,  trained, strategy.starts_with("hybrid") ? "hybrid" : strategy};
     Trainer trainer(o, parts);
     auto r = trainer.run(extras.resume);
     if (extras.inspect) extras.inspect(*trained, world->rank());
@@ -212,6 +219,109 @@ TEST(GptStrategies, TheModelLearnsTheTextsStructure) {
   EXPECT_LT(result.test_loss, 0.75 * std::log(static_cast<double>(kVocab)));
   EXPECT_GT(result.test_accuracy, 0.25);  // per token, out of 23 x 7 test targets
   EXPECT_LT(result.losses.back(), result.losses.front());
+}
+
+// --- Dropout ----------------------------------------------------------------------------------
+
+// Not a round rate, so that no mask is a coincidence of a simple threshold.
+constexpr float kDropout = 0.137F;
+
+// Each step's loss of `part` within `tolerance` (relative) of `whole`'s, and the test loss.
+void expect_same_curve(const TrainResult& part, const TrainResult& whole, double tolerance,
+                       const std::string& what) {
+  ASSERT_EQ(part.losses.size(), whole.losses.size()) << what;
+  for (std::size_t s = 0; s < whole.losses.size(); ++s) {
+    EXPECT_NEAR(part.losses[s], whole.losses[s], tolerance * whole.losses[s])
+        << what << ", step " << s + 1;
+  }
+  EXPECT_NEAR(part.test_loss, whole.test_loss, tolerance * whole.test_loss) << what;
+}
+
+// At 2 and 3 ranks (zero shards cut inside parameters; an uneven last batch, 101 windows) every
+// strategy draws each element's mask from its place in the global batch: ddp's bits everywhere.
+TEST(GptStrategies, WithDropoutDdpAndEveryZeroStageGiveTheSameLossesBitwise) {
+  const auto data = text();
+  for (const int ranks : {2, 3}) {
+    const auto ddp = train("ddp", ranks, options(5, 1), data, {.dropout = kDropout});
+    const auto plain = train("ddp", ranks, options(5, 1), data);
+    ASSERT_FALSE(ddp.losses.empty());
+    EXPECT_NE(ddp.losses.front(), plain.losses.front()) << "dropout dropped nothing";
+    for (const std::string name : {"zero1", "zero2", "zero3"}) {
+      const auto other = train(name, ranks, options(5, 1), data, {.dropout = kDropout});
+      EXPECT_EQ(other.losses, ddp.losses) << name << " at " << ranks << " ranks";
+      EXPECT_EQ(other.test_loss, ddp.test_loss) << name << " at " << ranks << " ranks";
+    }
+  }
+}
+
+// One rank with the whole batch of 6, in one micro-batch, is the reference: one rank in three
+// micro-batches, ddp at 2 and 3 ranks and zero3 at 3 ranks in two micro-batches draw the same
+// masks for the same windows, so they follow it to float tolerance (the sums run in other
+// orders). A rank that drew from its own row 0, or a micro-batch from the rank's, would not.
+TEST(GptStrategies, WithDropoutOtherWorldSizesAndMicroBatchesFollowOneRankOfTheWholeBatch) {
+  const auto data = text();
+  const auto whole = train("ddp", 1, options(6, 1), data, {.dropout = kDropout});
+  ASSERT_EQ(whole.steps, 17);  // ceil(101 / 6): the last batch has 5 windows
+  struct Run {
+    const char* strategy;
+    int ranks;
+    std::size_t batch, micro_batches;
+    const char* what;
+  };
+  for (const Run& run :
+       {Run{"ddp", 1, 6, 3, "one rank, three micro-batches"}, Run{"ddp", 2, 3, 1, "ddp at 2 ranks"},
+        Run{"ddp", 3, 2, 1, "ddp at 3 ranks"},
+        Run{"zero3", 3, 2, 2, "zero3 at 3 ranks, two micro-batches"}}) {
+    auto o = options(run.batch, 1);
+    o.micro_batches = run.micro_batches;
+    expect_same_curve(train(run.strategy, run.ranks, o, data, {.dropout = kDropout}), whole, 1e-4,
+                      run.what);
+  }
+}
+
+// Two pipeline stages draw each micro-batch's masks from its rows, on both stages and in a
+// forward run again for recompute; two replicas of them from their shares of the global batch.
+TEST(GptStrategies, WithDropoutPipelineStagesFollowOneRankOfDdp) {
+  const auto data = text();
+  auto o = options(16, 1);
+  o.micro_batches = 2;
+  o.max_grad_norm = 0.5;
+  const auto ddp = train("ddp", 1, o, data, {.dropout = kDropout});
+  expect_same_curve(train("hybrid_pp2", 2, o, data, {.dropout = kDropout}), ddp, 1e-5,
+                    "two stages");
+  expect_same_curve(train("hybrid_pp2_recompute", 2, o, data, {.dropout = kDropout}), ddp, 1e-5,
+                    "two stages that recompute");
+  auto replicas = options(8, 1);
+  replicas.max_grad_norm = 0.5;
+  expect_same_curve(train("hybrid_pp2", 4, replicas, data, {.dropout = kDropout}), ddp, 1e-5,
+                    "two replicas of two stages");
+}
+
+// The masks are a function of the step, not of how the run got there: resumed at step 4, ddp,
+// zero2 and two pipeline stages continue the uninterrupted run's losses bit for bit.
+TEST(GptStrategies, WithDropoutARunResumedMidwayDrawsTheMasksOfTheRunItContinues) {
+  namespace fs = std::filesystem;
+  const auto data = text();
+  for (const std::string name : {"ddp", "zero2", "hybrid_pp2"}) {
+    const fs::path root = fs::temp_directory_path() /
+                          ("tessera-gpt-dropout-" + std::to_string(::getpid()) + "-" + name);
+    fs::remove_all(root);
+    const auto whole = train(name, 2, options(8, 1), data, {.dropout = kDropout});
+    ASSERT_GT(whole.steps, 4);
+    auto first = options(8, 1);
+    first.checkpoint_dir = root;
+    first.checkpoint_every = 4;
+    first.max_steps = 4;
+    ASSERT_EQ(train(name, 2, first, data, {.dropout = kDropout}).steps, 4);
+    auto second = options(8, 1);
+    second.checkpoint_dir = root;
+    const auto resumed = train(name, 2, second, data, {.resume = true, .dropout = kDropout});
+    EXPECT_EQ(resumed.resumed_from_step, 4) << name;
+    const std::vector<double> rest(whole.losses.begin() + 4, whole.losses.end());
+    EXPECT_EQ(resumed.losses, rest) << name;
+    EXPECT_EQ(resumed.test_loss, whole.test_loss) << name;
+    fs::remove_all(root);
+  }
 }
 
 // Records which test windows each evaluation gathered.

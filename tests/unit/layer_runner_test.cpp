@@ -141,6 +141,57 @@ TEST(LayerRunner, EvaluationReleasesEachLayersContextBeforeTheNextLayerRuns) {
   EXPECT_EQ(memory->live(), 5 * 1000 * sizeof(float));
 }
 
+// The identity, noting the first sample of the draw each call's context had ("-" for none).
+class DrawRecordingLayer final : public Layer {
+ public:
+  explicit DrawRecordingLayer(std::vector<std::string>& log) : log_(log) {}
+  [[nodiscard]] std::string name() const override { return "recording"; }
+  [[nodiscard]] std::vector<ParamSpec> parameters() const override { return {}; }
+  [[nodiscard]] Shape output_shape(const Shape& input) const override { return input; }
+  Tensor forward(const Tensor& input, std::span<const BufferView>,
+                 LayerContext& ctx) const override {
+    note("f", ctx);
+    return input.alias();
+  }
+  Tensor backward(const Tensor& grad_output, std::span<const BufferView>,
+                  std::span<const BufferView>, LayerContext& ctx) const override {
+    note("b", ctx);
+    return grad_output.alias();
+  }
+
+ private:
+  void note(const char* pass, const LayerContext& ctx) const {
+    const auto& draw = ctx.training();
+    log_.push_back(std::string(pass) + " " +
+                   (draw ? std::to_string(draw->seed) + "/" + std::to_string(draw->step) + "/" +
+                               std::to_string(draw->first_sample)
+                         : "-"));
+  }
+  std::vector<std::string>& log_;
+};
+
+// A training range's draw reaches every layer's forward and, through its context, its backward;
+// evaluation draws nothing, whatever the range says.
+TEST(LayerRunner, ATrainingRangeHandsItsDrawToEveryLayerAndEvaluationNone) {
+  std::vector<std::string> log;
+  const DrawRecordingLayer layer(log);
+  const std::vector<const Layer*> layers(2, &layer);
+  LayerHooks hooks;
+  hooks.before_layer = [](std::size_t, LayerPass) { return std::vector<BufferView>{}; };
+  hooks.gradients = [](std::size_t) { return std::vector<BufferView>{}; };
+  LayerRange range{layers, 0, 2};
+  range.training = TrainingDraw{7, 3, 40};
+  const Tensor x = random_tensor({2, 3}, 1);
+  (void)run_layers(range, x, hooks, [](Tensor y) { return y; });
+  EXPECT_EQ(log, (std::vector<std::string>{"f 7/3/40", "f 7/3/40", "b 7/3/40", "b 7/3/40"}));
+  log.clear();
+  (void)evaluate_layers(range, x, hooks);
+  EXPECT_EQ(log, (std::vector<std::string>{"f -", "f -"}));
+  log.clear();
+  (void)run_layers({layers, 0, 2}, x, hooks, [](Tensor y) { return y; });
+  EXPECT_EQ(log, (std::vector<std::string>{"f -", "f -", "b -", "b -"}));
+}
+
 TEST(LayerRunner, RefusesARangeOutsideTheModelAndMissingHooks) {
   const mlp::MlpModel model(four_linear_config());
   RankLayers rank_layers(model, whole_parameters(model, 3));

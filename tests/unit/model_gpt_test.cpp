@@ -2,19 +2,23 @@
 // head tied to the token embedding, computed in float64 from float32 weights). The plugin's head
 // is tied to wte by default (one parameter, whose one gradient is compared); with
 // tie_embeddings = false it is its own parameter, loaded with the reference's tied matrix, and
-// the two gradients sum to the reference's. Also: the model's sample layout, its refusals, and
-// what the layers check.
+// the two gradients sum to the reference's. Also: the model's sample layout, its refusals, what
+// the layers check, and dropout (off in evaluation and at rate 0; in training, gradients that
+// are those of the masked forward).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "gpt/gpt_model.hpp"
 #include "gpt_reference_file.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/base/random.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera::gpt {
@@ -135,6 +139,112 @@ TEST(GptModel, AnUntiedHeadsGradientAndWtesSumToPyTorchsTiedOne) {
   }
 }
 
+// --- Dropout ----------------------------------------------------------------------------------
+
+constexpr float kDropout = 0.137F;
+
+GptShape with_dropout(GptShape shape, float rate) {
+  shape.dropout = rate;
+  return shape;
+}
+
+// The reference batch through every layer: a training forward drawing from `draw`, or with none
+// an evaluation. Returns the logits' values; `contexts` keep what backward needs.
+std::vector<float> forward_logits(const GptModel& model, const Reference& ref, Buffers& b,
+                                  std::vector<LayerContext>& contexts,
+                                  const std::optional<TrainingDraw>& draw) {
+  contexts.clear();
+  contexts.resize(model.layer_count());
+  Tensor x = ids(ref.tokens, ref.shape.batch, ref.shape.time);
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    if (draw) contexts[l].set_training(*draw);
+    x = model.layer(l).forward(x, b.views(b.params, l), contexts[l]);
+  }
+  return {x.as<float>().begin(), x.as<float>().end()};
+}
+
+TEST(GptModel, DropoutIsOffInEvaluationAndAtRateZero) {
+  Reference ref = layers::read_reference(layers::kReferencePath);
+  const GptModel plain(GptConfig{shape_of(ref, true), 1});
+  const GptModel dropping(GptConfig{with_dropout(shape_of(ref, true), kDropout), 1});
+  Buffers b(plain, ref);
+  std::vector<LayerContext> contexts;
+  const TrainingDraw draw{11, 3, 5};
+  const auto evaluated = forward_logits(plain, ref, b, contexts, std::nullopt);
+  // Rate 0 trains on the bits of evaluation, which are the bits of a model without dropout.
+  EXPECT_EQ(forward_logits(plain, ref, b, contexts, draw), evaluated);
+  // Evaluation of the same parameters with dropout configured draws nothing.
+  EXPECT_EQ(forward_logits(dropping, ref, b, contexts, std::nullopt), evaluated);
+  // Training with it does, and each step, site of the batch and seed draws other masks.
+  const auto trained = forward_logits(dropping, ref, b, contexts, draw);
+  EXPECT_NE(trained, evaluated);
+  EXPECT_NE(forward_logits(dropping, ref, b, contexts, TrainingDraw{11, 4, 5}), trained);
+  EXPECT_NE(forward_logits(dropping, ref, b, contexts, TrainingDraw{11, 3, 6}), trained);
+  EXPECT_NE(forward_logits(dropping, ref, b, contexts, TrainingDraw{12, 3, 5}), trained);
+  EXPECT_EQ(forward_logits(dropping, ref, b, contexts, draw), trained) << "drawn again alike";
+}
+
+// The gradients of a training step are those of the masked forward: along a direction through
+// every parameter, the change of the loss over +-h (the same masks) is the gradient's dot product
+// with it. A backward that left out a mask, or drew another, would be off by far more than the
+// float rounding of the difference.
+TEST(GptModel, DropoutGradientsAreThoseOfTheMaskedForward) {
+  Reference ref = layers::read_reference(layers::kReferencePath);
+  const GptModel model(GptConfig{with_dropout(shape_of(ref, true), kDropout), 1});
+  Buffers b(model, ref);
+  const TrainingDraw draw{11, 3, 5};
+  const Tensor targets = ids(ref.targets, ref.shape.batch, ref.shape.time);
+  std::vector<LayerContext> contexts;
+  const auto loss_at = [&] {
+    const auto logits = forward_logits(model, ref, b, contexts, draw);
+    Tensor x({ref.shape.batch, ref.shape.time, ref.shape.vocab}, DType::f32);
+    std::copy(logits.begin(), logits.end(), x.as<float>().begin());
+    return model.loss(x, targets);
+  };
+  LossResult loss = loss_at();
+  Tensor grad = std::move(loss.grad_logits);
+  contexts[0].set_input_gradient_needed(false);
+  for (std::size_t l = model.layer_count(); l-- > 0;) {
+    grad = model.layer(l).backward(grad, b.views(b.params, l), b.views(b.grads, l), contexts[l]);
+  }
+  // The direction: a value in [-1, 1) per element; the gradient is of the mean loss.
+  double along = 0.0;
+  std::vector<std::vector<float>> direction;
+  for (std::size_t p = 0; p < b.params.size(); ++p) {
+    direction.emplace_back(b.params[p].size());
+    for (std::size_t i = 0; i < direction[p].size(); ++i) {
+      direction[p][i] = 2.0F * counter_uniform(5, p, i) - 1.0F;
+      along += static_cast<double>(b.grads[p][i]) * direction[p][i];
+    }
+  }
+  const auto moved = [&](float h) {
+    const auto saved = b.params;
+    for (std::size_t p = 0; p < b.params.size(); ++p) {
+      for (std::size_t i = 0; i < direction[p].size(); ++i) b.params[p][i] += h * direction[p][i];
+    }
+    const double mean = loss_at().mean();
+    b.params = saved;
+    return mean;
+  };
+  const float h = 1e-3F;
+  const double difference = (moved(h) - moved(-h)) / (2.0 * h);
+  EXPECT_NEAR(difference, along, 0.01 * std::abs(along) + 1e-3)
+      << "finite difference " << difference << ", gradient " << along;
+}
+
+TEST(GptModel, RefusesADropoutRateOutsideZeroToOneNamingTheOption) {
+  for (const float rate : {1.0F, -0.1F, std::nanf("")}) {
+    try {
+      const GptModel model(GptConfig{with_dropout({2, 2, 8, 5, 16}, rate), 1});
+      FAIL() << "dropout " << rate << " was accepted";
+    } catch (const ConfigError& e) {
+      std::ostringstream named;
+      named << "model.gpt.dropout: " << rate << " is not a rate in [0, 1)";
+      EXPECT_NE(std::string(e.what()).find(named.str()), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(GptModel, DeclaresTokenWindowsInAndNextTokensOut) {
   const GptModel model(GptConfig{{3, 2, 10, 7, 29}, 1});
   EXPECT_EQ(model.layout(), (SampleLayout{DType::i64, {7}, {7}, 29}));
@@ -164,6 +274,21 @@ TEST(GptModel, DeclaresWeightDecayOnItsMatricesOnly) {
     }
   }
   EXPECT_EQ(decayed, 2U * 4U + 1U);  // four Linear weights per block, and lm_head
+}
+
+// decay_all: every parameter decays, biases, norms and both embeddings too (the tied head is wte).
+TEST(GptModel, DecayAllDeclaresWeightDecayOnEveryParameter) {
+  GptShape shape{2, 2, 10, 7, 29};
+  shape.decay_all = true;
+  const GptModel model(GptConfig{shape, 1});
+  std::size_t parameters = 0;
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    for (const auto& spec : model.layer(l).parameters()) {
+      EXPECT_TRUE(spec.weight_decay) << spec.name;
+      ++parameters;
+    }
+  }
+  EXPECT_EQ(parameters, 2U + 2U * 12U + 2U + 1U);  // wte, wpe; the blocks; ln_f; lm_head
 }
 
 TEST(GptModel, RefusesAWidthThatTheHeadsDoNotDivideNamingTheOption) {

@@ -60,6 +60,7 @@ EpochShard EpochShard::deal(std::span<const std::size_t> order, std::size_t cons
                           first + static_cast<std::ptrdiff_t>(mine_size));
     shard.offsets_.push_back(shard.indices_.size());
     shard.global_sizes_.push_back(size);
+    shard.batch_offsets_.push_back(mine_begin);
   }
   return shard;
 }

@@ -518,8 +518,8 @@ Trainer::AfterStep Trainer::step(Run& run, const EpochShard& shard, std::size_t 
     const trace::Span span("load_batch", "run");
     batch = parts_.dataset->gather(Split::train, shard.batch(b));
   }
-  const StepInfo info{at.step + 1, learning_rate_at(schedule_, at.step + 1),
-                      shard.global_batch_size(b)};
+  StepInfo info{at.step + 1, learning_rate_at(schedule_, at.step + 1), shard.global_batch_size(b)};
+  info.batch_offset = shard.batch_offset(b);
   StepStats stats;
   {
     const trace::Span span("train_step", "run", {{"step", info.step}});

@@ -76,6 +76,9 @@ Tensor forward_layers(const LayerRange& range, const Tensor& input, const LayerH
   if (!contexts.contexts_.empty()) {
     contexts.contexts_.front().set_input_gradient_needed(range.input_gradient_needed);
   }
+  if (range.training) {
+    for (auto& context : contexts.contexts_) context.set_training(*range.training);
+  }
   return run_forward(range, input, hooks, contexts.rows_ > 0,
                      [&](std::size_t l) -> LayerContext& { return contexts.at(l); });
 }
@@ -135,10 +138,13 @@ Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks
 }
 
 PassTotals run_model_pass(const Model& model, const Tensor& inputs, const Tensor& targets,
-                          const LayerHooks& hooks, float gradient_weight) {
+                          const LayerHooks& hooks, float gradient_weight,
+                          const TrainingDraw& draw) {
   const auto layers = model_layers(model);
+  LayerRange range{layers, 0, layers.size()};
+  range.training = draw;
   PassTotals totals;
-  run_layers({layers, 0, layers.size()}, inputs, hooks, [&](Tensor logits) {
+  run_layers(range, inputs, hooks, [&](Tensor logits) {
     auto result = model.loss(logits, targets);
     totals = {result.loss_sum, result.targets, result.correct};
     // A weight of one leaves the bits as they are: nothing to do (the usual case).

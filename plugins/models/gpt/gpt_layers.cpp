@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "layers/causal_attention.hpp"
+#include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_checks.hpp"
@@ -99,6 +101,40 @@ int blas_int(std::size_t v) {
   return static_cast<int>(v);
 }
 
+// The layer's ParamSpecs under the model's weight-decay rule: nanoGPT's, as the specs were made,
+// or every parameter with shape.decay_all.
+std::vector<ParamSpec> with_decay_rule(std::vector<ParamSpec> specs, const GptShape& shape) {
+  if (shape.decay_all) {
+    for (auto& spec : specs) spec.weight_decay = true;
+  }
+  return specs;
+}
+
+// The mask of dropout site `site` in this call: drawn only in a training forward (the runner set
+// ctx.training()) at a rate above 0; nullopt leaves the values untouched, bit for bit. Element 0
+// of the call is element first_sample * elements_per_sample of the site's global activation.
+std::optional<layers::DropoutKey> dropout_key(const LayerContext& ctx, float rate, std::size_t site,
+                                              std::size_t elements_per_sample) {
+  const auto& draw = ctx.training();
+  if (!draw || rate == 0.0F) return std::nullopt;
+  return layers::DropoutKey{draw->seed, draw->step, site, draw->first_sample * elements_per_sample};
+}
+
+void dropout_in_place(const Tensor& x, float rate, const std::optional<layers::DropoutKey>& key) {
+  if (!key) return;
+  const auto v = x.as<float>();
+  layers::dropout_forward<float>(v, v, rate, *key);
+}
+
+// The gradient at a dropout's input from the one at its output: the same mask, drawn again.
+Tensor dropout_gradient(const Tensor& grad_output, float rate,
+                        const std::optional<layers::DropoutKey>& key) {
+  if (!key) return grad_output.alias();
+  Tensor grad_input(grad_output.shape(), DType::f32);  // zero-filled: the kernel adds into it
+  layers::dropout_backward<float>(grad_input.as<float>(), values(grad_output), rate, *key);
+  return grad_input;
+}
+
 }  // namespace
 
 // --- Embedding ---------------------------------------------------------------------------------
@@ -107,8 +143,9 @@ Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> Embedding::parameters() const {
-  return {layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
-          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)};
+  return with_decay_rule({layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
+                          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)},
+                         shape_);
 }
 
 Shape Embedding::output_shape(const Shape& input) const {
@@ -132,6 +169,7 @@ Tensor Embedding::forward(const Tensor& input, std::span<const BufferView> param
   layers::embedding_forward<float>(
       out.as<float>(), tokens_of(input), values(params[0], "wte"), values(params[1], "wpe"),
       {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+  dropout_in_place(out, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
   ctx.save(input.alias());
   return out;
 }
@@ -141,9 +179,11 @@ Tensor Embedding::backward(const Tensor& grad_output, std::span<const BufferView
   const Tensor& tokens = ctx.saved(0);
   const Shape& s = tokens.shape();
   check_views(name(), grads, parameters(), "gradient", Device::cpu());
+  const Tensor grad_sum = dropout_gradient(
+      grad_output, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
   layers::embedding_backward<float>(
-      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_output),
-      tokens_of(tokens), {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_sum), tokens_of(tokens),
+      {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
   return {};  // token ids have no gradient
 }
 
@@ -194,6 +234,7 @@ Block::Block(std::size_t index, const GptShape& shape,
     : prefix_("h." + std::to_string(index) + "."),
       shape_(shape),
       compute_(std::move(compute)),
+      index_(index),
       heads_(shape.heads),
       head_width_(shape.width / shape.heads),
       qkv_(std::make_unique<layers::Linear>(prefix_ + "attn.c_attn", shape.width, 3 * shape.width,
@@ -221,12 +262,22 @@ Block::Block(std::size_t index, const GptShape& shape,
   linear(*fc_, kInitStd);
   linear(*mlp_proj_, residual_std);
   TESSERA_CHECK(specs_.size() == kBlockParams, "gpt block: parameter list out of order");
+  specs_ = with_decay_rule(std::move(specs_), shape);
+}
+
+std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>> Block::dropout_keys(
+    const LayerContext& ctx, std::size_t time) const {
+  const std::size_t first_site = 1 + kDropoutSitesPerBlock * index_;
+  const std::size_t per_sample = time * shape_.width;
+  return {dropout_key(ctx, shape_.dropout, first_site, per_sample),
+          dropout_key(ctx, shape_.dropout, first_site + 1, per_sample)};
 }
 
 Block::Block(const Block& whole, TensorSlice slice)
     : prefix_(whole.prefix_),
       shape_(whole.shape_),
       compute_(whole.compute_),
+      index_(whole.index_),
       head_width_(whole.head_width_),
       specs_(whole.specs_),
       sliced_(true) {
@@ -281,6 +332,7 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   const std::size_t rows = seq.rows();
   const std::size_t c = shape_.width;
   const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
+  const auto [attn_drop, mlp_drop] = dropout_keys(ctx, seq.time);
 
   Normed ln1 = layer_norm(input, rows, c, p(kLn1Weight), p(kLn1Bias), *compute_);
   Tensor qkv = linear_forward(*qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
@@ -293,6 +345,7 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   Tensor mid =
       as_sequence(linear_forward(*attn_proj_, attention, params.subspan(kAttnProj, 2)), seq);
   ctx.sum_over_tensor_group(mid);
+  dropout_in_place(mid, shape_.dropout, attn_drop);
   add_into(mid, input);
   Normed ln2 = layer_norm(mid, rows, c, p(kLn2Weight), p(kLn2Bias), *compute_);
   Tensor fc = linear_forward(*fc_, as_matrix(ln2.out, rows, c), params.subspan(kFc, 2));
@@ -300,6 +353,7 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   layers::gelu_forward<float>(gelu.as<float>(), values(fc), *compute_);
   Tensor out = as_sequence(linear_forward(*mlp_proj_, gelu, params.subspan(kMlpProj, 2)), seq);
   ctx.sum_over_tensor_group(out);
+  dropout_in_place(out, shape_.dropout, mlp_drop);
   add_into(out, mid);
 
   ctx.save(input.alias());
@@ -331,6 +385,7 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   const auto p = [&](std::size_t i) { return values(params[i], "gpt block parameter"); };
   const auto g = [&](std::size_t i) { return values_of(grads[i], "gpt block gradient"); };
   const auto saved = [&](std::size_t i) -> const Tensor& { return ctx.saved(i); };
+  const auto [attn_drop, mlp_drop] = dropout_keys(ctx, seq.time);
 
   // `dx` is the residual stream's gradient from the top down: the identity paths carry it
   // through, each branch adds its own (layer_norm_backward adds into its input gradient).
@@ -338,8 +393,9 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   std::memcpy(dx.view().data, grad_output.view().data, grad_output.bytes());
 
   // MLP branch: out = mid + mlp_proj(gelu(fc(ln_2(mid)))).
-  const Tensor grad_gelu = linear_backward(*mlp_proj_, as_matrix(dx, rows, c), saved(kGelu),
-                                           params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
+  const Tensor grad_gelu =
+      linear_backward(*mlp_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, mlp_drop), rows, c),
+                      saved(kGelu), params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
   Tensor grad_fc(saved(kFcOut).shape(), DType::f32);
   layers::gelu_backward<float>(grad_fc.as<float>(), values(grad_gelu), values(saved(kFcOut)),
                                *compute_);
@@ -352,9 +408,9 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
                                      values(saved(kMid)), p(kLn2Weight), values(saved(kLn2Mean)),
                                      values(saved(kLn2Rstd)), rows, c, *compute_);
   // Attention branch: mid = input + attn_proj(attention(qkv(ln_1(input)))).
-  const Tensor grad_attention =
-      linear_backward(*attn_proj_, as_matrix(dx, rows, c), saved(kAttention),
-                      params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
+  const Tensor grad_attention = linear_backward(
+      *attn_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, attn_drop), rows, c),
+      saved(kAttention), params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
   Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
   layers::causal_attention_backward<float>(grad_qkv.as<float>(), values(grad_attention),
                                            values(saved(kQkvOut)), values(saved(kAttention)),
@@ -375,8 +431,9 @@ FinalNorm::FinalNorm(const GptShape& shape, std::shared_ptr<const layers::Comput
     : shape_(shape), compute_(std::move(compute)) {}
 
 std::vector<ParamSpec> FinalNorm::parameters() const {
-  return {layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
-          layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)};
+  return with_decay_rule({layers::norm_parameter("ln_f.weight", shape_.width, ParamInit::ones),
+                          layers::norm_parameter("ln_f.bias", shape_.width, ParamInit::zeros)},
+                         shape_);
 }
 
 Tensor FinalNorm::forward(const Tensor& input, std::span<const BufferView> params,

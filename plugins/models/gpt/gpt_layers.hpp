@@ -7,10 +7,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/compute_context.hpp"
+#include "layers/dropout.hpp"
 #include "layers/linear.hpp"
 #include "tessera/plugin/layer.hpp"
 
@@ -25,13 +28,25 @@ struct GptShape {
   // The output head uses the token embedding wte (GPT-2's tie: one [vocab, width] matrix for
   // both), or a matrix lm_head.weight of its own.
   bool tie_embeddings = true;
+  // Dropout rate in training, at nanoGPT's three places: the embedding sum, and each block's
+  // attention and MLP outputs before they join the residual stream (not the attention
+  // probabilities). 0 draws nothing: the bits of a model without dropout. Evaluation and
+  // sampling never drop (LayerContext::training unset).
+  float dropout = 0.0F;
+  // Weight decay on every parameter, as PyTorch's AdamW over model.parameters() does, instead of
+  // nanoGPT's rule (the matrices only; layers/param_specs.hpp).
+  bool decay_all = false;
 };
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
 // scaled by 1/sqrt(2 layers) (two per block add into the stream), zero biases, unit norms.
 inline constexpr float kInitStd = 0.02F;
 
-// Token ids i64 [n, T] (T <= context) -> [n, T, width]: wte[token] + wpe[position].
+// Dropout site numbers (layers/dropout.hpp's DropoutKey::site): the embedding's is 0; block b's
+// attention and MLP outputs are 1 + 2b and 2 + 2b.
+inline constexpr std::size_t kDropoutSitesPerBlock = 2;
+
+// Token ids i64 [n, T] (T <= context) -> [n, T, width]: wte[token] + wpe[position], then dropout.
 // Parameters: "wte" [vocab, width], "wpe" [context, width]. No input gradient (ids).
 class Embedding final : public Layer {
  public:
@@ -49,9 +64,9 @@ class Embedding final : public Layer {
   std::shared_ptr<const layers::ComputeContext> compute_;
 };
 
-// Block `index`: x + attn(ln_1(x)), then + mlp(ln_2(.)); causal multi-head attention (online
-// softmax: backward keeps O(n T heads) statistics, not the T x T matrices) and a GELU-tanh MLP
-// of 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
+// Block `index`: x + drop(attn(ln_1(x))), then + drop(mlp(ln_2(.))); causal multi-head attention
+// (online softmax: backward keeps O(n T heads) statistics, not the T x T matrices) and a GELU-tanh
+// MLP of 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
 // ([3 width, width]: the rows of Q, K and V), attn.c_proj.{weight,bias}, ln_2.{weight,bias},
 // mlp.c_fc.{weight,bias} ([4 width, width]), mlp.c_proj.{weight,bias}.
 //
@@ -83,10 +98,15 @@ class Block final : public Layer {
 
  private:
   Block(const Block& whole, TensorSlice slice);
+  // The masks of this block's attention and MLP outputs in the call `ctx` belongs to (each
+  // nullopt when nothing is dropped); `time` is the call's T.
+  [[nodiscard]] std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>>
+  dropout_keys(const LayerContext& ctx, std::size_t time) const;
 
   std::string prefix_;
   GptShape shape_;
   std::shared_ptr<const layers::ComputeContext> compute_;
+  std::size_t index_;
   // What this rank computes with: all heads and 4 width MLP features, or its slice's.
   std::size_t heads_ = 0;
   std::size_t head_width_ = 0;

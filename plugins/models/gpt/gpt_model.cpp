@@ -1,5 +1,6 @@
 #include "gpt/gpt_model.hpp"
 
+#include <sstream>
 #include <string>
 
 #include "layers/softmax_cross_entropy.hpp"
@@ -19,6 +20,14 @@ void check_shape(const GptShape& s) {
   }
   if (s.context < 1) refuse("context", "needs at least one position");
   if (s.vocab < 2) refuse("vocab", "needs at least two tokens");
+  // Written so that NaN is refused too.
+  if (!(s.dropout >= 0.0F && s.dropout < 1.0F)) {
+    std::ostringstream rate;
+    rate << s.dropout;
+    refuse("dropout", rate.str() +
+                          " is not a rate in [0, 1) (the share of activations zeroed in training; "
+                          "0 turns dropout off)");
+  }
 }
 
 GptModel::GptModel(const GptConfig& config)
@@ -46,9 +55,14 @@ std::size_t positive(const Options& options, const char* key) {
 
 GptConfig config_from(const Options& options) {
   GptConfig config;
-  config.shape = {positive(options, "layers"), positive(options, "heads"),
-                  positive(options, "width"),  positive(options, "context"),
-                  positive(options, "vocab"),  options.get_bool("tie_embeddings")};
+  config.shape = {positive(options, "layers"),
+                  positive(options, "heads"),
+                  positive(options, "width"),
+                  positive(options, "context"),
+                  positive(options, "vocab"),
+                  options.get_bool("tie_embeddings"),
+                  static_cast<float>(options.get_float("dropout")),
+                  options.get_bool("decay_all")};
   config.threads = static_cast<int>(positive(options, "threads"));
   return config;
 }

@@ -19,6 +19,14 @@ constexpr tessera_option_desc kOptions[] = {
     {"tie_embeddings", "bool", "true",
      "the output head uses the token embedding wte (GPT-2); false: a matrix of its own", nullptr,
      nullptr, nullptr},
+    {"dropout", "float", "0",
+     "share of activations zeroed in training after the embedding and each attention and MLP "
+     "output (nanoGPT's places); in [0, 1), 0 off; evaluation and sampling never drop",
+     nullptr, "0", nullptr},
+    {"decay_all", "bool", "false",
+     "weight decay on every parameter (PyTorch's plain AdamW); false: the matrices only "
+     "(nanoGPT: not biases, layer norms, wte, wpe)",
+     nullptr, nullptr, nullptr},
     {"threads", "int", "1",
      "compute threads of this rank (oneTBB arena and OpenBLAS pool, which is process-wide)",
      nullptr, "1", "1024"},

@@ -106,9 +106,10 @@ Tensor DdpStrategy::forward(const Tensor& inputs) {
 }
 
 PassTotals DdpStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
-                                         float gradient_weight, bool last) {
+                                         float gradient_weight, bool last,
+                                         const TrainingDraw& draw) {
   return run_model_pass(*setup_.model, placed_in(memory_, inputs), targets, hooks(last),
-                        gradient_weight);
+                        gradient_weight, draw);
 }
 
 StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -123,11 +124,12 @@ StepStats DdpStrategy::train_step(const Batch& batch, const StepInfo& info) {
   // gradient so that this average is the mean over the global batch.
   const std::size_t micro =
       std::min<std::size_t>(setup_.micro_batches, std::max<std::size_t>(n, 1));
-  const PassTotals local = run_micro_batches(
-      batch, micro, world, global,
-      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
-        return forward_backward(inputs, targets, weight, last);
-      });
+  const PassTotals local =
+      run_micro_batches(batch, micro, world, global, training_draw(setup_, info),
+                        [this](const Tensor& inputs, const Tensor& targets, float weight, bool last,
+                               const TrainingDraw& draw) {
+                          return forward_backward(inputs, targets, weight, last, draw);
+                        });
   LossOverRanks loss(local);
   // Issued after every bucket, so its place in the collective order is the same everywhere.
   const auto loss_work = sum_loss_over_ranks(*setup_.world, memory_.get(), loss);

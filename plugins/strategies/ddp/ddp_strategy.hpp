@@ -55,7 +55,7 @@ class DdpStrategy final : public Strategy {
   // gradients ready (starting their buckets' all-reduce) when `last` is true. Returns the
   // micro-batch's summed loss (mean * rows) and correct count.
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
-                              bool last);
+                              bool last, const TrainingDraw& draw);
   Tensor forward(const Tensor& inputs);
   // The layer runner's view of this rank's flat storage; gradients marked ready when `last`.
   [[nodiscard]] LayerHooks hooks(bool last);

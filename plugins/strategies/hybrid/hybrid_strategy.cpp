@@ -336,10 +336,12 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   };
   PassTotals local;
   const LayerRange stage_layers = range();
-  // The stage's layers labelled with micro-batch k in the trace (docs/tracing.md).
+  // The stage's layers labelled with micro-batch k in the trace (docs/tracing.md), drawing
+  // micro-batch k's masks: every stage, and a recomputed forward, draws the same.
   const auto layers = [&](std::size_t k) {
     LayerRange labelled = stage_layers;
     labelled.micro_batch = static_cast<int>(k);
+    labelled.training = training_draw(setup_, info, plan.begin[k]);
     return labelled;
   };
   const int previous = static_cast<int>(stage) - 1;

@@ -294,11 +294,12 @@ void ZeroStrategy::issue_buckets_down_to(std::size_t begin) {
 }
 
 PassTotals ZeroStrategy::forward_backward(const Tensor& inputs, const Tensor& targets,
-                                          float gradient_weight, bool last) {
+                                          float gradient_weight, bool last,
+                                          const TrainingDraw& draw) {
   // An empty share of the last batch still walks the layers: it takes part in every bucket's
   // reduction with zero gradients.
   const PassTotals totals = run_model_pass(*setup_.model, placed_in(allocator_, inputs), targets,
-                                           hooks(last), gradient_weight);
+                                           hooks(last), gradient_weight, draw);
   if (last) issue_buckets_down_to(0);
   return totals;
 }
@@ -369,11 +370,12 @@ StepStats ZeroStrategy::train_step(const Batch& batch, const StepInfo& info) {
 
   // As in ddp: weighting each micro-batch's mean gradient by world * rows / global makes the
   // average over ranks the mean over the global batch.
-  const PassTotals local = run_micro_batches(
-      batch, micro, world, global,
-      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
-        return forward_backward(inputs, targets, weight, last);
-      });
+  const PassTotals local =
+      run_micro_batches(batch, micro, world, global, training_draw(setup_, info),
+                        [this](const Tensor& inputs, const Tensor& targets, float weight, bool last,
+                               const TrainingDraw& draw) {
+                          return forward_backward(inputs, targets, weight, last, draw);
+                        });
   LossOverRanks loss(local);
   const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss);
   wait_reductions();

@@ -91,7 +91,7 @@ class ZeroStrategy : public Strategy {
   // The layer runner's view of the flat storage; buckets reduced as they fill when `last`.
   [[nodiscard]] LayerHooks hooks(bool last);
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
-                              bool last);
+                              bool last, const TrainingDraw& draw);
   std::vector<BufferView> gradient_views(std::size_t layer);
   float* prepare_window(const LayerSlice& slice);
   // dst = src, ranges of this strategy's memory that may overlap (one staging window).

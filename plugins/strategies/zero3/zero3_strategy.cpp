@@ -300,11 +300,12 @@ LayerHooks Zero3Strategy::hooks(bool for_backward, bool last, UnitGradient& grad
 }
 
 PassTotals Zero3Strategy::forward_backward(const Tensor& inputs, const Tensor& targets,
-                                           float gradient_weight, bool last) {
+                                           float gradient_weight, bool last,
+                                           const TrainingDraw& draw) {
   UnitGradient gradient;
   // An empty batch computes nothing but still issues every gather and reduce-scatter.
   return run_model_pass(*setup_.model, placed_in(allocator_, inputs), targets,
-                        hooks(true, last, gradient), gradient_weight);
+                        hooks(true, last, gradient), gradient_weight, draw);
 }
 
 StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
@@ -316,11 +317,12 @@ StepStats Zero3Strategy::train_step(const Batch& batch, const StepInfo& info) {
 
   // Micro-batches and their weights exactly as ddp's, so that the gradients match its bits.
   // Every rank runs the same number of micro-batches (the collective sequence depends on it).
-  const PassTotals local = run_micro_batches(
-      batch, setup_.micro_batches, world, global,
-      [this](const Tensor& inputs, const Tensor& targets, float weight, bool last) {
-        return forward_backward(inputs, targets, weight, last);
-      });
+  const PassTotals local =
+      run_micro_batches(batch, setup_.micro_batches, world, global, training_draw(setup_, info),
+                        [this](const Tensor& inputs, const Tensor& targets, float weight, bool last,
+                               const TrainingDraw& draw) {
+                          return forward_backward(inputs, targets, weight, last, draw);
+                        });
   LossOverRanks loss(local);
   const auto loss_work = sum_loss_over_ranks(*setup_.world, allocator_.get(), loss);
   auto scatters = std::move(scatters_);

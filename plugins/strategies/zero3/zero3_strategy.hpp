@@ -96,7 +96,7 @@ class Zero3Strategy final : public Strategy {
   // An empty batch computes nothing but still issues every gather, as all ranks must.
   [[nodiscard]] LayerHooks hooks(bool for_backward, bool last, UnitGradient& gradient);
   PassTotals forward_backward(const Tensor& inputs, const Tensor& targets, float gradient_weight,
-                              bool last);
+                              bool last, const TrainingDraw& draw);
 
   Zero3Config config_;
   StrategySetup setup_;

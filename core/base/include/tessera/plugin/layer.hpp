@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -109,6 +110,17 @@ struct TensorSlice {
   [[nodiscard]] std::pair<std::size_t, std::size_t> range_of(std::size_t extent) const;
 };
 
+// Which update and which rows a training forward computes, for a layer that draws randomness per
+// element (dropout, layers/dropout.hpp): a mask drawn from (seed, step, the element's place in the
+// global batch) is the same whichever rank, micro-batch or pipeline stage computes that element, so
+// every strategy and mesh train on the same masks, and a resumed run draws those of the run it
+// continues.
+struct TrainingDraw {
+  std::uint64_t seed = 0;        // the run's (StrategySetup::seed)
+  std::int64_t step = 0;         // StepInfo::step of the update this forward belongs to
+  std::size_t first_sample = 0;  // the global batch's row that is row 0 of this call's input
+};
+
 // What a layer's forward saves for its backward, for one micro-batch. Owned by the engine, so
 // several micro-batches (pipelining, accumulation) can be in flight through one layer object.
 class LayerContext {
@@ -131,10 +143,17 @@ class LayerContext {
     if (tensor_group_ != nullptr) tensor_group_->sum(partial);
   }
 
+  // Set by the layer runner for a forward that trains (forward_layers with LayerRange::training);
+  // unset, the forward evaluates or samples and draws nothing (dropout is off). Backward reads
+  // the draw its forward had, to draw the same mask again. Survives clear().
+  void set_training(const TrainingDraw& draw) noexcept { training_ = draw; }
+  [[nodiscard]] const std::optional<TrainingDraw>& training() const noexcept { return training_; }
+
  private:
   std::vector<Tensor> saved_;
   bool input_gradient_needed_ = true;
   const TensorGroupSum* tensor_group_ = nullptr;
+  std::optional<TrainingDraw> training_;
 };
 
 // Layers are stateless apart from their configuration: parameters and gradients arrive as

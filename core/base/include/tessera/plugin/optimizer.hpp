@@ -24,6 +24,11 @@ struct StepInfo {
   // weight a rank's share when the last batch of an epoch is uneven; 0 means every rank has
   // as many samples as this one. Optimizers ignore it.
   std::size_t global_batch_size = 0;
+  // Rows of this step's global batch dealt to the data-parallel replicas before this rank's
+  // (EpochShard::batch_offset): where its share starts. Layers that draw per sample (dropout)
+  // key on it, so that any world size draws the masks one rank would; a host that deals its
+  // own batches sets it, or every replica draws replica 0's masks. Optimizers ignore it.
+  std::size_t batch_offset = 0;
   // The elements of this call's views that weight decay skips (parameters whose ParamSpec says
   // weight_decay = false), as ranges sorted, disjoint and non-empty, within [0, params.count).
   // Empty: every element decays. The caller owns the memory for the duration of step().

@@ -55,6 +55,9 @@ class EpochShard {
   [[nodiscard]] std::size_t global_batch_size(std::size_t step) const {
     return global_sizes_.at(step);
   }
+  // Samples of `step` dealt to the ranks before this one: where its share starts in the step's
+  // global batch (StepInfo::batch_offset).
+  [[nodiscard]] std::size_t batch_offset(std::size_t step) const { return batch_offsets_.at(step); }
   // Every index this rank sees this epoch, in step order.
   [[nodiscard]] std::span<const std::size_t> indices() const noexcept { return indices_; }
 
@@ -63,6 +66,7 @@ class EpochShard {
   std::vector<std::size_t> indices_;
   std::vector<std::size_t> offsets_;  // steps() + 1 offsets into indices_
   std::vector<std::size_t> global_sizes_;
+  std::vector<std::size_t> batch_offsets_;
 };
 
 // The epoch's permutation of [0, n): a Fisher-Yates shuffle driven by counter_random(seed,

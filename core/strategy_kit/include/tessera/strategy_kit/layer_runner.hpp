@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct LayerRange {
   // sets its stage, and the micro-batch of each call on a copy of the range.
   int stage = -1;
   int micro_batch = -1;
+  // Set for a training forward: forward_layers hands it to every layer's context
+  // (LayerContext::set_training), so that layers which draw (dropout) draw this micro-batch's
+  // masks. Unset: nothing is drawn. evaluate_layers never sets it.
+  std::optional<TrainingDraw> training{};
 };
 
 // The model's own layers, by index, for LayerRange::layers.
@@ -106,10 +111,11 @@ Tensor run_layers(const LayerRange& range, const Tensor& input, const LayerHooks
 
 // One micro-batch through the whole model, the step of every data-parallel strategy: run_layers
 // over all of `model`'s layers with the model's loss on `targets` as head, its gradient scaled by
-// `gradient_weight` (run_micro_batches' weight). Returns the loss summed over the rows and the
-// correct count. An empty batch computes nothing but still calls every hook.
+// `gradient_weight` (run_micro_batches' weight), the layers drawing from `draw`
+// (training_draw). Returns the loss summed over the rows and the correct count. An empty batch
+// computes nothing but still calls every hook.
 [[nodiscard]] PassTotals run_model_pass(const Model& model, const Tensor& inputs,
                                         const Tensor& targets, const LayerHooks& hooks,
-                                        float gradient_weight);
+                                        float gradient_weight, const TrainingDraw& draw);
 
 }  // namespace tessera

@@ -34,17 +34,27 @@ struct PassTotals {
   std::size_t correct = 0;
 };
 
-// Runs `pass(inputs, targets, gradient_weight, last)` for `count` micro-batches of `batch`:
-// near-equal row ranges, the first ones one row larger, in order; `last` is true for the
-// final one. The weight world * rows / global scales each micro-batch's mean gradient so that
-// the average over ranks of the summed gradients is the mean over the global batch (exactly
-// 1 with equal shares and one micro-batch, when nothing needs scaling). With one micro-batch
-// the batch's own tensors are passed, without a copy; a micro-batch with no rows gets empty
-// tensors. Each pass is a "micro_batch" trace span (strategy_kit/trace.hpp) with its index and
-// rows. Returns the sums of what the passes returned.
+// What a training forward of the micro-batch whose row 0 is row `first_row` of this rank's batch
+// draws from (LayerRange::training): the run's seed, the step, and the micro-batch's place in the
+// global batch (info.batch_offset + first_row).
+[[nodiscard]] inline TrainingDraw training_draw(const StrategySetup& setup, const StepInfo& info,
+                                                std::size_t first_row = 0) {
+  return {setup.seed, info.step, info.batch_offset + first_row};
+}
+
+// Runs `pass(inputs, targets, gradient_weight, last, draw)` for `count` micro-batches of `batch`:
+// near-equal row ranges, the first ones one row larger, in order; `last` is true for the final
+// one. `batch_draw` is the draw of the batch's row 0 (training_draw(setup, info)); each pass gets
+// its micro-batch's, first_sample moved on by the rows before it. The weight
+// world * rows / global scales each micro-batch's mean gradient so that the average over ranks of
+// the summed gradients is the mean over the global batch (exactly 1 with equal shares and one
+// micro-batch, when nothing needs scaling). With one micro-batch the batch's own tensors are
+// passed, without a copy; a micro-batch with no rows gets empty tensors. Each pass is a
+// "micro_batch" trace span (strategy_kit/trace.hpp) with its index and rows. Returns the sums of
+// what the passes returned.
 template <class Pass>
 PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t world,
-                             std::size_t global, Pass&& pass) {
+                             std::size_t global, const TrainingDraw& batch_draw, Pass&& pass) {
   const std::size_t n = batch_rows(batch.inputs);
   PassTotals totals;
   std::size_t begin = 0;
@@ -56,14 +66,16 @@ PassTotals run_micro_batches(const Batch& batch, std::size_t count, std::size_t 
     const trace::Span span(
         "micro_batch", "compute",
         {{"micro_batch", static_cast<std::int64_t>(k)}, {"rows", static_cast<std::int64_t>(rows)}});
+    TrainingDraw draw = batch_draw;
+    draw.first_sample += begin;
     PassTotals part;
     if (count == 1) {
-      part = pass(batch.inputs, batch.targets, weight, last);
+      part = pass(batch.inputs, batch.targets, weight, last, draw);
     } else if (rows == 0) {
-      part = pass(Tensor(), Tensor(), weight, last);
+      part = pass(Tensor(), Tensor(), weight, last, draw);
     } else {
       part = pass(slice_rows(batch.inputs, begin, begin + rows),
-                  slice_rows(batch.targets, begin, begin + rows), weight, last);
+                  slice_rows(batch.targets, begin, begin + rows), weight, last, draw);
     }
     totals.loss_sum += part.loss_sum;
     totals.targets += part.targets;
