@@ -69,8 +69,8 @@ class ShmSplitDeathTest : public ::testing::TestWithParam<int> {};
 TEST_P(ShmSplitDeathTest, ARankThatDiesBeforeAttachingToTheChildFailsTheOthersSplitAtOnce) {
   const int victim = GetParam();
   const int survivor = 1 - victim;
-  const auto folder = std::filesystem::temp_directory_path() /
-                      ("tessera_shm_split_" + std::to_string(::getpid()));
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("tessera_shm_split_" + std::to_string(::getpid()));
   std::filesystem::remove_all(folder);
   std::vector<int> pids;
   std::string report;

@@ -231,7 +231,8 @@ class DiesInItsSplit final : public CountingCommunicator {
         ->wait(testing::kTestTimeout);
     PrefixStore child("split0/color" + std::to_string(color), rendezvous_);
     for (int r = 0; r < size(); ++r) {
-      if (r != rank()) (void)child.get("shm/connects/rank" + std::to_string(r), testing::kTestTimeout);
+      if (r != rank())
+        (void)child.get("shm/connects/rank" + std::to_string(r), testing::kTestTimeout);
     }
     died_at_->store(std::chrono::steady_clock::now());
     throw Died{};

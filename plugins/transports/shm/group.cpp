@@ -161,7 +161,8 @@ void Group::futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept {
 
 void Group::fail_for_dead_rank(int dead, std::string_view op) {
   fail(FailureKind::died, dead,
-       "rank " + std::to_string(dead) + " (pid " + std::to_string(watch_.pid(dead)) + ") died", true);
+       "rank " + std::to_string(dead) + " (pid " + std::to_string(watch_.pid(dead)) + ") died",
+       true);
   throw_failure(op);
 }
 

@@ -41,9 +41,8 @@ void publish_refusal(Store& store, const std::string& key, int about, const std:
 
 // Blocks until every rank has written its pid into the segment. Fails at once, naming it,
 // when a rank records in the segment that it gave up (see Segment::open); rank 0 then also
-// tells the ranks yet to read the key.
-// A peer `peers_gone` names is recorded in the segment like a rank's own failure, so that the
-// ranks already attached fail with it too.
+// tells the ranks yet to read the key. A peer `peers_gone` names is recorded in the segment like
+// a rank's own failure, so that the ranks already attached fail with it too.
 void await_attached(const Segment& segment, Store& store, const std::string& key, int rank,
                     int size, Deadline deadline, const PeersCheck& peers_gone) {
   Header& header = segment.header();
