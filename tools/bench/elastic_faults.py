@@ -90,7 +90,8 @@ KNOWN_BROKEN = {
     # checkpoint), each 5 of 5 in every cell; double/*/zero2 (a death between adopting a world
     # and joining its side channel ends the shm split's connect at once and is folded into the
     # regroup): double/*/* and kill-in-regroup/*/* at --runs 5 passed every struck run (39; one
-    # run lost to a rebuild of the plugin under it), then kill/*/* and double/*/* 10 of 10.
+    # run lost to a rebuild of the plugin under it), then kill, double and kill-in-regroup 10 of
+    # 10 in every cell.
     "join-in-regroup/*/*": "item 9: a step missing from metrics_file (its rank 0 was stopped); "
                            "not rerun since the successor writes the step its predecessor missed",
 }
