@@ -109,9 +109,9 @@ class Workers {
     }
   }
 
-  // Forks kRanks children; child `rank` runs `worker(rank, report_fd)`, which must not return.
-  void start(const std::function<void(int rank, int report_fd)>& worker) {
-    for (int rank = 0; rank < kRanks; ++rank) {
+  // Forks `ranks` children; child `rank` runs `worker(rank, report_fd)`, which must not return.
+  void start(const std::function<void(int rank, int report_fd)>& worker, int ranks = kRanks) {
+    for (int rank = 0; rank < ranks; ++rank) {
       int fds[2];
       ASSERT_EQ(::pipe(fds), 0);
       const pid_t pid = ::fork();

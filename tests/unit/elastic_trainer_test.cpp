@@ -169,7 +169,7 @@ class RecordingStrategy final : public Strategy {
 };
 
 // Forwards to `inner` and counts the bytes of point-to-point sends.
-class CountingCommunicator final : public Communicator {
+class CountingCommunicator : public Communicator {
  public:
   explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
   int rank() const noexcept override { return inner_->rank(); }
@@ -206,6 +206,68 @@ class CountingCommunicator final : public Communicator {
  private:
   std::shared_ptr<Communicator> inner_;
   std::atomic<std::size_t> sent_{0};
+};
+
+// A worker's world whose split (the elastic side channel's) runs the exchange the shm
+// transport's split runs on the world (an all_gather of one (color, key) pair of int32 per
+// rank), waits until every other rank is connecting the child group (the shm transport counts
+// each rank's connects in the child's store namespace, "split0/color<c>", before it waits for
+// anyone), then dies (Died): exactly after the world was adopted, before the side channel is
+// joined, while the others wait for this rank to attach.
+class DiesInItsSplit final : public CountingCommunicator {
+ public:
+  DiesInItsSplit(std::shared_ptr<Communicator> inner, std::shared_ptr<Store> rendezvous,
+                 std::atomic<std::chrono::steady_clock::time_point>* died_at)
+      : CountingCommunicator(std::move(inner)),
+        rendezvous_(std::move(rendezvous)),
+        died_at_(died_at) {}
+
+ protected:
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    std::vector<std::int32_t> mine{color, key};
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size()));
+    all_gather({mine.data(), mine.size(), DType::i32, Device::cpu()},
+               {all.data(), all.size(), DType::i32, Device::cpu()})
+        ->wait(testing::kTestTimeout);
+    PrefixStore child("split0/color" + std::to_string(color), rendezvous_);
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank())
+        (void)child.get("shm/connects/rank" + std::to_string(r), testing::kTestTimeout);
+    }
+    died_at_->store(std::chrono::steady_clock::now());
+    throw Died{};
+  }
+
+ private:
+  std::shared_ptr<Store> rendezvous_;
+  std::atomic<std::chrono::steady_clock::time_point>* died_at_;
+};
+
+// A transport whose `victim` worker dies in the split of its `world_number`-th world (the
+// job's first is 1), as DiesInItsSplit says; every other world forwards.
+class VictimDiesInItsSplit final : public Transport {
+ public:
+  VictimDiesInItsSplit(std::shared_ptr<Transport> inner, int victim, int world_number)
+      : inner_(std::move(inner)), victim_(victim), world_number_(world_number) {}
+  // When the victim died; the epoch while it lives.
+  [[nodiscard]] std::chrono::steady_clock::time_point died_at() const { return died_at_.load(); }
+
+ protected:
+  std::unique_ptr<Communicator> do_connect(std::shared_ptr<Store> store, int rank, int size,
+                                           Duration timeout) override {
+    auto world = inner_->connect(store, rank, size, timeout);
+    if (t_worker == victim_ && ++victim_worlds_ == world_number_) {
+      return std::make_unique<DiesInItsSplit>(std::move(world), std::move(store), &died_at_);
+    }
+    return std::make_unique<CountingCommunicator>(std::move(world));
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+  int victim_;
+  int world_number_;
+  int victim_worlds_ = 0;  // only the victim's thread counts
+  std::atomic<std::chrono::steady_clock::time_point> died_at_{};
 };
 
 // A transport whose room runs out after the job's first world, as the shm transport's does
@@ -483,6 +545,43 @@ TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
   // Epoch 1: 3 steps of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.
   EXPECT_EQ(result.steps, 3 + 6 + 15);
   EXPECT_EQ(result.ranks.size(), 1U);
+  EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
+}
+
+// The second failure lands later: after the survivors of the first adopted their new world,
+// before every one joined its side channel (the shm transport connects a group of its own for
+// it). Worker 2 dies in step 4; worker 1 in the side channel's split of the world after, while
+// worker 0 connects that channel and waits for it to attach. Worker 0 folds the second failure
+// into the regroup within the regroup's bound (failure_timeout + join_timeout) and trains on
+// alone; it once waited out the transport's timeout there (30 s) for a rank that never came.
+TEST(ElasticTrainer, ADeathBetweenAdoptingAWorldAndJoiningItsSideChannelIsFoldedIntoTheRegroup) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  constexpr std::int64_t kDieAt = 4;
+  const auto& registry = testing::test_registry();
+  auto shm_options = registry.default_options(PluginKind::transport, "shm");
+  auto values = shm_options.values();
+  values["timeout"] = std::to_string(testing::kTestTimeout.count()) + "ms";
+  const auto transport = std::make_shared<VictimDiesInItsSplit>(
+      registry.create<Transport>("shm",
+                                 Options(shm_options.section(), shm_options.specs(), values)),
+      1, 2);
+  LateStarts late;
+  late.transport = transport;
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
+  const auto after_the_death = std::chrono::steady_clock::now() - transport->died_at();
+  rethrow_errors(outcomes);
+  ASSERT_TRUE(outcomes[1].died);
+  ASSERT_TRUE(outcomes[2].died);
+  const auto bounds = elastic_options(3, 1);
+  EXPECT_LT(after_the_death, bounds.failure_timeout + bounds.join_timeout);
+  const auto& result = outcomes[0].result;
+  ASSERT_EQ(result.world_events.size(), 1U);
+  const auto& event = result.world_events[0];
+  EXPECT_EQ(event.world_size, 1);
+  EXPECT_EQ(event.left, (std::vector<std::string>{"w1", "w2"}));
+  EXPECT_EQ(event.state_from, "memory");
+  EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
+  EXPECT_EQ(result.steps, 3 + 6 + 15);  // as when the second failure comes in the reconfiguration
   EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
 }
 

@@ -1,5 +1,6 @@
 #include "communicator.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -75,6 +76,30 @@ std::shared_ptr<Work> ShmCommunicator::transfer(bool is_send, BufferView data, i
   return queue_->submit_transfer(queue_, is_send ? "send" : "recv", std::move(t));
 }
 
+namespace {
+
+// The child's connect waits for ranks of this group: one whose process exits, or a failure of
+// this group (a peer's, or an abort: an elastic run aborts its world when a member's lease
+// ends), ends that wait at once, as it would end a wait in this group's own operations.
+PeersCheck child_members_gone(std::shared_ptr<Group> parent, std::vector<int> members) {
+  return [parent = std::move(parent), members = std::move(members)]() -> std::optional<PeerGone> {
+    try {
+      parent->throw_if_failed_or_exited(members, "split");
+      return std::nullopt;
+    } catch (const TransportError& e) {
+      // The child's rank of the one the failure is about; this rank's own when it is none of
+      // the child's members.
+      const int about = e.peer_rank().value_or(parent->rank());
+      const auto it = std::find(members.begin(), members.end(), about);
+      const auto own = std::find(members.begin(), members.end(), parent->rank());
+      return PeerGone{static_cast<int>((it != members.end() ? it : own) - members.begin()),
+                      std::string("the group it splits from failed: ") + e.what()};
+    }
+  };
+}
+
+}  // namespace
+
 // The (color, key) exchange is an all_gather on this group, queued behind what was issued
 // before; the child then meets in a store namespace unique to this split and color.
 std::unique_ptr<Communicator> ShmCommunicator::do_split(int color, int key) {
@@ -96,8 +121,9 @@ std::unique_ptr<Communicator> ShmCommunicator::do_split(int color, int key) {
   while (members[static_cast<std::size_t>(new_rank)] != rank()) ++new_rank;
   auto child_store = std::make_shared<PrefixStore>(
       "split" + std::to_string(split_index) + "/color" + std::to_string(color), store_);
-  return connect_group(std::move(child_store), new_rank, static_cast<int>(members.size()),
-                       group_->settings(), group_->settings().timeout);
+  const int child_size = static_cast<int>(members.size());
+  return connect_group(std::move(child_store), new_rank, child_size, group_->settings(),
+                       group_->settings().timeout, child_members_gone(group_, members));
 }
 
 }  // namespace tessera::shm

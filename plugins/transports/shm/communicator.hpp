@@ -1,7 +1,10 @@
 #pragma once
 // ShmCommunicator: the Communicator of one group of processes (or threads) on this host.
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "group.hpp"
 #include "op_queue.hpp"
@@ -43,11 +46,24 @@ class ShmCommunicator final : public Communicator {
   int splits_ = 0;
 };
 
+// A rank of the group being connected that will never attach, and why (its process died, or
+// a group it belongs to failed).
+struct PeerGone {
+  int rank = 0;
+  std::string why;
+};
+// Asked while a connect waits for its peers: a peer that will never come, if one is known.
+using PeersCheck = std::function<std::optional<PeerGone>()>;
+
 // Rendezvous: rank 0 creates the segment and publishes its name in `store`; the others map
 // it; once all are attached every rank unlinks the name, so that nothing is left in /dev/shm
 // however the processes end. Blocks until all `size` ranks have attached or `timeout` passes
-// (then throws Timeout naming the missing ranks).
+// (then throws Timeout naming the missing ranks). With `peers_gone`, asked about every
+// kPeersCheckPeriod of the wait, a peer it names ends the wait at once: TransportError naming
+// that rank on every rank still connecting, instead of a Timeout at the end.
 std::unique_ptr<ShmCommunicator> connect_group(std::shared_ptr<Store> store, int rank, int size,
-                                               const Settings& settings, Duration timeout);
+                                               const Settings& settings, Duration timeout,
+                                               const PeersCheck& peers_gone = {});
+inline constexpr Duration kPeersCheckPeriod{50};
 
 }  // namespace tessera::shm

@@ -159,18 +159,26 @@ void Group::futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept {
   futex_wait(segment_.header().epoch, seen_epoch, nap);
 }
 
+void Group::fail_for_dead_rank(int dead, std::string_view op) {
+  fail(FailureKind::died, dead,
+       "rank " + std::to_string(dead) + " (pid " + std::to_string(watch_.pid(dead)) + ") died",
+       true);
+  throw_failure(op);
+}
+
+void Group::throw_if_failed_or_exited(const std::vector<int>& ranks, std::string_view op) {
+  throw_if_failed(op);
+  for (const int rank : ranks) {
+    if (watch_.exited(rank)) fail_for_dead_rank(rank, op);
+  }
+}
+
 void Group::check_health(std::string_view op, int waiting_for, Deadline deadline) {
   throw_if_failed(op);
   const auto now = std::chrono::steady_clock::now();
   if (now - last_liveness_check_ >= settings_.poll_interval) {
     last_liveness_check_ = now;
-    if (const auto dead = watch_.find_dead()) {
-      fail(
-          FailureKind::died, *dead,
-          "rank " + std::to_string(*dead) + " (pid " + std::to_string(watch_.pid(*dead)) + ") died",
-          true);
-      throw_failure(op);
-    }
+    if (const auto dead = watch_.find_dead()) fail_for_dead_rank(*dead, op);
   }
   check_stalled(op, waiting_for, now);
   const auto where =

@@ -109,6 +109,10 @@ class Group {
   [[nodiscard]] bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   // Throws this group's failure as a TransportError naming `op` (no-op while healthy).
   void throw_if_failed(std::string_view op);
+  // For a wait on some of this group's ranks outside its operations (a split's child group
+  // connecting): throws as throw_if_failed, and when the process of one of `ranks` has exited,
+  // fails the group as a wait in it would and throws that. Called by the waiting thread.
+  void throw_if_failed_or_exited(const std::vector<int>& ranks, std::string_view op);
   [[noreturn]] void throw_failure(std::string_view op);
   // What the thread running operations was last seen waiting for ("rank 1 in all_reduce #57"),
   // empty when it is not waiting; for a Work::wait timeout in another thread. Thread-safe.
@@ -135,6 +139,8 @@ class Group {
   }
   void futex_sleep(std::uint32_t seen_epoch, Deadline deadline) noexcept;
   void check_health(std::string_view op, int waiting_for, Deadline deadline);
+  // Fails the group because `dead`'s process exited, and throws that naming `op`.
+  [[noreturn]] void fail_for_dead_rank(int dead, std::string_view op);
   // Fails the group if `peer`'s heartbeat has not moved for stall_timeout.
   void check_stalled(std::string_view op, int peer, std::chrono::steady_clock::time_point now);
   // The ranks not yet at await_all's target (just `waiting_for` in other waits), for errors.

@@ -47,16 +47,19 @@ void PeerWatch::close_all() noexcept {
 
 std::optional<int> PeerWatch::find_dead() const noexcept {
   for (std::size_t r = 0; r < pidfds_.size(); ++r) {
-    if (!watched_[r]) continue;
-    if (pidfds_[r] >= 0) {
-      pollfd entry{pidfds_[r], POLLIN, 0};
-      if (::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLIN | POLLHUP | POLLERR)) != 0)
-        return static_cast<int>(r);
-    } else if (::kill(pids_[r], 0) == -1 && errno == ESRCH) {
-      return static_cast<int>(r);
-    }
+    if (exited(static_cast<int>(r))) return static_cast<int>(r);
   }
   return std::nullopt;
+}
+
+bool PeerWatch::exited(int rank) const noexcept {
+  const auto r = static_cast<std::size_t>(rank);
+  if (r >= pidfds_.size() || !watched_[r]) return false;
+  if (pidfds_[r] >= 0) {
+    pollfd entry{pidfds_[r], POLLIN, 0};
+    return ::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  }
+  return ::kill(pids_[r], 0) == -1 && errno == ESRCH;
 }
 
 }  // namespace tessera::shm

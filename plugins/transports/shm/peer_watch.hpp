@@ -23,6 +23,8 @@ class PeerWatch {
 
   // The lowest rank whose process has exited, if any. Non-blocking; thread-safe.
   [[nodiscard]] std::optional<int> find_dead() const noexcept;
+  // Whether `rank`'s process has exited. Non-blocking; thread-safe.
+  [[nodiscard]] bool exited(int rank) const noexcept;
   [[nodiscard]] pid_t pid(int rank) const noexcept { return pids_[static_cast<std::size_t>(rank)]; }
 
  private:

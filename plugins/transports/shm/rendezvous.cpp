@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,13 +41,19 @@ void publish_refusal(Store& store, const std::string& key, int about, const std:
 
 // Blocks until every rank has written its pid into the segment. Fails at once, naming it,
 // when a rank records in the segment that it gave up (see Segment::open); rank 0 then also
-// tells the ranks yet to read the key.
+// tells the ranks yet to read the key. A peer `peers_gone` names is recorded in the segment like
+// a rank's own failure, so that the ranks already attached fail with it too.
 void await_attached(const Segment& segment, Store& store, const std::string& key, int rank,
-                    int size, Deadline deadline) {
+                    int size, Deadline deadline, const PeersCheck& peers_gone) {
   Header& header = segment.header();
   for (;;) {
     const std::uint32_t seen = header.epoch.load();
     if (header.attached.load() == static_cast<std::uint32_t>(size)) return;
+    if (peers_gone) {
+      if (const auto gone = peers_gone()) {
+        segment.record_failure(FailureKind::aborted, gone->rank, gone->why);
+      }
+    }
     const auto failure = static_cast<FailureKind>(header.failure.load(std::memory_order_acquire));
     if (failure == FailureKind::died || failure == FailureKind::aborted) {
       if (rank == 0) publish_refusal(store, key, header.failed_rank, header.failure_reason);
@@ -62,7 +69,7 @@ void await_attached(const Segment& segment, Store& store, const std::string& key
     }
     header.sleepers.fetch_add(1);
     if (header.attached.load() != static_cast<std::uint32_t>(size))
-      futex_wait(header.epoch, seen, std::chrono::milliseconds(50));
+      futex_wait(header.epoch, seen, kPeersCheckPeriod);
     header.sleepers.fetch_sub(1);
   }
 }
@@ -88,8 +95,28 @@ Segment create_and_publish(Store& store, const std::string& key, int size,
   return segment;
 }
 
+// The value of `key` once it is there, as store.get; with `peers_gone`, asked between waits of
+// kPeersCheckPeriod, a peer it names ends the wait (as a refusal about that rank).
+std::string await_key(Store& store, const std::string& key, int rank, int size, Deadline deadline,
+                      const PeersCheck& peers_gone) {
+  const auto left = [&] {
+    return std::max(Duration(0), std::chrono::duration_cast<Duration>(
+                                     deadline - std::chrono::steady_clock::now()));
+  };
+  if (!peers_gone) return store.get(key, left());
+  for (;;) {
+    try {
+      return store.get(key, std::min(left(), kPeersCheckPeriod));
+    } catch (const Timeout&) {
+      if (left() <= Duration(0)) throw;
+    }
+    if (const auto gone = peers_gone()) throw_refused(rank, size, gone->rank, gone->why);
+  }
+}
+
 // The other ranks: maps the segment rank 0 published, or fails as its refusal says.
-Segment open_published(Store& store, const std::string& key, int rank, int size, Duration timeout) {
+Segment open_published(Store& store, const std::string& key, int rank, int size, Deadline deadline,
+                       const PeersCheck& peers_gone) {
   // Throws when `value` is a refusal, unless it is about this rank (then this rank's own
   // error, being thrown, says it better).
   const auto throw_if_refused = [&](const std::string& value) {
@@ -100,14 +127,14 @@ Segment open_published(Store& store, const std::string& key, int rank, int size,
     const int about = std::stoi(rest.substr(0, space));
     if (about != rank) throw_refused(rank, size, about, rest.substr(space + 1), no_room);
   };
-  const std::string name = store.get(key, timeout);
+  const std::string name = await_key(store, key, rank, size, deadline, peers_gone);
   throw_if_refused(name);
   try {
     return Segment::open(name, rank, size);
   } catch (const TransportError&) {
     // Rank 0 may have given up, and removed the segment, between the read and the open: then
     // its refusal says why.
-    if (store.check(key)) throw_if_refused(store.get(key, timeout));
+    if (store.check(key)) throw_if_refused(store.get(key, kPeersCheckPeriod));
     throw;
   }
 }
@@ -115,7 +142,8 @@ Segment open_published(Store& store, const std::string& key, int rank, int size,
 }  // namespace
 
 std::unique_ptr<ShmCommunicator> connect_group(std::shared_ptr<Store> store, int rank, int size,
-                                               const Settings& settings, Duration timeout) {
+                                               const Settings& settings, Duration timeout,
+                                               const PeersCheck& peers_gone) {
   const Deadline deadline = deadline_after(timeout);
   const std::size_t staging_bytes = static_cast<std::size_t>(size) * settings.chunk_size;
   // Each rank counts its own connects through this store, so a store reused for a second
@@ -125,13 +153,13 @@ std::unique_ptr<ShmCommunicator> connect_group(std::shared_ptr<Store> store, int
   // Only rank 0 needs room in /dev/shm: it allocates the whole segment; the others map pages
   // already there.
   Segment segment = rank == 0 ? create_and_publish(*store, key, size, staging_bytes, settings)
-                              : open_published(*store, key, rank, size, timeout);
+                              : open_published(*store, key, rank, size, deadline, peers_gone);
   segment.rank_slot(rank).progress.store(released(kFirstStep - 1));
   segment.rank_slot(rank).pid.store(::getpid());
   segment.header().attached.fetch_add(1);
   segment.header().epoch.fetch_add(1);
   futex_wake_all(segment.header().epoch);
-  await_attached(segment, *store, key, rank, size, deadline);
+  await_attached(segment, *store, key, rank, size, deadline, peers_gone);
   segment.unlink();
   if (rank == 0) store->remove(key);
 
