@@ -24,7 +24,8 @@
 //
 // A row's scores against keys 0..i are head_size vector updates over the keys, from the head's
 // K (and V) transposed once into a [head_size, T] scratch, not i + 1 dot products that each end
-// in a horizontal sum: at T = 256 that made attention several times slower than its FLOPs.
+// in a horizontal sum (one layer of GPT-2 124M at 1 x 256 tokens, one thread: forward about
+// 10 ms instead of 20 to 26; backward, whose dQ, dK, dV updates dominate, about the same).
 //
 // Backward ADDS (+=) into grad_qkv (see layer_norm.hpp). Real is float or double. Parallel over
 // batch * heads: each (b, h) pair writes only its own columns of its own batch row and sums in a
