@@ -16,6 +16,13 @@ OpenMP build, through LD_LIBRARY_PATH; Debian's torch otherwise uses the referen
            weights in llm.c's layout), unpadded vocabulary so that it does the same work. llm.c
            always ties the head to the token embedding and uses its own GEMM loops, not BLAS.
 
+With --ranks R (R > 1) the comparison is data-parallel, R processes of --threads threads each and
+the shape's batch split over them: tessera `tessera train -n R` (ddp over `shm`) against PyTorch
+DistributedDataParallel over gloo (R worker processes, default 25 MiB buckets); wall clock is
+rank 0's step time, CPU time every rank's (tessera: the launcher's process tree).
+--baseline PATH adds another tessera build (a copy of build/ci/bin and build/ci/lib) to the same
+rounds, for before/after figures of a change.
+
 Rounds alternate the contenders' order; each contender's first --warmup steps are dropped, its
 round figure is the median of the rest, and the table shows the median over rounds of tokens per
 second (wall clock) and of tokens per CPU-second (the process's CPU time: steadier on a loaded
@@ -24,6 +31,7 @@ head), over the OpenBLAS sgemm peak measured here on the model's own GEMM shapes
 
   tools/bench/install-bench-deps.sh          # once: python3-torch, OpenBLAS (OpenMP), a C compiler
   tools/bench/gpt_speed.py --llmc /tmp/llm.c --shapes small,124m --threads 1 --rounds 3
+  tools/bench/gpt_speed.py --shapes small --ranks 2 --threads 1 --rounds 3   # ddp against DDP
 """
 
 import argparse
@@ -44,7 +52,8 @@ OPENMP_BLAS = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
 SHAPES = {
     "small": (4, 4, 128, 50257, 8, 64),
     "124m": (12, 12, 768, 50257, 4, 64),
-    "124m-t256": (12, 12, 768, 50257, 4, 256),
+    # GPT-2 124M at context 256: one sequence a step keeps llm.c's round near a minute here.
+    "124m-256": (12, 12, 768, 50257, 1, 256),
 }
 
 
@@ -58,21 +67,26 @@ def blas_env(threads, blas_dir):
 
 # --- PyTorch (run in a child process: --worker torch) ----------------------------------------
 
-def torch_worker(shape, threads, steps, tied):
+def torch_worker(shape, threads, steps, tied, rank=0, world=1, port=0):
+    """One process of the PyTorch side; with world > 1 one rank of DistributedDataParallel over
+    gloo (127.0.0.1:port), each rank training shape's batch / world sequences of its own."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     layers, heads, width, vocab, batch, seq = shape
+    batch //= world
 
     class SelfAttention(nn.Module):
         def __init__(self):
             super().__init__()
             self.c_attn = nn.Linear(width, 3 * width)
             self.c_proj = nn.Linear(width, width)
-            self.register_buffer("causal", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+            # A plain attribute, not a buffer: DDP broadcasts buffers, and gloo has no bool.
+            self.causal = torch.tril(torch.ones(seq, seq, dtype=torch.bool))
 
         def forward(self, x):
             n, t, c = x.shape
@@ -124,9 +138,14 @@ def torch_worker(shape, threads, steps, tied):
             return F.cross_entropy(logits.view(-1, vocab), targets.view(-1))
 
     model = Gpt()
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        model = nn.parallel.DistributedDataParallel(model)  # default 25 MiB buckets
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=0.0)
-    generator = torch.Generator().manual_seed(1)
+    generator = torch.Generator().manual_seed(1 + rank)
     stream = torch.randint(0, vocab, (batch, seq + 1), generator=generator)
     ids, targets = stream[:, :-1].contiguous(), stream[:, 1:].contiguous()
     for step in range(1, steps + 1):
@@ -135,7 +154,7 @@ def torch_worker(shape, threads, steps, tied):
         loss = model(ids, targets)
         loss.backward()
         optimizer.step()
-        print(json.dumps({"step": step, "wall_s": time.perf_counter() - wall,
+        print(json.dumps({"rank": rank, "step": step, "wall_s": time.perf_counter() - wall,
                           "cpu_s": time.process_time() - cpu, "loss": loss.item()}), flush=True)
 
 
@@ -166,29 +185,44 @@ def gemm_worker(shape, threads, repeats):
 
 # --- the contenders as processes -------------------------------------------------------------
 
-def run_torch(shape, threads, steps, tied, blas_dir):
-    out = subprocess.run([sys.executable, __file__, "--worker", "torch", "--worker-shape",
-                          json.dumps(shape), "--threads", str(threads), "--steps", str(steps)]
-                         + (["--head", "tied"] if tied else []),
-                         env=blas_env(threads, blas_dir), capture_output=True, text=True, check=True)
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return [(r["wall_s"], r["cpu_s"]) for r in rows]
+def run_torch(shape, threads, steps, tied, blas_dir, ranks=1):
+    """(wall, CPU) seconds per step: rank 0's wall clock, every rank's CPU time added."""
+    command = [sys.executable, __file__, "--worker", "torch", "--worker-shape", json.dumps(shape),
+               "--threads", str(threads), "--steps", str(steps)] + (["--head", "tied"] if tied else [])
+    port = 29600 + os.getpid() % 1000
+    procs = [subprocess.Popen(command + ["--worker-rank", f"{r},{ranks},{port}"], text=True,
+                              env=blas_env(threads, blas_dir), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for r in range(ranks)]
+    outputs = [p.communicate() for p in procs]
+    for p, (_, err) in zip(procs, outputs):
+        if p.returncode != 0:
+            sys.exit(f"gpt_speed: the PyTorch worker failed ({p.returncode}): {err[-2000:]}")
+    per_rank = [[json.loads(line) for line in out.splitlines() if line.startswith("{")]
+                for out, _ in outputs]
+    return [(rows[0]["wall_s"], sum(r["cpu_s"] for r in rows)) for rows in zip(*per_rank)]
 
 
 def process_cpu_seconds(pid):
-    """Run time of every thread of `pid` so far (ns precision from schedstat)."""
+    """Run time of every thread of `pid` and of its child processes, recursively, so far (ns
+    precision from schedstat): `tessera train -n 2` is a launcher and its two ranks."""
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    children = []
+    for task in tasks:
         try:
             total += int((task / "schedstat").read_text().split()[0])
+            children += (task / "children").read_text().split()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             pass  # a thread that ended between listing and reading
-    return total * 1e-9
+    return total * 1e-9 + sum(process_cpu_seconds(int(c)) for c in children)
 
 
 TESSERA_INI = """[runtime]
-transport = local
-world_size = 1
+transport = {transport}
+world_size = {ranks}
 [train]
 strategy = ddp
 model = gpt
@@ -219,7 +253,10 @@ weight_decay = 0
 """
 
 
-def run_tessera(tessera, shape, threads, steps, tied, blas_dir, scratch):
+def run_tessera(tessera, shape, threads, steps, tied, blas_dir, scratch, ranks=1):
+    """`tessera` is a build's bin/tessera; its own lib/ goes first on the library path, so that a
+    copy of an older build (--baseline) loads its own libtessera rather than the RUNPATH's. With
+    ranks > 1: ddp over shm, shape's batch split over the ranks (batch_size is per rank)."""
     layers, heads, width, vocab, batch, seq = shape
     ini = scratch / "tessera_gpt.ini"
     metrics = scratch / "tessera_metrics.jsonl"
@@ -227,11 +264,14 @@ def run_tessera(tessera, shape, threads, steps, tied, blas_dir, scratch):
     head_option = f"tie_embeddings = {'true' if tied else 'false'}" if tessera_ties(tessera) else ""
     if tied and not head_option:
         sys.exit("gpt_speed: --head tied, but this tessera's gpt model has no tie_embeddings option")
-    ini.write_text(TESSERA_INI.format(steps=steps, batch=batch, layers=layers, heads=heads,
+    ini.write_text(TESSERA_INI.format(steps=steps, batch=batch // ranks, layers=layers, heads=heads,
                                       width=width, seq=seq, vocab=vocab, threads=threads,
-                                      head_option=head_option, samples=batch * (steps + 1)))
+                                      head_option=head_option, samples=batch * (steps + 1),
+                                      transport="shm" if ranks > 1 else "local", ranks=ranks))
+    env = blas_env(threads, blas_dir)
+    env["LD_LIBRARY_PATH"] = str(Path(tessera).resolve().parents[1] / "lib") + ":" + env["LD_LIBRARY_PATH"]
     proc = subprocess.Popen([tessera, "train", "--config", str(ini),
-                             f"--train.metrics_file={metrics}"], env=blas_env(threads, blas_dir),
+                             f"--train.metrics_file={metrics}"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     marks = []  # (time_s of the step record, process CPU seconds when it appeared)
     seen = 0
@@ -349,23 +389,35 @@ def main():
     p.add_argument("--head", choices=["untied", "tied"], default="tied",
                    help="tie the head to wte on the tessera and PyTorch sides (llm.c always ties)")
     p.add_argument("--tessera", default=str(REPO / "build/ci/bin/tessera"))
+    p.add_argument("--baseline", help="another build's bin/tessera (a copy of build/ci's bin/ and lib/): "
+                   "adds the contender 'baseline', measured in the same rounds")
     p.add_argument("--llmc", help="an llm.c checkout or git directory (fetched snapshot); absent: skipped")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="data-parallel ranks, --threads each: tessera ddp over shm against PyTorch "
+                        "DDP over gloo, the shape's batch split over them (llm.c skipped)")
     p.add_argument("--contenders", default="tessera,torch,llmc")
     p.add_argument("--blas", default=OPENMP_BLAS, help="folder with the OpenBLAS both sides load")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--worker-shape", help=argparse.SUPPRESS)
+    p.add_argument("--worker-rank", default="0,1,0", help=argparse.SUPPRESS)  # rank,world,port
     args = p.parse_args()
 
     if args.worker == "torch":
+        rank, world, port = (int(v) for v in args.worker_rank.split(","))
         torch_worker(tuple(json.loads(args.worker_shape)), int(args.threads), args.steps,
-                     args.head == "tied")
+                     args.head == "tied", rank, world, port)
         return
     if args.worker == "gemm":
         gemm_worker(tuple(json.loads(args.worker_shape)), int(args.threads), 10)
         return
 
     contenders = args.contenders.split(",")
+    if args.baseline and "baseline" not in contenders:
+        contenders.insert(1, "baseline")
+    if args.ranks > 1 and "llmc" in contenders:
+        print(f"gpt_speed: --ranks {args.ranks}: llm.c's CPU trainer has no data parallelism: skipped")
+        contenders.remove("llmc")
     if "llmc" in contenders and not args.llmc:
         print("gpt_speed: no --llmc DIR given: llm.c skipped (fetch karpathy/llm.c and pass its path)")
         contenders.remove("llmc")
@@ -403,17 +455,20 @@ def main():
                 order = contenders if r % 2 == 0 else contenders[::-1]
                 for c in order:
                     loads.append(os.getloadavg()[0])
-                    if c == "tessera":
-                        steps_out = run_tessera(args.tessera, shape, threads, runs, tied, args.blas, scratch)
+                    if c in ("tessera", "baseline"):
+                        binary = args.tessera if c == "tessera" else args.baseline
+                        steps_out = run_tessera(binary, shape, threads, runs, tied, args.blas, scratch,
+                                                args.ranks)
                     elif c == "torch":
-                        steps_out = run_torch(shape, threads, runs, tied, args.blas)
+                        steps_out = run_torch(shape, threads, runs, tied, args.blas, args.ranks)
                     else:
                         steps_out = run_llmc(llmc_binary, checkpoint, shape, threads, runs)
                     figures[c].append(round_figure(steps_out, args.warmup, tokens))
                     print(f"  {name} threads {threads} round {r + 1} {c}: "
                           f"{figures[c][-1][0]:.1f} tokens/s, {figures[c][-1][1]:.1f} tokens/CPU-s",
                           file=sys.stderr, flush=True)
-            row = {"shape": name, "threads": threads, "batch": f"{batch}x{seq}", "head": args.head,
+            row = {"shape": name, "threads": threads, "ranks": args.ranks, "batch": f"{batch}x{seq}",
+                   "head": args.head,
                    "gemm_peak_gflops": {clock: max(r.values()) / 1e9 for clock, r in gemm_rates.items()},
                    "gemm_rates_gflops": {clock: {k: v / 1e9 for k, v in r.items()}
                                          for clock, r in gemm_rates.items()},
@@ -431,21 +486,25 @@ def print_table(results, contenders):
     for clock, key, peak_key in (("wall clock", "tokens_per_s", "wall"),
                                  ("process CPU time", "tokens_per_cpu_s", "cpu")):
         print(f"\ntokens per second by {clock} (medians of rounds)")
-        head = ["shape", "batch", "thr"] + [f"{c}" for c in contenders]
+        head = ["shape", "batch", "ranks x thr" if any(r.get("ranks", 1) > 1 for r in results) else "thr"] + [f"{c}" for c in contenders]
         peers = [c for c in contenders if c != "tessera"]
         if "tessera" in contenders:
             head += [f"tessera/{c}" for c in peers] + ["MFU tessera", "peak GF/s"]
         print(" | ".join(f"{h:>12}" for h in head))
         for row in results:
-            cells = [row["shape"], row["batch"], str(row["threads"])]
+            ranks = row.get("ranks", 1)
+            cells = [row["shape"], row["batch"],
+                     f"{ranks}x{row['threads']}" if ranks > 1 else str(row["threads"])]
             cells += [f"{row[c][key]:.1f}" for c in contenders]
             if "tessera" in contenders:
                 ours = row["tessera"][key]
                 cells += [f"{ours / row[c][key]:.2f}x" for c in peers]
                 shape = SHAPES[row["shape"]]
                 peak = row["gemm_peak_gflops"][peak_key] * 1e9
-                # By CPU time: tokens per thread-second, times the threads, against the peak rate.
+                # By CPU time: tokens per thread-second, times the threads, against the peak rate
+                # (any rank count: the CPU time is every rank's). By wall clock: every rank's peak.
                 rate = ours * (row["threads"] if key == "tokens_per_cpu_s" else 1)
+                peak *= ranks if key == "tokens_per_s" else 1
                 cells += [f"{100 * rate * flops_per_token(shape) / peak:.1f} %",
                           f"{peak / 1e9:.1f}"]
             print(" | ".join(f"{c:>12}" for c in cells))

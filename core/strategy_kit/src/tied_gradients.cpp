@@ -29,21 +29,32 @@ TiedGradients::TiedGradients(const FlatLayout& layout, Device device, std::size_
         const auto& owner_params = layout.layer_params[owner.layer];
         const auto spec = static_cast<std::size_t>(
             std::find(owner_params.begin(), owner_params.end(), param) - owner_params.begin());
-        ties_.push_back({param, owner.layer, spec, std::vector<float>(owner.count, 0.0F)});
+        ties_.push_back({param, owner.layer, spec, std::vector<float>(owner.count, 0.0F), {}});
       }
       borrowers_.push_back({l, s, tie});
     }
   }
 }
 
+void TiedGradients::add_into_owners(
+    const std::function<BufferView(std::size_t param)>& owner_gradient) {
+  for (auto& tie : ties_) {
+    tie.owner_gradient = owner_gradient(tie.param);
+    TESSERA_CHECK(tie.owner_gradient.count == tie.collected.size(),
+                  "tied gradients: the owner's gradient view has the wrong size");
+    tie.collected = std::vector<float>();
+  }
+}
+
 void TiedGradients::prepare(std::size_t layer, std::span<BufferView> grads) {
   for (const Use& use : borrowers_) {
     if (use.layer != layer) continue;
-    auto& collected = ties_[use.tie].collected;
-    grads[use.spec] = view_of(std::span<float>(collected));
+    auto& tie = ties_[use.tie];
+    grads[use.spec] = tie.owner_gradient.data != nullptr ? tie.owner_gradient
+                                                         : view_of(std::span<float>(tie.collected));
   }
   for (auto& tie : ties_) {
-    if (tie.owner != layer) continue;
+    if (tie.owner != layer || tie.owner_gradient.data != nullptr) continue;
     const auto owner = grads[tie.owner_spec].host_span<float>("tied parameter gradient");
     TESSERA_CHECK(owner.size() == tie.collected.size(),
                   "tied gradients: the owner's gradient view has the wrong size");
@@ -56,6 +67,14 @@ std::size_t TiedGradients::buffer_bytes() const noexcept {
   std::size_t bytes = 0;
   for (const auto& tie : ties_) bytes += tie.collected.size() * sizeof(float);
   return bytes;
+}
+
+std::function<BufferView(std::size_t param)> flat_gradient_of(const FlatLayout& layout,
+                                                              const Tensor& flat_gradients) {
+  return [&layout, &flat_gradients](std::size_t param) {
+    const FlatParam& flat = layout.params[param];
+    return flat_gradients.view().slice(flat.offset, flat.count);
+  };
 }
 
 }  // namespace tessera

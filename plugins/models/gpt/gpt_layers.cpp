@@ -482,7 +482,7 @@ Tensor Head::forward(const Tensor& input, std::span<const BufferView> params,
                      LayerContext& ctx) const {
   const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
   check_views(name(), params, parameters(), "parameter", Device::cpu());
-  Tensor logits({seq.batch, seq.time, shape_.vocab}, DType::f32);
+  Tensor logits({seq.batch, seq.time, shape_.vocab}, DType::f32, compute_->large_buffers());
   const std::size_t rows = seq.rows();
   if (rows > 0) {
     // logits [rows, vocab] = x [rows, width] . W^T

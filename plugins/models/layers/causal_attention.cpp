@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "layers/kernel_support.hpp"
@@ -64,6 +65,151 @@ Real checked_scale(const AttentionShape& shape, std::span<const Real> qkv,
   return Real(1) / std::sqrt(static_cast<Real>(shape.head_size));
 }
 
+// e^x for x <= 0 (a softmax's exponent: a score minus the row's maximum or log-sum-exp, which
+// rounding may leave a few ulp above 0): the vectorisable float exp, std::exp for double.
+template <class Real>
+Real exp_at_most_zero(Real x) {
+  if constexpr (std::is_same_v<Real, float>) {
+    return exp_nonpositive(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+// The largest of scale * s[j], j < n, storing the products back into s (lanes as in dot).
+template <class Real>
+Real scaled_row_max(Real* s, std::size_t n, Real scale) {
+  for (std::size_t j = 0; j < n; ++j) s[j] *= scale;
+  Real lanes[kDotLanes];
+  std::fill_n(lanes, kDotLanes, s[0]);
+  const std::size_t whole = n - n % kDotLanes;
+  for (std::size_t j = 0; j < whole; j += kDotLanes) {
+    for (std::size_t k = 0; k < kDotLanes; ++k)
+      lanes[k] = lanes[k] < s[j + k] ? s[j + k] : lanes[k];
+  }
+  Real max = *std::max_element(lanes, lanes + kDotLanes);
+  for (std::size_t j = whole; j < n; ++j) max = std::max(max, s[j]);
+  return max;
+}
+
+// The sum of s[j], j < n, in kDotLanes partial sums combined in a fixed order.
+template <class Real>
+Real lane_sum(const Real* s, std::size_t n) {
+  Real lanes[kDotLanes] = {};
+  const std::size_t whole = n - n % kDotLanes;
+  for (std::size_t j = 0; j < whole; j += kDotLanes) {
+    for (std::size_t k = 0; k < kDotLanes; ++k) lanes[k] += s[j + k];
+  }
+  for (std::size_t j = whole; j < n; ++j) lanes[j - whole] += s[j];
+  Real sum = 0;
+  for (const Real lane : lanes) sum += lane;
+  return sum;
+}
+
+// One task's scratch for a head: its K (and V) transposed to [head_size, time], so that a query
+// row's scores against keys 0..i are head_size vector updates over j (s[j] += q[d] * K[d][j],
+// summed over d in order) instead of i + 1 dot products, each ending in a horizontal sum.
+template <class Real>
+struct RowScratch {
+  std::size_t time = 0;
+  std::size_t head_size = 0;
+  std::vector<Real> keys, values;  // [head_size, time]
+  std::vector<Real> scores, value_scores, acc;
+
+  explicit RowScratch(const AttentionShape& shape)
+      : time(shape.time),
+        head_size(shape.head_size),
+        keys(shape.head_size * shape.time),
+        values(shape.head_size * shape.time),
+        scores(shape.time),
+        value_scores(shape.time),
+        acc(shape.head_size) {}
+
+  void transpose(std::vector<Real>& into, const Real* qkv, const HeadView& at,
+                 std::size_t part) const {
+    for (std::size_t t = 0; t < time; ++t) {
+      const Real* row = qkv + at.q(t) + part * at.channels;
+      for (std::size_t d = 0; d < head_size; ++d) into[d * time + t] = row[d];
+    }
+  }
+  void transpose_keys(const Real* qkv, const HeadView& at) { transpose(keys, qkv, at, 1); }
+  void transpose_values(const Real* qkv, const HeadView& at) { transpose(values, qkv, at, 2); }
+
+  // out[j] = sum_d x[d] * m[d][j] for j < n, d in order.
+  void products(Real* out, const std::vector<Real>& m, const Real* x, std::size_t n) const {
+    std::fill(out, out + n, Real(0));
+    for (std::size_t d = 0; d < head_size; ++d) {
+      const Real xd = x[d];
+      const Real* column = m.data() + d * time;
+      for (std::size_t j = 0; j < n; ++j) out[j] += xd * column[j];
+    }
+  }
+  // scores[j] = q . K_j and value_scores[j] = dO . V_j, j < n (unscaled).
+  void scores_against(const Real* q, std::size_t n) { products(scores.data(), keys, q, n); }
+  void value_scores_against(const Real* dout, std::size_t n) {
+    products(value_scores.data(), values, dout, n);
+  }
+};
+
+// One (batch, head) pair's forward: each query row's softmax exactly (its scores, their
+// maximum, the exponentials, their sum), then the weighted values.
+template <class Real>
+void attend_forward(RowScratch<Real>& row, const HeadView& at, const Real* qkv, Real scale,
+                    Real* output, Real* lse) {
+  const std::size_t hs = row.head_size;
+  row.transpose_keys(qkv, at);
+  Real* weights = row.scores.data();
+  for (std::size_t i = 0; i < row.time; ++i) {
+    const std::size_t n = i + 1;
+    row.scores_against(qkv + at.q(i), n);
+    const Real max = scaled_row_max(weights, n, scale);
+    for (std::size_t j = 0; j < n; ++j) weights[j] = exp_at_most_zero(weights[j] - max);
+    const Real sum = lane_sum(weights, n);
+    std::fill(row.acc.begin(), row.acc.end(), Real(0));
+    for (std::size_t j = 0; j < n; ++j) {
+      const Real* v = qkv + at.v(j);
+      for (std::size_t d = 0; d < hs; ++d) row.acc[d] += weights[j] * v[d];
+    }
+    Real* out = output + at.out(i);
+    for (std::size_t d = 0; d < hs; ++d) out[d] = row.acc[d] / sum;
+    lse[i] = max + std::log(sum);
+  }
+}
+
+// One pair's backward, adding into grad_qkv.
+template <class Real>
+void attend_backward(RowScratch<Real>& row, const HeadView& at, const Real* qkv, const Real* output,
+                     const Real* grad_output, const Real* lse, Real scale, Real* grad_qkv) {
+  const std::size_t hs = row.head_size;
+  row.transpose_keys(qkv, at);
+  row.transpose_values(qkv, at);
+  Real* p = row.scores.data();
+  Real* ds = row.value_scores.data();
+  for (std::size_t i = 0; i < row.time; ++i) {
+    const std::size_t n = i + 1;
+    const Real* q = qkv + at.q(i);
+    const Real* dout = grad_output + at.out(i);
+    // D_i = sum_j p_ij (dO_i . V_j) = dO_i . O_i: the softmax Jacobian's row term, from the
+    // saved output instead of the probabilities.
+    const Real row_term = dot(dout, output + at.out(i), hs);
+    // p_ij recomputed from the scores; then dS_ij times the scale where dO_i . V_j was.
+    row.scores_against(q, n);
+    row.value_scores_against(dout, n);
+    for (std::size_t j = 0; j < n; ++j) p[j] = exp_at_most_zero(scale * p[j] - lse[i]);
+    for (std::size_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - row_term) * scale;
+    Real* dq = grad_qkv + at.q(i);
+    for (std::size_t j = 0; j < n; ++j) {
+      const Real* k = qkv + at.k(j);
+      Real* dk = grad_qkv + at.k(j);
+      Real* dv = grad_qkv + at.v(j);
+      // Three loops, not one: each vectorises on its own (dV, dQ and dK are disjoint).
+      for (std::size_t d = 0; d < hs; ++d) dv[d] += p[j] * dout[d];
+      for (std::size_t d = 0; d < hs; ++d) dq[d] += ds[j] * k[d];
+      for (std::size_t d = 0; d < hs; ++d) dk[d] += ds[j] * q[d];
+    }
+  }
+}
+
 }  // namespace
 
 template <class Real>
@@ -71,41 +217,15 @@ void causal_attention_forward(std::span<Real> output, std::span<Real> log_sum_ex
                               std::span<const Real> qkv, const AttentionShape& shape,
                               const ComputeContext& compute) {
   const Real scale = checked_scale<Real>(shape, qkv, output, log_sum_exp);
-  const std::size_t hs = shape.head_size;
-  const std::size_t pair_cost = shape.time * shape.time * hs * 2;
-  compute.parallel_for(
-      shape.batch * shape.heads, grain_for(pair_cost), [&](std::size_t p0, std::size_t p1) {
-        std::vector<Real> acc(hs);
-        for (std::size_t pair = p0; pair < p1; ++pair) {
-          const HeadView at(shape, pair);
-          Real* lse = log_sum_exp.data() + pair * shape.time;
-          for (std::size_t i = 0; i < shape.time; ++i) {
-            const Real* q = qkv.data() + at.q(i);
-            // Online softmax: `running_max` is the largest score so far, `sum` the sum of
-            // exp(score - running_max), `acc` the sum of exp(score - running_max) * v. A larger
-            // score rescales both by exp(old max - new max). The first score sets the maximum.
-            Real running_max = -std::numeric_limits<Real>::infinity();
-            Real sum = 0;
-            std::fill(acc.begin(), acc.end(), Real(0));
-            for (std::size_t j = 0; j <= i; ++j) {
-              const Real score = scale * dot(q, qkv.data() + at.k(j), hs);
-              if (score > running_max) {
-                const Real shrink = std::exp(running_max - score);  // 0 on the first score
-                sum *= shrink;
-                for (Real& a : acc) a *= shrink;
-                running_max = score;
-              }
-              const Real weight = std::exp(score - running_max);
-              sum += weight;
-              const Real* v = qkv.data() + at.v(j);
-              for (std::size_t d = 0; d < hs; ++d) acc[d] += weight * v[d];
-            }
-            Real* out = output.data() + at.out(i);
-            for (std::size_t d = 0; d < hs; ++d) out[d] = acc[d] / sum;
-            lse[i] = running_max + std::log(sum);
-          }
-        }
-      });
+  const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 2;
+  compute.parallel_for(shape.batch * shape.heads, grain_for(pair_cost),
+                       [&](std::size_t p0, std::size_t p1) {
+                         RowScratch<Real> row(shape);
+                         for (std::size_t pair = p0; pair < p1; ++pair) {
+                           attend_forward(row, HeadView(shape, pair), qkv.data(), scale,
+                                          output.data(), log_sum_exp.data() + pair * shape.time);
+                         }
+                       });
 }
 
 template <class Real>
@@ -116,33 +236,13 @@ void causal_attention_backward(std::span<Real> grad_qkv, std::span<const Real> g
   const Real scale = checked_scale<Real>(shape, qkv, output, log_sum_exp);
   require_size("causal_attention", "grad_qkv", grad_qkv, qkv.size());
   require_size("causal_attention", "grad_output", grad_output, output.size());
-  const std::size_t hs = shape.head_size;
-  const std::size_t pair_cost = shape.time * shape.time * hs * 5;
+  const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 5;
   compute.parallel_for(
       shape.batch * shape.heads, grain_for(pair_cost), [&](std::size_t p0, std::size_t p1) {
+        RowScratch<Real> row(shape);
         for (std::size_t pair = p0; pair < p1; ++pair) {
-          const HeadView at(shape, pair);
-          const Real* lse = log_sum_exp.data() + pair * shape.time;
-          for (std::size_t i = 0; i < shape.time; ++i) {
-            const Real* q = qkv.data() + at.q(i);
-            const Real* dout = grad_output.data() + at.out(i);
-            // D_i = sum_j p_ij (dO_i . V_j) = dO_i . O_i: the softmax Jacobian's row term, from the
-            // saved output instead of the probabilities.
-            const Real row_term = dot(dout, output.data() + at.out(i), hs);
-            Real* dq = grad_qkv.data() + at.q(i);
-            for (std::size_t j = 0; j <= i; ++j) {
-              const Real* k = qkv.data() + at.k(j);
-              const Real* v = qkv.data() + at.v(j);
-              const Real p = std::exp(scale * dot(q, k, hs) - lse[i]);  // recomputed
-              const Real ds = p * (dot(dout, v, hs) - row_term) * scale;
-              Real* dk = grad_qkv.data() + at.k(j);
-              Real* dv = grad_qkv.data() + at.v(j);
-              // Three loops, not one: each vectorises on its own (dV, dQ and dK are disjoint).
-              for (std::size_t d = 0; d < hs; ++d) dv[d] += p * dout[d];
-              for (std::size_t d = 0; d < hs; ++d) dq[d] += ds * k[d];
-              for (std::size_t d = 0; d < hs; ++d) dk[d] += ds * q[d];
-            }
-          }
+          attend_backward(row, HeadView(shape, pair), qkv.data(), output.data(), grad_output.data(),
+                          log_sum_exp.data() + pair * shape.time, scale, grad_qkv.data());
         }
       });
 }

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "layers/recycling_allocator.hpp"
 #include "tessera/base/error.hpp"
 
 namespace tessera::layers {
@@ -17,7 +18,9 @@ int checked_threads(int threads) {
 }  // namespace
 
 ComputeContext::ComputeContext(int threads)
-    : threads_(checked_threads(threads)), arena_(threads_) {}
+    : threads_(checked_threads(threads)),
+      arena_(threads_),
+      large_buffers_(std::make_shared<RecyclingHostAllocator>()) {}
 
 void set_blas_threads(int threads) {
   openblas_set_num_threads(checked_threads(threads));

@@ -1,12 +1,16 @@
 #pragma once
 // The threads one rank's layers compute with: a oneTBB arena of `threads` workers for the
-// element-wise kernels. OpenBLAS keeps its own pool (see set_blas_threads).
+// element-wise kernels (OpenBLAS keeps its own pool, see set_blas_threads), and the host
+// allocator the layers take their large per-step buffers from.
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <cstddef>
+#include <memory>
+
+#include "tessera/base/device_allocator.hpp"
 
 namespace tessera::layers {
 
@@ -24,6 +28,13 @@ class ComputeContext {
   ComputeContext& operator=(const ComputeContext&) = delete;
 
   [[nodiscard]] int threads() const noexcept { return threads_; }
+
+  // Host memory for buffers allocated afresh every step and large enough that fresh pages
+  // would cost more than the work on them (a GPT's logits and their gradient): a
+  // RecyclingHostAllocator, so the next step reuses the blocks. Thread-safe.
+  [[nodiscard]] const std::shared_ptr<DeviceAllocator>& large_buffers() const noexcept {
+    return large_buffers_;
+  }
 
   // Calls body(begin, end) over disjoint ranges covering [0, n), in parallel inside the arena
   // when there is enough work. The split varies from run to run, so body must write only its
@@ -44,6 +55,7 @@ class ComputeContext {
  private:
   int threads_;
   mutable tbb::task_arena arena_;
+  std::shared_ptr<DeviceAllocator> large_buffers_;
 };
 
 // Sets OpenBLAS's thread pool size. Process-wide (OpenBLAS has one pool), so ranks running as

@@ -91,7 +91,7 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
   const std::int64_t* t = targets.as<std::int64_t>().data();
   LossResult result;
   result.targets = counted_targets({t, n}, classes);
-  result.grad_logits = Tensor(logits.shape(), DType::f32);
+  result.grad_logits = Tensor(logits.shape(), DType::f32, compute.large_buffers());
   if (result.targets == 0) return result;
   float* g = result.grad_logits.as<float>().data();
   // Per-row results first, summed afterwards in row order: the mean does not depend on how the

@@ -70,6 +70,9 @@ void DdpStrategy::setup(const StrategySetup& setup) {
     layers_.push_back(std::move(views));
   }
   ties_ = TiedGradients(layout_, allocator->device());
+  // Every layer's gradient stays in grads_, zeroed before each step: with one micro-batch the
+  // owner's is still zero when a borrower adds, so the borrower adds there (same bits).
+  if (setup.micro_batches == 1) ties_.add_into_owners(flat_gradient_of(layout_, grads_));
   copy_back(initial, params_);
   sync_->finalize();
   // Held from the start, as memory_report says.

@@ -131,6 +131,11 @@ void ZeroStrategy::setup(const StrategySetup& setup) {
   }
   copy_back(initial, params_);
   ties_ = TiedGradients(layout_, allocator_->device());
+  // Stage one keeps every layer's gradient in grads_, zeroed before each step: as in ddp, with
+  // one micro-batch a borrower adds into its owner's gradient directly (same bits).
+  if (!stage_two() && setup.micro_batches == 1) {
+    ties_.add_into_owners(flat_gradient_of(layout_, grads_));
+  }
   // Allocated (and touched) now, so memory_report() and RSS agree from the first step.
   if (stage_two() && setup.micro_batches == 1) {
     for (std::size_t w = 0; w < config_.staging_windows; ++w) {

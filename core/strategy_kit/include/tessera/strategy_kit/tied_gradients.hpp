@@ -7,12 +7,19 @@
 // into a buffer of this helper, and just before the owner's backward the buffer is added into
 // the owner's gradient and cleared. The additions are the same, in the same order, under every
 // strategy, so ddp and zero1/2/3 keep equal bits.
+//
+// Where the owner's gradient is in memory during the borrower's backward and still zero there
+// (every layer's gradient in one buffer, one micro-batch a step: ddp's and zero1's), the
+// borrower may add into it directly (add_into_owners): 0 + x is x, so the sum has the same bits
+// without the buffer's extra write, read and clearing (GPT-2's head: [50257 x 768] floats).
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <vector>
 
 #include "tessera/base/buffer_view.hpp"
+#include "tessera/base/tensor.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera {
@@ -35,6 +42,15 @@ class TiedGradients {
   // and the buffer is cleared for the next micro-batch. Not thread-safe.
   void prepare(std::size_t layer, std::span<BufferView> grads);
 
+  // Borrowers add straight into their owner's gradient, `owner_gradient(param)` (the view of
+  // FlatLayout parameter `param`'s gradient, valid as long as this helper is used), and the
+  // owner's backward adds nothing more. Only for a strategy that keeps every layer's gradient
+  // in place through the backward and zeroes it before each step's single micro-batch: with
+  // more micro-batches the owner's gradient holds the earlier ones' sum when the borrower adds,
+  // and the additions would group differently from the collecting strategies'. Frees the
+  // buffers.
+  void add_into_owners(const std::function<BufferView(std::size_t param)>& owner_gradient);
+
   [[nodiscard]] std::size_t buffer_bytes() const noexcept;
 
  private:
@@ -43,6 +59,7 @@ class TiedGradients {
     std::size_t owner = 0;       // the layer that owns the parameter
     std::size_t owner_spec = 0;  // its place among that layer's ParamSpecs
     std::vector<float> collected;
+    BufferView owner_gradient;  // set by add_into_owners: borrowers add here instead
   };
   struct Use {
     std::size_t layer = 0;
@@ -52,5 +69,10 @@ class TiedGradients {
   std::vector<Tie> ties_;
   std::vector<Use> borrowers_;
 };
+
+// For add_into_owners: the view of a parameter's gradient in a flat gradient buffer laid out as
+// `layout` (ddp's, zero1's). Both must outlive the returned function's use.
+[[nodiscard]] std::function<BufferView(std::size_t param)> flat_gradient_of(
+    const FlatLayout& layout, const Tensor& flat_gradients);
 
 }  // namespace tessera
