@@ -618,6 +618,9 @@ def problems(facts, baseline, args):
     found = []
     if facts["hung"]:
         found.append(f"hung: no end within {facts['timeout']:.0f} s, then SIGKILLed")
+    # A fault cell whose fault never came tested nothing: not a pass (the job ended, failed or
+    # hung before the strike step; any of those is a problem of its own too).
+    found += [note for note in facts["fault"] if note.endswith("not struck")]
     if facts["shm_left"]:
         found.append(f"left in /dev/shm: {', '.join(facts['shm_left'])}")
     exits = facts["exits"]
