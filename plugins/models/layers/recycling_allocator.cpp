@@ -29,7 +29,13 @@ RecyclingHostAllocator::RecyclingHostAllocator(std::size_t min_block_bytes,
     : min_block_bytes_(min_block_bytes), max_kept_bytes_(max_kept_bytes) {}
 
 RecyclingHostAllocator::~RecyclingHostAllocator() {
+  release_kept();
+}
+
+void RecyclingHostAllocator::release_kept() noexcept {
   for (const Block& block : kept_) std::free(block.pointer);
+  kept_.clear();
+  kept_bytes_ = 0;
 }
 
 void* RecyclingHostAllocator::allocate(std::size_t bytes) {
@@ -45,6 +51,10 @@ void* RecyclingHostAllocator::allocate(std::size_t bytes) {
       kept_.erase(it);
       break;
     }
+    // A large block of a size none kept has (an evaluation's batch after training's): the kept
+    // ones serve no request now, and holding them beside the new block would raise the peak by
+    // up to max_kept_bytes. They go back first; the other size's blocks come once again.
+    if (pointer == nullptr) release_kept();
   }
   if (pointer == nullptr) pointer = std::aligned_alloc(kDeviceAlignment, rounded);
   if (pointer == nullptr) throw out_of_memory(bytes);

@@ -30,7 +30,8 @@ class RecyclingHostAllocator final : public DeviceAllocator {
 
   [[nodiscard]] Device device() const noexcept override { return Device::cpu(); }
   // Zero-filled, as every DeviceAllocator's: a kept block of the same rounded size if there is
-  // one, a new one otherwise. Throws OutOfMemory naming the size.
+  // one, a new one otherwise, the kept blocks (of other sizes) freed first when the request is
+  // large, so that a change of size never holds both. Throws OutOfMemory naming the size.
   [[nodiscard]] void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer, std::size_t bytes) noexcept override;
   void copy(BufferView dst, BufferView src) const override;
@@ -43,6 +44,9 @@ class RecyclingHostAllocator final : public DeviceAllocator {
     void* pointer = nullptr;
     std::size_t bytes = 0;  // rounded to kDeviceAlignment
   };
+  // Frees every kept block. Called with mutex_ held (or from the destructor).
+  void release_kept() noexcept;
+
   std::size_t min_block_bytes_;
   std::size_t max_kept_bytes_;
   mutable std::mutex mutex_;
