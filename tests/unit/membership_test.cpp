@@ -181,6 +181,30 @@ TEST(Membership, ExpiredLeaseIsLeftOutAndItsHolderIsToldToRejoin) {
   EXPECT_EQ(c.rank, 2);
 }
 
+// A worker stopped (SIGSTOP) past its lease and woken: its heartbeat has not run yet, so it has
+// not heard that the others counted it gone. Before it acts as a member (its rank 0 writing a
+// step's record into the job's metrics) it must learn it, not write into a run that went on
+// without it.
+TEST(Membership, AWorkerWokenAfterItsLeaseEndedLearnsItIsGoneBeforeItActs) {
+  Job job(1, 3, /*settle_time=*/300ms, /*failure_timeout=*/1000ms);
+  form_first_world(job, {"a", "b", "c"});
+  EXPECT_NO_THROW(job["c"].confirm_lease()) << "renewed: alive";
+
+  job.views["c"]->stall_renewals(true);
+  EXPECT_EQ(job.store->wait_for_change("membership/workers/c", "alive", 10s), std::nullopt);
+  EXPECT_FALSE(job["c"].lease_lost()) << "the stalled heartbeat has not heard";
+  try {
+    job["c"].confirm_lease();
+    FAIL() << "a worker whose lease ended confirmed it";
+  } catch (const LeaseExpired& e) {
+    EXPECT_NE(std::string(e.what()).find("its registration was gone"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(job["c"].lease_lost());
+  EXPECT_NO_THROW(job["a"].confirm_lease()) << "the others' leases are renewed";
+  job.views["c"]->stall_renewals(false);
+}
+
 // A store that stops answering (its server SIGSTOPped) for longer than the ttl: the worker's
 // renewals fail meanwhile, and the first one answered finds the lease ended. That loss is the
 // store's outage, and says so: the worker did nothing wrong, and a message that blamed it would

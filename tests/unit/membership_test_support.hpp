@@ -62,6 +62,13 @@ class HeartbeatSwitchStore final : public Store {
   // While set, a renewal fails as against a store that does not answer (a stopped server):
   // the worker keeps trying, and its lease runs out in the store meanwhile.
   void fail_renewals(bool fail) { fail_.store(fail); }
+  // While set, a renewal blocks until it is cleared, as the heartbeat thread of a process that
+  // was SIGSTOPped: nothing is renewed and the worker itself has not heard yet.
+  void stall_renewals(bool stall) {
+    const std::lock_guard lock(stall_mutex_);
+    stalled_ = stall;
+    unstalled_.notify_all();
+  }
   void gate_world_writes(std::shared_ptr<ProposalGate> gate) { gate_ = std::move(gate); }
 
   void set(const std::string& k, const std::string& v) override {
@@ -103,12 +110,20 @@ class HeartbeatSwitchStore final : public Store {
   bool remove(const std::string& k) override { return returned(inner_->remove(k)); }
   LeaseId grant_lease(Duration ttl) override { return inner_->grant_lease(ttl); }
   void keep_alive(LeaseId l) override {
+    {
+      std::unique_lock lock(stall_mutex_);
+      unstalled_.wait(lock, [&] { return !stalled_; });
+    }
     if (fail_.load()) throw Error("test store: no answer to keep_alive (the server is stopped)");
     if (!hold_.load()) inner_->keep_alive(l);
   }
   void revoke_lease(LeaseId l) override { inner_->revoke_lease(l); }
 
  private:
+  std::mutex stall_mutex_;
+  std::condition_variable unstalled_;
+  bool stalled_ = false;
+
   // Whether `key` is a world write the gate orders (having waited for its turn).
   bool gated(const std::string& key) {
     if (!gate_ || !key.starts_with("membership/world/")) return false;

@@ -136,6 +136,9 @@ class ElasticRun final : public WorldSource {
   }
 
   void step_completed(RunControl& run, const TrainingPosition& next) override {
+    // A worker woken after the others went on without it must not record the step it finished
+    // (its rank 0 would append to the job's metrics after the run's end): it learns it is gone.
+    elastic_->confirm_membership();
     refresh(run, next, false);
   }
 

@@ -17,6 +17,8 @@ std::string ElasticWorld::failure_domain() const {
   return {};
 }
 
+void ElasticWorld::confirm_membership() {}
+
 std::optional<Duration> ElasticWorld::store_silence() const {
   return std::nullopt;
 }
@@ -155,6 +157,8 @@ class MembershipWorld final : public ElasticWorld {
   std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
 
   std::optional<Duration> store_silence() const override { return membership_.store_silence(); }
+
+  void confirm_membership() override { membership_.confirm_lease(); }
 
  private:
   // A generation formed without this worker (it came late): it enters the next one as a

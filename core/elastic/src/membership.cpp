@@ -282,6 +282,7 @@ void Membership::heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
       lock.lock();
       state->unanswered_since.reset();
       state->last_answered = Clock::now();
+      state->renewals_failing = false;
       continue;
     } catch (const LeaseExpired& error) {
       lock.lock();
@@ -293,6 +294,9 @@ void Membership::heartbeat_loop(const std::shared_ptr<HeartbeatState>& state,
       // The store could not be reached after its own retries: try again at the next beat. If
       // the outage outlasts the ttl, the next renewal that gets through reports the expiry.
       // unanswered_since stays: the store's silence goes on.
+      lock.lock();
+      state->renewals_failing = true;
+      continue;
     }
     lock.lock();
   }
@@ -322,6 +326,36 @@ std::optional<Duration> Membership::store_silence() const {
     return outage_of(*state, options_.heartbeat, options_.failure_timeout);
   }
   return std::nullopt;
+}
+
+void Membership::confirm_lease() {
+  throw_if_lease_lost();
+  const auto state = heartbeat_state_;
+  Duration unanswered{};
+  bool renewals_failing = false;
+  {
+    const std::lock_guard lock(state->mutex);
+    unanswered = std::chrono::duration_cast<Duration>(Clock::now() - state->last_answered);
+    renewals_failing = state->renewals_failing;
+  }
+  // Renewals failing is the store's outage, which the heartbeat's own rules ride out or name.
+  if (unanswered < options_.failure_timeout / 2 || renewals_failing) return;
+  try {
+    if (store_->check(worker_key(options_.worker_id))) return;
+  } catch (const std::exception&) {
+    return;  // the store did not answer: no more known than before
+  }
+  {
+    const std::lock_guard lock(state->mutex);
+    if (!state->lease_lost.load()) {
+      state->lease_error = "its registration was gone when it asked after " +
+                           std::to_string(unanswered.count()) +
+                           " ms without an answered renewal (the process was stopped or stalled "
+                           "longer than failure_timeout)";
+      state->lease_lost.store(true);
+    }
+  }
+  throw_if_lease_lost();
 }
 
 void Membership::throw_if_lease_lost() {

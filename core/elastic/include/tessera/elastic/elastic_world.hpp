@@ -78,6 +78,12 @@ class ElasticWorld {
   // down lost it to the store's outage (Membership::store_silence). nullopt (the default) else.
   // Thread-safe.
   [[nodiscard]] virtual std::optional<Duration> store_silence() const;
+  // Before this worker acts on a step as a member of the current world (its rank 0 writes the
+  // step's record): throws LeaseExpired when the others counted it gone meanwhile (it was
+  // stopped and woken after its lease ended), so that a worker no longer in the job writes
+  // nothing into it. Not collective; free while the worker's lease is renewed (Membership::
+  // confirm_lease). The default: nothing to confirm.
+  virtual void confirm_membership();
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
 };
 

@@ -155,6 +155,14 @@ class Membership {
   // The members of `world` whose lease has ended (or that left): one store read. Thread-safe;
   // the elastic runtime's watcher asks it every heartbeat.
   [[nodiscard]] std::vector<std::string> departed(const WorldView& world);
+  // Before this worker acts as a member (writes what only a member may, such as the run's
+  // metrics): throws LeaseExpired when its lease ended. Free while the heartbeat's renewals are
+  // answered (the lease is then surely alive); after half a lease without an answer (this
+  // process was stopped and woken, and its heartbeat has not run yet, or the store is slow) it
+  // reads its own registration, which the lease's end removes: gone, the lease is lost as a
+  // renewal would have found. While renewals fail (the store is out) or the read fails, it
+  // returns: the heartbeat's rules for an outage apply.
+  void confirm_lease();
   // True once a renewal found the lease ended. Non-blocking, thread-safe.
   [[nodiscard]] bool lease_lost() const noexcept { return heartbeat_state_->lease_lost.load(); }
   // Once the lease is lost: how long the store had not answered this worker's renewals, when
@@ -180,6 +188,7 @@ class Membership {
     std::optional<std::chrono::steady_clock::time_point> unanswered_since;
     std::chrono::steady_clock::time_point last_answered;  // the last renewal that got through
     std::optional<Duration> store_silence;                // see Membership::store_silence
+    bool renewals_failing = false;  // the last renewal threw a store error (no answer)
     std::atomic<bool> lease_lost{false};
   };
 
