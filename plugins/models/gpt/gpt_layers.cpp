@@ -393,9 +393,9 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   std::memcpy(dx.view().data, grad_output.view().data, grad_output.bytes());
 
   // MLP branch: out = mid + mlp_proj(gelu(fc(ln_2(mid)))).
-  const Tensor grad_gelu =
-      linear_backward(*mlp_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, mlp_drop), rows, c),
-                      saved(kGelu), params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
+  const Tensor grad_gelu = linear_backward(
+      *mlp_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, mlp_drop), rows, c), saved(kGelu),
+      params.subspan(kMlpProj, 2), grads.subspan(kMlpProj, 2));
   Tensor grad_fc(saved(kFcOut).shape(), DType::f32);
   layers::gelu_backward<float>(grad_fc.as<float>(), values(grad_gelu), values(saved(kFcOut)),
                                *compute_);
