@@ -198,11 +198,12 @@ std::string case_name(const ::testing::TestParamInfo<Case>& param) {
   return param.param.name;
 }
 
-// Over tcp (ranks on different hosts), and UCX's default transports, which on one host are
-// shared memory and cannot report a peer's failure: there only the pid check sees a death.
+// Over tcp (ranks on different hosts), UCX's default transports, and shared memory alone,
+// which cannot report a peer's failure (there only the pid check sees a death; tcp, in the
+// default set too, refuses the new group's connection to a dead member itself).
 INSTANTIATE_TEST_SUITE_P(Transports, UcxSplitTest,
-                         ::testing::Values(Case{"tcp", "ucx_tcp"},
-                                           Case{nullptr, "ucx_default"}),
+                         ::testing::Values(Case{"tcp", "ucx_tcp"}, Case{nullptr, "ucx_default"},
+                                           Case{"sm,self", "ucx_shared_memory"}),
                          case_name);
 
 }  // namespace
