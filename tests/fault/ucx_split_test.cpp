@@ -2,9 +2,9 @@
 // stopped (SIGSTOP: alive, so no pid check and no broken connection says so) or killed after
 // the split's exchange over the group, before its new group's greeting. The other member must
 // not wait out the transport's timeout in that greeting: an abort of the group it splits from
-// (an elastic run aborts its world when a member's lease ends) or the loss of that member ends
-// the split at once with a TransportError naming the member, which an elastic run folds into a
-// regroup. ShmSplitDeathTest and ShmSplitAbortTest hold the same for shm.
+// (an elastic run aborts its world when a member's lease ends), the loss of that member, or,
+// with nobody aborting, its silence past stall_timeout ends the split at once with a
+// TransportError naming the member, which an elastic run folds into a regroup. ShmSplitDeathTest and ShmSplitAbortTest hold the same for shm.
 //
 // The window is reached exactly. UcxCommunicator::split exchanges (color, key) and the new
 // group's worker addresses over the group, then connects the new group's endpoints
@@ -76,7 +76,10 @@ constexpr auto kFailsWithin = 5s * tessera::fault_test::kSanitizerSlowdown;
 const std::string kSurvivorGreets = "test/survivor_greets";
 const std::string kVictimInWindow = "test/victim_stops_before_greeting";
 
-enum class Fate { stopped_and_group_aborted, killed };
+// stopped: nobody aborts the group; the stall watchdog (stall_timeout kStallTimeout) must see
+// the victim's silence.
+enum class Fate { stopped_and_group_aborted, killed, stopped };
+constexpr std::chrono::milliseconds kStallTimeout = 2s * fault_test::kSanitizerSlowdown;
 
 struct Case {
   const char* tls;  // UCX_TLS for every rank; nullptr: UCX's default (on one host: shared memory)
@@ -89,7 +92,8 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 // Connects rank `rank` of kRanks over ucx and splits the group into one new group of both. The
 // victim stops or dies in the window; with Fate::stopped_and_group_aborted the survivor aborts
-// its group once both are there. The survivor reports
+// its group once both are there. stall_timeout is kStallTimeout for Fate::stopped, and far
+// beyond the timeout otherwise. The survivor reports
 // "TransportError <ms> <peer_rank> <what>" (ms: the split's duration), or what else happened.
 [[noreturn]] void split_worker(const Case& c, Fate fate, const std::filesystem::path& folder,
                                int rank, int report_fd) {
@@ -100,8 +104,11 @@ void PrintTo(const Case& c, std::ostream* os) {
   };
   try {
     fault_test::use_ucx_tls(c.tls);
+    const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; };
     const auto plugins = fault_test::load_worker_plugins(
-        "ucx", {{"timeout", std::to_string(std::chrono::milliseconds(kTransportTimeout).count()) + "ms"}},
+        "ucx",
+        {{"timeout", ms(kTransportTimeout)},
+         {"stall_timeout", ms(fate == Fate::stopped ? kStallTimeout : 10 * kTransportTimeout)}},
         folder);
     auto group = plugins->transport->connect(plugins->store, rank, kRanks, kTransportTimeout);
     if (rank == kVictim) {
@@ -197,6 +204,15 @@ TEST_P(UcxSplitTest, AMemberKilledBeforeGreetingEndsTheOthersSplitNamingIt) {
   EXPECT_LT(std::chrono::milliseconds(failure.ms), kFailsWithin) << failure.what;
   EXPECT_EQ(failure.peer_rank, kVictim) << failure.what;
   EXPECT_NE(failure.what.find("rank 1"), std::string::npos) << failure.what;
+}
+
+TEST_P(UcxSplitTest, AMemberStoppedBeforeGreetingIsNamedOnceStallTimeoutPasses) {
+  const SplitFailure failure = run_split_with_victim(GetParam(), Fate::stopped);
+  EXPECT_GE(std::chrono::milliseconds(failure.ms), kStallTimeout) << failure.what;
+  EXPECT_LT(std::chrono::milliseconds(failure.ms), kStallTimeout + kFailsWithin) << failure.what;
+  EXPECT_EQ(failure.peer_rank, kVictim) << failure.what;
+  EXPECT_NE(failure.what.find("rank 1 (pid "), std::string::npos) << failure.what;
+  EXPECT_NE(failure.what.find("made no progress"), std::string::npos) << failure.what;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param) {
