@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the fault tests: plugins from the build's plugin folder, and /dev/shm listings.
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -54,6 +55,16 @@ inline std::unique_ptr<WorkerPlugins> load_worker_plugins(
       transport_name,
       options_for(plugins->registry, PluginKind::transport, transport_name, std::move(options)));
   return plugins;
+}
+
+// UCX_TLS for this worker process; nullptr: UCX's default transports (on one host, shared
+// memory).
+inline void use_ucx_tls(const char* tls) {
+  if (tls != nullptr) {
+    ::setenv("UCX_TLS", tls, 1);
+  } else {
+    ::unsetenv("UCX_TLS");
+  }
 }
 
 // Names in /dev/shm that the shm transport created (prefix "tessera-shm-<pid>-") for any of

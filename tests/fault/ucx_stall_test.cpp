@@ -50,11 +50,7 @@ void PrintTo(const Case& c, std::ostream* os) {
     if (::write(report_fd, text.data(), text.size()) < 0) code = 3;
   };
   try {
-    if (c.tls != nullptr) {
-      ::setenv("UCX_TLS", c.tls, 1);
-    } else {
-      ::unsetenv("UCX_TLS");
-    }
+    fault_test::use_ucx_tls(c.tls);
     const auto plugins = fault_test::load_worker_plugins(
         "ucx",
         {{"stall_timeout", std::to_string(kStallTimeout.count()) + "ms"}, {"timeout", "300s"}},

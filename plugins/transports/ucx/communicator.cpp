@@ -1,6 +1,8 @@
 #include "communicator.hpp"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "tessera/base/error.hpp"
 #include "tessera/transport_kit/transport_support.hpp"
@@ -107,7 +109,27 @@ std::unique_ptr<Communicator> UcxCommunicator::run_split(Exchange& x, int color,
     x.send(members[i], child->address().data(), child->address().size(), 2);
   }
   x.wait_all();
-  child->start(std::move(peers), deadline_after(timeout()));
+  // The child's greeting waits for members of this group: a failure of this group meanwhile (a
+  // member lost, stalled or gone, or an abort: an elastic run aborts its world when a member's
+  // lease ends) ends it at once, as it would end a wait in this group's own operations, rather
+  // than holding this rank until the timeout for a member that will never greet.
+  const auto this_group_failed = [&](const std::vector<int>& silent) {
+    const auto member = [&](int child_rank) { return members[static_cast<std::size_t>(child_rank)]; };
+    engine_->service();
+    try {
+      for (const int child_rank : silent) x.check_waiting_for(member(child_rank));
+      engine_->throw_if_aborted(x.operation());
+    } catch (const TransportError& e) {
+      if (silent.empty()) throw;
+      std::string ranks;  // by their ranks in this group
+      for (const int child_rank : silent)
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(member(child_rank));
+      throw TransportError(std::string(e.what()) + "; its new group was still waiting for rank(s) " +
+                               ranks + " to greet",
+                           e.peer_rank(), e.operation());
+    }
+  };
+  child->start(std::move(peers), deadline_after(timeout()), this_group_failed);
   return std::make_unique<UcxCommunicator>(std::move(child));
 }
 

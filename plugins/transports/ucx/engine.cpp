@@ -57,7 +57,8 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::start(std::vector<PeerInfo> peers, Deadline deadline) {
+void Engine::start(std::vector<PeerInfo> peers, Deadline deadline,
+                   const std::function<void(const std::vector<int>& silent)>& while_waiting) {
   peers_ = std::move(peers);
   std::vector<std::string> addresses;
   for (const auto& p : peers_) addresses.push_back(p.address);
@@ -71,17 +72,21 @@ void Engine::start(std::vector<PeerInfo> peers, Deadline deadline) {
     worker_.recv(greetings.emplace_back(), peer, nullptr, 0, collective_tag(peer, 0, 0), kFullMask);
     worker_.send(greetings.emplace_back(), peer, nullptr, 0, collective_tag(rank_, 0, 0));
   }
+  // Before the connect fails: no greeting may stay posted on a worker about to be destroyed.
+  const auto abandon_greetings = [&] {
+    for (auto& g : greetings)
+      if (g.is_recv) worker_.cancel(g);
+    adopt(std::move(greetings));
+    drain(orphans_, kTeardownTimeout);
+  };
   Backoff backoff;
   for (;;) {
     std::vector<int> silent;
     for (auto& g : greetings) {
       if (worker_.poll(g) && g.status != UCS_OK) {
-        for (auto& other : greetings)
-          if (other.is_recv) worker_.cancel(other);
         const int peer = g.peer;
         const ucs_status_t status = g.status;
-        adopt(std::move(greetings));
-        drain(orphans_, kTeardownTimeout);
+        abandon_greetings();
         throw TransportError("ucx: connect of rank " + std::to_string(rank_) + ": rank " +
                                  std::to_string(peer) + " failed: " + ucs_status_string(status),
                              peer, "connect");
@@ -91,11 +96,16 @@ void Engine::start(std::vector<PeerInfo> peers, Deadline deadline) {
     const bool all_done = std::all_of(greetings.begin(), greetings.end(),
                                       [](const Request& g) { return g.finished(); });
     if (all_done) break;
+    if (while_waiting) {
+      try {
+        while_waiting(silent);
+      } catch (...) {
+        abandon_greetings();
+        throw;
+      }
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
-      for (auto& g : greetings)
-        if (g.is_recv) worker_.cancel(g);
-      adopt(std::move(greetings));
-      drain(orphans_, kTeardownTimeout);
+      abandon_greetings();
       throw Timeout("ucx: connect of rank " + std::to_string(rank_) + " of " +
                     std::to_string(size_) + " timed out; no answer from rank(s) " +
                     ranks_text(silent));

@@ -69,7 +69,11 @@ class Engine {
 
   // Connects to every peer and greets each one, then starts the engine thread. Blocking, on
   // the caller's thread. Throws Timeout naming the ranks that never answered by `deadline`.
-  void start(std::vector<PeerInfo> peers, Deadline deadline);
+  // `while_waiting`, when given, is called on every turn of the wait with the ranks not heard
+  // from yet; what it throws ends the connect at once (a split's child watches the group it
+  // splits from this way).
+  void start(std::vector<PeerInfo> peers, Deadline deadline,
+             const std::function<void(const std::vector<int>& silent)>& while_waiting = {});
 
   // Queue a collective body / a send / a receive. Returns at once.
   std::shared_ptr<Work> submit(std::string operation, std::function<void(Exchange&)> body);
