@@ -162,6 +162,43 @@ TEST(AdamW, DecoupledWeightDecayMatchesPyTorch) {
   expect_matches_reference(opt, 2, adam_reference(0.1, true));
 }
 
+// AdamW's update as adam.cpp computes it, element by element in float (the step's scalars in
+// double, rounded once to float): the vectorised loop, in whichever clone this CPU runs (the
+// AVX2 one on a CPU with AVX2), must give exactly these bits. 37 elements: whole vectors of 8
+// and 4, and a remainder.
+TEST(AdamW, VectorisedStepGivesTheBitsOfTheScalarFloatFormula) {
+  constexpr float kBeta1 = 0.9F;
+  constexpr float kBeta2 = 0.999F;
+  constexpr float kEps = 1e-8F;
+  constexpr float kDecay = 0.1F;
+  const adam::AdamOptimizer opt(adam::AdamConfig{kBeta1, kBeta2, kEps, kDecay, true});
+  std::vector<float> params = values(1, 2.0F);
+  std::vector<float> state(2 * kElements, 0.0F);
+  std::vector<float> p = params;
+  std::vector<float> m(kElements, 0.0F);
+  std::vector<float> v(kElements, 0.0F);
+  for (int t = 1; t <= kSteps; ++t) {
+    const std::vector<float> g = gradient(t);
+    opt.step(params, g, state, StepInfo{t, kLr});
+    const double lr = kLr;
+    const auto keep = static_cast<float>(1.0 - lr * static_cast<double>(kDecay));
+    const auto one_minus_b1 = static_cast<float>(1.0 - static_cast<double>(kBeta1));
+    const auto one_minus_b2 = static_cast<float>(1.0 - static_cast<double>(kBeta2));
+    const auto step_size = static_cast<float>(lr / (1.0 - std::pow(double{kBeta1}, t)));
+    const auto bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(double{kBeta2}, t)));
+    for (std::size_t i = 0; i < kElements; ++i) {
+      const float pi = p[i] * keep;
+      const float gi = g[i] + 0.0F * pi;  // AdamW's l2 term, 0
+      m[i] = kBeta1 * m[i] + one_minus_b1 * gi;
+      v[i] = kBeta2 * v[i] + one_minus_b2 * gi * gi;
+      p[i] = pi - step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + kEps));
+    }
+  }
+  EXPECT_EQ(std::memcmp(params.data(), p.data(), kElements * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(state.data(), m.data(), kElements * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(state.data() + kElements, v.data(), kElements * sizeof(float)), 0);
+}
+
 Reference rmsprop_reference(double momentum, bool centered, double wd) {
   return [=](double& p, double g, std::vector<double>& s, int, double lr) {
     const double alpha = 0.99;

@@ -2,10 +2,12 @@
 // vocab_cross_entropy): every backward against central finite differences of its forward, all
 // in double, on small shapes chosen not to be round (time 7, 3 heads of size 5, batch 2,
 // vocabulary 11); attention against a naive T x T implementation; the ignore index; the same
-// bits at 1, 2 and 3 threads. Each backward's gradient buffers start at kPrior, not zero, so
-// every check also asserts that backward adds into them.
+// bits at 1, 2 and 3 threads and in the baseline and AVX2 copies of the loops. Each backward's
+// gradient buffers start at kPrior, not zero, so every check also asserts that backward adds
+// into them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -17,6 +19,7 @@
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_norm.hpp"
+#include "layers/softmax_cross_entropy.hpp"
 #include "layers/vocab_cross_entropy.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/random.hpp"
@@ -429,10 +432,11 @@ TEST(VocabCrossEntropyKernel, RefusesATargetOutsideTheVocabularyNamingItsRow) {
   }
 }
 
-// ---- the same bits at any thread count ----
+// ---- the same bits at any thread count and in either instruction-set copy ----
 
 // Shapes large enough that every kernel's parallel_for really splits (at least two grains of
-// rows, channels or (batch, head) pairs), in float as the model runs them.
+// rows, channels or (batch, head) pairs), in float as the model runs them. Time, rows and
+// vocabulary are not multiples of 8, so that the AVX2 loops run their remainders too.
 struct AllKernelOutputs {
   std::vector<float> embedded, grad_wte, grad_wpe;
   std::vector<float> normed, mean, rstd, grad_ln_input, grad_ln_weight, grad_ln_bias;
@@ -440,10 +444,13 @@ struct AllKernelOutputs {
   std::vector<float> attended, lse, grad_qkv;
   std::vector<float> token_lse, grad_logits;
   double loss_sum = 0.0;
+  std::vector<float> grad_softmax_logits;  // the model's loss (softmax_cross_entropy)
+  double softmax_loss_sum = 0.0;
+  std::size_t softmax_correct = 0;
 };
 
-AllKernelOutputs run_every_kernel(int threads) {
-  const ComputeContext compute(threads);
+AllKernelOutputs run_every_kernel(int threads, VectorIsa isa) {
+  const ComputeContext compute(threads, isa);
   const AttentionShape attention{4, 67, 6, 16};
   const std::size_t c = attention.channels();
   const std::size_t rows = attention.batch * attention.time;
@@ -498,6 +505,17 @@ AllKernelOutputs run_every_kernel(int threads) {
   o.grad_logits.resize(logits.size());
   vocab_cross_entropy_backward<float>(o.grad_logits, logits, o.token_lse, targets, 300,
                                       kDefaultIgnoreIndex, 1.0F / 214.0F, compute);
+
+  Tensor logit_tensor({rows, 300}, DType::f32);
+  std::copy(logits.begin(), logits.end(), logit_tensor.as<float>().begin());
+  static_assert(kDefaultIgnoreIndex == kIgnoreTarget);  // the same targets serve both losses
+  Tensor target_tensor({rows}, DType::i64);
+  std::copy(targets.begin(), targets.end(), target_tensor.as<std::int64_t>().begin());
+  const LossResult loss = softmax_cross_entropy(logit_tensor, target_tensor, 300, compute);
+  const auto grad = loss.grad_logits.as<float>();
+  o.grad_softmax_logits.assign(grad.begin(), grad.end());
+  o.softmax_loss_sum = loss.loss_sum;
+  o.softmax_correct = loss.correct;
   return o;
 }
 
@@ -506,26 +524,43 @@ void expect_same_bits(const char* what, const std::vector<float>& a, const std::
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
+void expect_same_outputs(const AllKernelOutputs& single, const AllKernelOutputs& many) {
+  expect_same_bits("embedding", single.embedded, many.embedded);
+  expect_same_bits("grad wte", single.grad_wte, many.grad_wte);
+  expect_same_bits("grad wpe", single.grad_wpe, many.grad_wpe);
+  expect_same_bits("layer norm", single.normed, many.normed);
+  expect_same_bits("layer norm rstd", single.rstd, many.rstd);
+  expect_same_bits("grad layer norm input", single.grad_ln_input, many.grad_ln_input);
+  expect_same_bits("grad layer norm weight", single.grad_ln_weight, many.grad_ln_weight);
+  expect_same_bits("grad layer norm bias", single.grad_ln_bias, many.grad_ln_bias);
+  expect_same_bits("gelu", single.activated, many.activated);
+  expect_same_bits("grad gelu", single.grad_gelu, many.grad_gelu);
+  expect_same_bits("attention", single.attended, many.attended);
+  expect_same_bits("attention log-sum-exp", single.lse, many.lse);
+  expect_same_bits("grad qkv", single.grad_qkv, many.grad_qkv);
+  expect_same_bits("grad logits", single.grad_logits, many.grad_logits);
+  EXPECT_EQ(single.loss_sum, many.loss_sum);
+  expect_same_bits("grad softmax logits", single.grad_softmax_logits, many.grad_softmax_logits);
+  EXPECT_EQ(single.softmax_loss_sum, many.softmax_loss_sum);
+  EXPECT_EQ(single.softmax_correct, many.softmax_correct);
+}
+
 TEST(TransformerKernels, GiveTheSameBitsAtOneTwoAndThreeThreads) {
-  const AllKernelOutputs single = run_every_kernel(1);
+  const AllKernelOutputs single = run_every_kernel(1, widest_vector_isa());
   for (int threads : {2, 3}) {
     SCOPED_TRACE(threads);
-    const AllKernelOutputs many = run_every_kernel(threads);
-    expect_same_bits("embedding", single.embedded, many.embedded);
-    expect_same_bits("grad wte", single.grad_wte, many.grad_wte);
-    expect_same_bits("grad wpe", single.grad_wpe, many.grad_wpe);
-    expect_same_bits("layer norm", single.normed, many.normed);
-    expect_same_bits("layer norm rstd", single.rstd, many.rstd);
-    expect_same_bits("grad layer norm input", single.grad_ln_input, many.grad_ln_input);
-    expect_same_bits("grad layer norm weight", single.grad_ln_weight, many.grad_ln_weight);
-    expect_same_bits("grad layer norm bias", single.grad_ln_bias, many.grad_ln_bias);
-    expect_same_bits("gelu", single.activated, many.activated);
-    expect_same_bits("grad gelu", single.grad_gelu, many.grad_gelu);
-    expect_same_bits("attention", single.attended, many.attended);
-    expect_same_bits("attention log-sum-exp", single.lse, many.lse);
-    expect_same_bits("grad qkv", single.grad_qkv, many.grad_qkv);
-    expect_same_bits("grad logits", single.grad_logits, many.grad_logits);
-    EXPECT_EQ(single.loss_sum, many.loss_sum);
+    expect_same_outputs(single, run_every_kernel(threads, widest_vector_isa()));
+  }
+}
+
+// The AVX2 copies of the kernels' loops (ComputeContext::parallel_for) compute what the baseline
+// x86-64 ones do, bit for bit: 8 lanes where there were 4, no FMA, no reassociation.
+TEST(TransformerKernels, GiveTheSameBitsWithAvx2LoopsAsWithBaselineOnes) {
+  if (widest_vector_isa() != VectorIsa::avx2) GTEST_SKIP() << "this CPU has no AVX2";
+  const AllKernelOutputs baseline = run_every_kernel(1, VectorIsa::baseline);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    expect_same_outputs(baseline, run_every_kernel(threads, VectorIsa::avx2));
   }
 }
 

@@ -11,6 +11,9 @@
 namespace tessera::layers {
 namespace {
 
+// The helpers of the kernels' loops are always inlined: the AVX2 copy of a parallel_for body
+// (compute_context.hpp, VectorIsa) is AVX2 only in what is inlined into it.
+
 // Eight partial sums, combined in a fixed order: the compiler keeps them in vector registers
 // (one running sum would keep the loop scalar, since float addition may not be reordered), and
 // the result does not depend on threads or on where a head's vectors lie.
@@ -68,7 +71,7 @@ Real checked_scale(const AttentionShape& shape, std::span<const Real> qkv,
 // e^x for x <= 0 (a softmax's exponent: a score minus the row's maximum or log-sum-exp, which
 // rounding may leave a few ulp above 0): the vectorisable float exp, std::exp for double.
 template <class Real>
-Real exp_at_most_zero(Real x) {
+[[gnu::always_inline]] inline Real exp_at_most_zero(Real x) {
   if constexpr (std::is_same_v<Real, float>) {
     return exp_nonpositive(x);
   } else {
@@ -78,7 +81,7 @@ Real exp_at_most_zero(Real x) {
 
 // The largest of scale * s[j], j < n, storing the products back into s (lanes as in dot).
 template <class Real>
-Real scaled_row_max(Real* s, std::size_t n, Real scale) {
+[[gnu::always_inline]] inline Real scaled_row_max(Real* s, std::size_t n, Real scale) {
   for (std::size_t j = 0; j < n; ++j) s[j] *= scale;
   Real lanes[kDotLanes];
   std::fill_n(lanes, kDotLanes, s[0]);
@@ -94,7 +97,7 @@ Real scaled_row_max(Real* s, std::size_t n, Real scale) {
 
 // The sum of s[j], j < n, in kDotLanes partial sums combined in a fixed order.
 template <class Real>
-Real lane_sum(const Real* s, std::size_t n) {
+[[gnu::always_inline]] inline Real lane_sum(const Real* s, std::size_t n) {
   Real lanes[kDotLanes] = {};
   const std::size_t whole = n - n % kDotLanes;
   for (std::size_t j = 0; j < whole; j += kDotLanes) {
@@ -125,18 +128,23 @@ struct RowScratch {
         value_scores(shape.time),
         acc(shape.head_size) {}
 
-  void transpose(std::vector<Real>& into, const Real* qkv, const HeadView& at,
-                 std::size_t part) const {
+  [[gnu::always_inline]] void transpose(std::vector<Real>& into, const Real* qkv,
+                                        const HeadView& at, std::size_t part) const {
     for (std::size_t t = 0; t < time; ++t) {
       const Real* row = qkv + at.q(t) + part * at.channels;
       for (std::size_t d = 0; d < head_size; ++d) into[d * time + t] = row[d];
     }
   }
-  void transpose_keys(const Real* qkv, const HeadView& at) { transpose(keys, qkv, at, 1); }
-  void transpose_values(const Real* qkv, const HeadView& at) { transpose(values, qkv, at, 2); }
+  [[gnu::always_inline]] void transpose_keys(const Real* qkv, const HeadView& at) {
+    transpose(keys, qkv, at, 1);
+  }
+  [[gnu::always_inline]] void transpose_values(const Real* qkv, const HeadView& at) {
+    transpose(values, qkv, at, 2);
+  }
 
   // out[j] = sum_d x[d] * m[d][j] for j < n, d in order.
-  void products(Real* out, const std::vector<Real>& m, const Real* x, std::size_t n) const {
+  [[gnu::always_inline]] void products(Real* out, const std::vector<Real>& m, const Real* x,
+                                       std::size_t n) const {
     std::fill(out, out + n, Real(0));
     for (std::size_t d = 0; d < head_size; ++d) {
       const Real xd = x[d];
@@ -145,8 +153,10 @@ struct RowScratch {
     }
   }
   // scores[j] = q . K_j and value_scores[j] = dO . V_j, j < n (unscaled).
-  void scores_against(const Real* q, std::size_t n) { products(scores.data(), keys, q, n); }
-  void value_scores_against(const Real* dout, std::size_t n) {
+  [[gnu::always_inline]] void scores_against(const Real* q, std::size_t n) {
+    products(scores.data(), keys, q, n);
+  }
+  [[gnu::always_inline]] void value_scores_against(const Real* dout, std::size_t n) {
     products(value_scores.data(), values, dout, n);
   }
 };
@@ -154,8 +164,9 @@ struct RowScratch {
 // One (batch, head) pair's forward: each query row's softmax exactly (its scores, their
 // maximum, the exponentials, their sum), then the weighted values.
 template <class Real>
-void attend_forward(RowScratch<Real>& row, const HeadView& at, const Real* qkv, Real scale,
-                    Real* output, Real* lse) {
+[[gnu::always_inline]] inline void attend_forward(RowScratch<Real>& row, const HeadView& at,
+                                                  const Real* qkv, Real scale, Real* output,
+                                                  Real* lse) {
   const std::size_t hs = row.head_size;
   row.transpose_keys(qkv, at);
   Real* weights = row.scores.data();
@@ -178,8 +189,10 @@ void attend_forward(RowScratch<Real>& row, const HeadView& at, const Real* qkv, 
 
 // One pair's backward, adding into grad_qkv.
 template <class Real>
-void attend_backward(RowScratch<Real>& row, const HeadView& at, const Real* qkv, const Real* output,
-                     const Real* grad_output, const Real* lse, Real scale, Real* grad_qkv) {
+[[gnu::always_inline]] inline void attend_backward(RowScratch<Real>& row, const HeadView& at,
+                                                   const Real* qkv, const Real* output,
+                                                   const Real* grad_output, const Real* lse,
+                                                   Real scale, Real* grad_qkv) {
   const std::size_t hs = row.head_size;
   row.transpose_keys(qkv, at);
   row.transpose_values(qkv, at);
@@ -219,7 +232,7 @@ void causal_attention_forward(std::span<Real> output, std::span<Real> log_sum_ex
   const Real scale = checked_scale<Real>(shape, qkv, output, log_sum_exp);
   const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 2;
   compute.parallel_for(shape.batch * shape.heads, grain_for(pair_cost),
-                       [&](std::size_t p0, std::size_t p1) {
+                       [&](std::size_t p0, std::size_t p1) TESSERA_KERNEL_INLINE {
                          RowScratch<Real> row(shape);
                          for (std::size_t pair = p0; pair < p1; ++pair) {
                            attend_forward(row, HeadView(shape, pair), qkv.data(), scale,
@@ -238,7 +251,8 @@ void causal_attention_backward(std::span<Real> grad_qkv, std::span<const Real> g
   require_size("causal_attention", "grad_output", grad_output, output.size());
   const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 5;
   compute.parallel_for(
-      shape.batch * shape.heads, grain_for(pair_cost), [&](std::size_t p0, std::size_t p1) {
+      shape.batch * shape.heads, grain_for(pair_cost),
+      [&](std::size_t p0, std::size_t p1) TESSERA_KERNEL_INLINE {
         RowScratch<Real> row(shape);
         for (std::size_t pair = p0; pair < p1; ++pair) {
           attend_backward(row, HeadView(shape, pair), qkv.data(), output.data(), grad_output.data(),

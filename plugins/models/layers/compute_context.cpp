@@ -15,10 +15,33 @@ int checked_threads(int threads) {
   return threads;
 }
 
+VectorIsa checked_isa(VectorIsa isa) {
+  TESSERA_CHECK(isa == VectorIsa::baseline || isa == widest_vector_isa(),
+                std::string("ComputeContext: the ") + vector_isa_name(isa) +
+                    " kernels were asked for, but this CPU runs only " +
+                    vector_isa_name(widest_vector_isa()) + "; ask for VectorIsa::baseline");
+  return isa;
+}
+
 }  // namespace
 
-ComputeContext::ComputeContext(int threads)
+VectorIsa widest_vector_isa() noexcept {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // libgcc's check covers the OS side too (XGETBV: the OS saves the 256-bit registers). The
+  // init call makes it valid before static constructors ran (a ComputeContext at namespace scope).
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) return VectorIsa::avx2;
+#endif
+  return VectorIsa::baseline;
+}
+
+const char* vector_isa_name(VectorIsa isa) noexcept {
+  return isa == VectorIsa::avx2 ? "avx2" : "baseline";
+}
+
+ComputeContext::ComputeContext(int threads, VectorIsa isa)
     : threads_(checked_threads(threads)),
+      isa_(checked_isa(isa)),
       arena_(threads_),
       large_buffers_(std::make_shared<RecyclingHostAllocator>()) {}
 

@@ -31,7 +31,7 @@ template <class Real>
 }
 
 template <class Real>
-Real gelu_tanh_inner(Real x) {
+[[gnu::always_inline]] inline Real gelu_tanh_inner(Real x) {
   return static_cast<Real>(kGeluSqrt2OverPi) * (x + static_cast<Real>(kGeluCubic) * x * x * x);
 }
 
@@ -41,12 +41,13 @@ template <class Real>
 void gelu_forward(std::span<Real> output, std::span<const Real> input,
                   const ComputeContext& compute) {
   require_size("gelu", "output", output, input.size());
-  compute.parallel_for(input.size(), kParallelGrain / 8, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) {
-      const Real x = input[i];
-      output[i] = Real(0.5) * x * tanh_terms(gelu_tanh_inner(x)).one_plus;
-    }
-  });
+  compute.parallel_for(input.size(), kParallelGrain / 8,
+                       [&](std::size_t b, std::size_t e) TESSERA_KERNEL_INLINE {
+                         for (std::size_t i = b; i < e; ++i) {
+                           const Real x = input[i];
+                           output[i] = Real(0.5) * x * tanh_terms(gelu_tanh_inner(x)).one_plus;
+                         }
+                       });
 }
 
 template <class Real>
@@ -54,16 +55,18 @@ void gelu_backward(std::span<Real> grad_input, std::span<const Real> grad_output
                    std::span<const Real> input, const ComputeContext& compute) {
   require_size("gelu", "grad_input", grad_input, input.size());
   require_size("gelu", "grad_output", grad_output, input.size());
-  compute.parallel_for(input.size(), kParallelGrain / 8, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) {
-      const Real x = input[i];
-      const TanhTerms<Real> t = tanh_terms(gelu_tanh_inner(x));
-      const Real inner_slope = static_cast<Real>(kGeluSqrt2OverPi) *
-                               (Real(1) + Real(3) * static_cast<Real>(kGeluCubic) * x * x);
-      const Real slope = Real(0.5) * t.one_plus + Real(0.5) * x * t.one_minus_square * inner_slope;
-      grad_input[i] += slope * grad_output[i];
-    }
-  });
+  compute.parallel_for(
+      input.size(), kParallelGrain / 8, [&](std::size_t b, std::size_t e) TESSERA_KERNEL_INLINE {
+        for (std::size_t i = b; i < e; ++i) {
+          const Real x = input[i];
+          const TanhTerms<Real> t = tanh_terms(gelu_tanh_inner(x));
+          const Real inner_slope = static_cast<Real>(kGeluSqrt2OverPi) *
+                                   (Real(1) + Real(3) * static_cast<Real>(kGeluCubic) * x * x);
+          const Real slope =
+              Real(0.5) * t.one_plus + Real(0.5) * x * t.one_minus_square * inner_slope;
+          grad_input[i] += slope * grad_output[i];
+        }
+      });
 }
 
 template void gelu_forward<float>(std::span<float>, std::span<const float>, const ComputeContext&);

@@ -33,7 +33,7 @@ void require_size(const char* kernel, const char* what, std::span<T> values, std
 // Cephes' degree-7 polynomial for expf; 2^n put into the exponent bits. Rounding and 2^n use
 // the 1.5 * 2^23 trick (n lands in the low mantissa bits), so there is no float-to-int conversion:
 // a NaN stays NaN, and below -87 (e^-87 is near the smallest normal float) the result is 0.
-inline float exp_nonpositive(float x) {
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
   constexpr float kLog2e = 1.44269504088896341F;
   constexpr float kLn2High = 0.693359375F;  // ln 2 split so that n * kLn2High is exact
   constexpr float kLn2Low = -2.12194440e-4F;

@@ -29,22 +29,24 @@ void layer_norm_forward(std::span<Real> output, std::span<Real> mean, std::span<
   require_size("layer_norm", "output", output, rows * channels);
   require_size("layer_norm", "bias", bias, channels);
   const Real inv_channels = Real(1) / static_cast<Real>(channels);
-  compute.parallel_for(rows, grain_for(4 * channels), [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const Real* x = input.data() + r * channels;
-      Real* y = output.data() + r * channels;
-      Real sum = 0;
-      for (std::size_t c = 0; c < channels; ++c) sum += x[c];
-      const Real m = sum * inv_channels;
-      // Two passes (mean, then squared deviations): no cancellation when |mean| >> spread.
-      Real squares = 0;
-      for (std::size_t c = 0; c < channels; ++c) squares += (x[c] - m) * (x[c] - m);
-      const Real s = Real(1) / std::sqrt(squares * inv_channels + static_cast<Real>(kLayerNormEps));
-      for (std::size_t c = 0; c < channels; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-      mean[r] = m;
-      rstd[r] = s;
-    }
-  });
+  compute.parallel_for(
+      rows, grain_for(4 * channels), [&](std::size_t r0, std::size_t r1) TESSERA_KERNEL_INLINE {
+        for (std::size_t r = r0; r < r1; ++r) {
+          const Real* x = input.data() + r * channels;
+          Real* y = output.data() + r * channels;
+          Real sum = 0;
+          for (std::size_t c = 0; c < channels; ++c) sum += x[c];
+          const Real m = sum * inv_channels;
+          // Two passes (mean, then squared deviations): no cancellation when |mean| >> spread.
+          Real squares = 0;
+          for (std::size_t c = 0; c < channels; ++c) squares += (x[c] - m) * (x[c] - m);
+          const Real s =
+              Real(1) / std::sqrt(squares * inv_channels + static_cast<Real>(kLayerNormEps));
+          for (std::size_t c = 0; c < channels; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+          mean[r] = m;
+          rstd[r] = s;
+        }
+      });
 }
 
 template <class Real>
@@ -60,32 +62,33 @@ void layer_norm_backward(std::span<Real> grad_input, std::span<Real> grad_weight
   require_size("layer_norm", "grad_bias", grad_bias, channels);
   const Real inv_channels = Real(1) / static_cast<Real>(channels);
   // The input gradient row by row: each row needs only its own two means.
-  compute.parallel_for(rows, grain_for(6 * channels), [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const Real* x = input.data() + r * channels;
-      const Real* dy = grad_output.data() + r * channels;
-      Real* dx = grad_input.data() + r * channels;
-      const Real m = mean[r];
-      const Real s = rstd[r];
-      Real mean_g = 0;
-      Real mean_g_xhat = 0;
-      for (std::size_t c = 0; c < channels; ++c) {
-        const Real g = dy[c] * weight[c];
-        mean_g += g;
-        mean_g_xhat += g * (x[c] - m) * s;
-      }
-      mean_g *= inv_channels;
-      mean_g_xhat *= inv_channels;
-      for (std::size_t c = 0; c < channels; ++c) {
-        const Real xhat = (x[c] - m) * s;
-        dx[c] += s * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
-      }
-    }
-  });
+  compute.parallel_for(rows, grain_for(6 * channels),
+                       [&](std::size_t r0, std::size_t r1) TESSERA_KERNEL_INLINE {
+                         for (std::size_t r = r0; r < r1; ++r) {
+                           const Real* x = input.data() + r * channels;
+                           const Real* dy = grad_output.data() + r * channels;
+                           Real* dx = grad_input.data() + r * channels;
+                           const Real m = mean[r];
+                           const Real s = rstd[r];
+                           Real mean_g = 0;
+                           Real mean_g_xhat = 0;
+                           for (std::size_t c = 0; c < channels; ++c) {
+                             const Real g = dy[c] * weight[c];
+                             mean_g += g;
+                             mean_g_xhat += g * (x[c] - m) * s;
+                           }
+                           mean_g *= inv_channels;
+                           mean_g_xhat *= inv_channels;
+                           for (std::size_t c = 0; c < channels; ++c) {
+                             const Real xhat = (x[c] - m) * s;
+                             dx[c] += s * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
+                           }
+                         }
+                       });
   // The parameter gradients channel block by channel block, rows in order: sums over rows
   // that do not depend on the split.
   compute.parallel_for(channels, std::max<std::size_t>(16, grain_for(2 * rows)),
-                       [&](std::size_t c0, std::size_t c1) {
+                       [&](std::size_t c0, std::size_t c1) TESSERA_KERNEL_INLINE {
                          for (std::size_t r = 0; r < rows; ++r) {
                            const Real* x = input.data() + r * channels;
                            const Real* dy = grad_output.data() + r * channels;

@@ -22,7 +22,9 @@ struct RowSoftmax {
 };
 
 // Writes e^(z[c] - max) to e[c] and returns the row's maximum, its first index and the sum.
-RowSoftmax softmax_into(const float* z, float* e, std::size_t classes) {
+// Always inlined, so that the AVX2 copy of the caller's body (VectorIsa) covers its loops.
+[[gnu::always_inline]] inline RowSoftmax softmax_into(const float* z, float* e,
+                                                      std::size_t classes) {
   RowSoftmax row;
   float lane_max[kLanes];
   std::fill_n(lane_max, kLanes, z[0]);
@@ -100,7 +102,7 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets, st
   std::vector<unsigned char> row_correct(n);
   const double inv_targets = 1.0 / static_cast<double>(result.targets);
   compute.parallel_for(n, std::max<std::size_t>(1, kParallelGrain / classes / 4),
-                       [&](std::size_t r0, std::size_t r1) {
+                       [&](std::size_t r0, std::size_t r1) TESSERA_KERNEL_INLINE {
                          for (std::size_t r = r0; r < r1; ++r) {
                            if (t[r] == kIgnoreTarget) {  // zero gradient, as allocated
                              row_loss[r] = 0.0;

@@ -39,19 +39,20 @@ CrossEntropySum vocab_cross_entropy_forward(std::span<Real> log_sum_exp,
   const std::size_t rows = checked_rows(logits.size(), targets, vocab, ignore_index);
   require_size("vocab_cross_entropy", "log_sum_exp", log_sum_exp, rows);
   std::vector<double> row_loss(rows, 0.0);
-  compute.parallel_for(rows, grain_for(2 * vocab), [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      log_sum_exp[r] = 0;
-      if (targets[r] == ignore_index) continue;
-      const Real* z = logits.data() + r * vocab;
-      Real shift = z[0];
-      for (std::size_t c = 1; c < vocab; ++c) shift = std::max(shift, z[c]);
-      Real sum = 0;
-      for (std::size_t c = 0; c < vocab; ++c) sum += std::exp(z[c] - shift);
-      log_sum_exp[r] = shift + std::log(sum);
-      row_loss[r] = static_cast<double>(log_sum_exp[r] - z[targets[r]]);
-    }
-  });
+  compute.parallel_for(rows, grain_for(2 * vocab),
+                       [&](std::size_t r0, std::size_t r1) TESSERA_KERNEL_INLINE {
+                         for (std::size_t r = r0; r < r1; ++r) {
+                           log_sum_exp[r] = 0;
+                           if (targets[r] == ignore_index) continue;
+                           const Real* z = logits.data() + r * vocab;
+                           Real shift = z[0];
+                           for (std::size_t c = 1; c < vocab; ++c) shift = std::max(shift, z[c]);
+                           Real sum = 0;
+                           for (std::size_t c = 0; c < vocab; ++c) sum += std::exp(z[c] - shift);
+                           log_sum_exp[r] = shift + std::log(sum);
+                           row_loss[r] = static_cast<double>(log_sum_exp[r] - z[targets[r]]);
+                         }
+                       });
   CrossEntropySum result;
   for (std::size_t r = 0; r < rows; ++r) {
     if (targets[r] == ignore_index) continue;
@@ -70,18 +71,20 @@ void vocab_cross_entropy_backward(std::span<Real> grad_logits, std::span<const R
   const std::size_t rows = checked_rows(logits.size(), targets, vocab, ignore_index);
   require_size("vocab_cross_entropy", "log_sum_exp", log_sum_exp, rows);
   require_size("vocab_cross_entropy", "grad_logits", grad_logits, rows * vocab);
-  compute.parallel_for(rows, grain_for(2 * vocab), [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      const Real* z = logits.data() + r * vocab;
-      Real* dz = grad_logits.data() + r * vocab;
-      if (targets[r] == ignore_index) {
-        std::fill(dz, dz + vocab, Real(0));
-        continue;
-      }
-      for (std::size_t c = 0; c < vocab; ++c) dz[c] = loss_scale * std::exp(z[c] - log_sum_exp[r]);
-      dz[targets[r]] -= loss_scale;
-    }
-  });
+  compute.parallel_for(rows, grain_for(2 * vocab),
+                       [&](std::size_t r0, std::size_t r1) TESSERA_KERNEL_INLINE {
+                         for (std::size_t r = r0; r < r1; ++r) {
+                           const Real* z = logits.data() + r * vocab;
+                           Real* dz = grad_logits.data() + r * vocab;
+                           if (targets[r] == ignore_index) {
+                             std::fill(dz, dz + vocab, Real(0));
+                             continue;
+                           }
+                           for (std::size_t c = 0; c < vocab; ++c)
+                             dz[c] = loss_scale * std::exp(z[c] - log_sum_exp[r]);
+                           dz[targets[r]] -= loss_scale;
+                         }
+                       });
 }
 
 template CrossEntropySum vocab_cross_entropy_forward<float>(std::span<float>,

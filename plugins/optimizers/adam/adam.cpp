@@ -1,10 +1,45 @@
 #include "adam/adam.hpp"
 
 #include <cmath>
+#include <cstddef>
 
 #include "step_checks.hpp"
 
 namespace tessera::adam {
+namespace {
+
+// Built twice, for baseline x86-64 (SSE2, 4 floats a vector) and for AVX2 (8 floats); the
+// loader picks the AVX2 clone where the CPU has it (GCC function multiversioning), so the binary
+// still runs on any x86-64. No FMA and no reassociation (-ffp-contract=off, no -ffast-math:
+// the CMakeLists): both clones give the bits of the scalar formula.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target_clones("avx2", "default")))
+#endif
+void update_elements(float* p, const float* g, float* m, float* v, std::size_t begin,
+                     std::size_t end, const optimizers::AdamScalars& k) {
+  // Multiplying by 1 is exact, so one branch-free loop serves both rules (and vectorises).
+  // The scalars as locals: the stores through p, m and v cannot alias them.
+  const float keep = k.decoupled ? k.decay : 1.0F;
+  const float l2 = k.l2;
+  const float beta1 = k.beta1;
+  const float beta2 = k.beta2;
+  const float one_minus_b1 = k.one_minus_b1;
+  const float one_minus_b2 = k.one_minus_b2;
+  const float step_size = k.step_size;
+  const float bc2_sqrt = k.bc2_sqrt;
+  const float eps = k.eps;
+  for (std::size_t i = begin; i < end; ++i) {
+    const float pi = p[i] * keep;
+    const float gi = g[i] + l2 * pi;
+    const float mi = beta1 * m[i] + one_minus_b1 * gi;
+    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  }
+}
+
+}  // namespace
 
 AdamOptimizer::AdamOptimizer(const AdamConfig& config) : config_(config) {
   TESSERA_CHECK(config.beta1 >= 0.0F && config.beta1 < 1.0F, "adam: beta1 must be in [0, 1)");
@@ -58,20 +93,7 @@ void AdamOptimizer::step(BufferView param_view, BufferView grad_view, BufferView
   const float* g = grads.data();
   float* m = state.data();
   float* v = state.data() + n;
-  for (const auto& s : segments) {
-    const auto k = scalars_of(s);
-    // Multiplying by 1 is exact, so one branch-free loop serves both rules (and vectorises).
-    const float keep = decoupled ? k.decay : 1.0F;
-    for (std::size_t i = s.begin; i < s.end; ++i) {
-      const float pi = p[i] * keep;
-      const float gi = g[i] + k.l2 * pi;
-      const float mi = beta1 * m[i] + one_minus_b1 * gi;
-      const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
-    }
-  }
+  for (const auto& s : segments) update_elements(p, g, m, v, s.begin, s.end, scalars_of(s));
 }
 
 AdamConfig adam_config_from(const Options& options, bool decoupled_weight_decay) {
