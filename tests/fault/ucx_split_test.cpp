@@ -4,7 +4,8 @@
 // not wait out the transport's timeout in that greeting: an abort of the group it splits from
 // (an elastic run aborts its world when a member's lease ends), the loss of that member, or,
 // with nobody aborting, its silence past stall_timeout ends the split at once with a
-// TransportError naming the member, which an elastic run folds into a regroup. ShmSplitDeathTest and ShmSplitAbortTest hold the same for shm.
+// TransportError naming the member, which an elastic run folds into a regroup. ShmSplitDeathTest
+// and ShmSplitAbortTest hold the same for shm.
 //
 // The window is reached exactly. UcxCommunicator::split exchanges (color, key) and the new
 // group's worker addresses over the group, then connects the new group's endpoints

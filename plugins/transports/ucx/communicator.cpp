@@ -114,7 +114,9 @@ std::unique_ptr<Communicator> UcxCommunicator::run_split(Exchange& x, int color,
   // lease ends) ends it at once, as it would end a wait in this group's own operations, rather
   // than holding this rank until the timeout for a member that will never greet.
   const auto this_group_failed = [&](const std::vector<int>& silent) {
-    const auto member = [&](int child_rank) { return members[static_cast<std::size_t>(child_rank)]; };
+    const auto member = [&](int child_rank) {
+      return members[static_cast<std::size_t>(child_rank)];
+    };
     engine_->service();
     try {
       for (const int child_rank : silent) x.check_waiting_for(member(child_rank));
@@ -124,8 +126,9 @@ std::unique_ptr<Communicator> UcxCommunicator::run_split(Exchange& x, int color,
       std::string ranks;  // by their ranks in this group
       for (const int child_rank : silent)
         ranks += (ranks.empty() ? "" : ", ") + std::to_string(member(child_rank));
-      throw TransportError(std::string(e.what()) + "; its new group was still waiting for rank(s) " +
-                               ranks + " to greet",
+      throw TransportError(std::string(e.what()) +
+                               "; its new group was still waiting for rank(s) " + ranks +
+                               " to greet",
                            e.peer_rank(), e.operation());
     }
   };
