@@ -523,15 +523,11 @@ void expect_newcomer_follows_the_members(const std::vector<WorkerOutcome>& outco
   EXPECT_EQ(counted_samples(outcomes, members.world_events, samples), std::vector<int>(samples, 2));
 }
 
-// A second failure while the survivors of the first move onto their new world: worker 2 dies
-// in step 4, worker 1 while the state is being rebuilt. Worker 0 folds the second failure into
-// the regroup and trains on alone, every sample once per epoch.
-TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
-  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
-  constexpr std::int64_t kDieAt = 4;
-  LateStarts late;
-  late.die_in_reconfigure = {1};
-  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
+// Workers 1 and 2 of 3, on 120 samples, both died around step `die_at`: worker 0 went on alone
+// from memory at the step before, every sample trained once in each of 2 epochs. Epoch 1: 3 steps
+// of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.
+void expect_worker_0_went_on_alone_from_memory(const std::vector<WorkerOutcome>& outcomes,
+                                               std::int64_t die_at) {
   rethrow_errors(outcomes);
   ASSERT_TRUE(outcomes[1].died);
   ASSERT_TRUE(outcomes[2].died);
@@ -541,11 +537,22 @@ TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
   EXPECT_EQ(event.world_size, 1);
   EXPECT_EQ(event.left, (std::vector<std::string>{"w1", "w2"}));
   EXPECT_EQ(event.state_from, "memory");
-  EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
-  // Epoch 1: 3 steps of 24 at 3 ranks, then 48 samples alone (6 steps of 8); epoch 2: 15 steps.
+  EXPECT_EQ(event.resumed_at_step, die_at - 1);
   EXPECT_EQ(result.steps, 3 + 6 + 15);
   EXPECT_EQ(result.ranks.size(), 1U);
   EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
+}
+
+// A second failure while the survivors of the first move onto their new world: worker 2 dies
+// in step 4, worker 1 while the state is being rebuilt. Worker 0 folds the second failure into
+// the regroup and trains on alone, every sample once per epoch.
+TEST(ElasticTrainer, ASecondFailureDuringTheRegroupIsFoldedIntoIt) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
+  constexpr std::int64_t kDieAt = 4;
+  LateStarts late;
+  late.die_in_reconfigure = {1};
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
+  expect_worker_0_went_on_alone_from_memory(outcomes, kDieAt);
 }
 
 // The second failure lands later: after the survivors of the first adopted their new world,
@@ -569,20 +576,9 @@ TEST(ElasticTrainer, ADeathBetweenAdoptingAWorldAndJoiningItsSideChannelIsFolded
   late.transport = transport;
   const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, options(), data, late);
   const auto after_the_death = std::chrono::steady_clock::now() - transport->died_at();
-  rethrow_errors(outcomes);
-  ASSERT_TRUE(outcomes[1].died);
-  ASSERT_TRUE(outcomes[2].died);
+  expect_worker_0_went_on_alone_from_memory(outcomes, kDieAt);
   const auto bounds = elastic_options(3, 1);
   EXPECT_LT(after_the_death, bounds.failure_timeout + bounds.join_timeout);
-  const auto& result = outcomes[0].result;
-  ASSERT_EQ(result.world_events.size(), 1U);
-  const auto& event = result.world_events[0];
-  EXPECT_EQ(event.world_size, 1);
-  EXPECT_EQ(event.left, (std::vector<std::string>{"w1", "w2"}));
-  EXPECT_EQ(event.state_from, "memory");
-  EXPECT_EQ(event.resumed_at_step, kDieAt - 1);
-  EXPECT_EQ(result.steps, 3 + 6 + 15);  // as when the second failure comes in the reconfiguration
-  EXPECT_EQ(counted_samples(outcomes, result.world_events, 120), std::vector<int>(120, 2));
 }
 
 TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheState) {
