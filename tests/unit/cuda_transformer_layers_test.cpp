@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_support.hpp"
@@ -232,13 +233,17 @@ TEST_F(CudaTransformerLayers, GeluIsAsAccurateAsTheHostAndItsBackwardAdds) {
   const std::vector<double> xd = doubles(x);
   gelu_forward<double>(y, xd, compute_);
   gelu_backward<double>(dx, doubles(dy), xd, compute_);
-  for (int run = 0; run < 2; ++run) {
-    const Tensor gpu_y = gelu_forward(on_gpu(x), compute_);
-    const Tensor gpu_dx = on_gpu(dx0);
-    gelu_backward(gpu_dx, on_gpu(dy), on_gpu(x), compute_);
-    expect_as_accurate_as_host(gpu_y, host_y, y, "forward");
-    expect_as_accurate_as_host(gpu_dx, host_dx, dx, "backward");
-  }
+  const auto run = [&] {
+    std::pair<Tensor, Tensor> out{gelu_forward(on_gpu(x), compute_), on_gpu(dx0)};
+    gelu_backward(out.second, on_gpu(dy), on_gpu(x), compute_);
+    return out;
+  };
+  const auto [gpu_y, gpu_dx] = run();
+  expect_as_accurate_as_host(gpu_y, host_y, y, "forward");
+  expect_as_accurate_as_host(gpu_dx, host_dx, dx, "backward");
+  const auto [again_y, again_dx] = run();
+  expect_bitwise(again_y, gpu_y, "forward, second run");
+  expect_bitwise(again_dx, gpu_dx, "backward, second run");
 }
 
 // --- Causal attention --------------------------------------------------------------------------
