@@ -109,7 +109,8 @@ struct BlockRows {
         active(row < dims.time) {}
 };
 
-// own[d][r] = src[at(first + r) + d] for the block's kRows rows, 0 past the sequence or the head.
+// own[d][r] = src[where(pair, part, first + r) + d] for the block's kRows rows, 0 past the sequence
+// or the head.
 template <int kHead, int kRows, class T>
 __device__ void load_own(float (&own)[kHead][kRows + 1], const T* src, std::size_t first,
                          const PairView& pair, Part part) {
@@ -124,7 +125,8 @@ __device__ void load_own(float (&own)[kHead][kRows + 1], const T* src, std::size
   }
 }
 
-// tile[r][d] = src[at(first + r) + d] for a tile's kTile rows, 0 past the sequence or the head.
+// tile[r][d] = src[where(pair, part, first + r) + d] for a tile's kTile rows, 0 past the sequence
+// or the head.
 template <int kHead, int kRows, int kTile, class T>
 __device__ void load_tile(float (&tile)[kTile][kHead], const T* src, std::size_t first,
                           const PairView& pair, Part part) {
