@@ -11,9 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_allocator.hpp"
-#include "cuda/cuda_device.hpp"
-#include "layer_test_support.hpp"
+#include "cuda_test_support.hpp"
 #include "layers/activation.hpp"
 #include "layers/linear.hpp"
 #include "layers/softmax_cross_entropy.hpp"
@@ -22,6 +20,11 @@
 namespace tessera::layers {
 namespace {
 
+using tessera::testing::absolute;
+using tessera::testing::expect_bitwise;
+using tessera::testing::expect_close;
+using tessera::testing::on_gpu;
+using tessera::testing::on_host;
 using tessera::testing::random_tensor;
 
 // GEMM results: the GPU and the host sum the same products in different orders (cuBLAS's tiles,
@@ -29,20 +32,6 @@ using tessera::testing::random_tensor;
 // to the sum of the terms' magnitudes. With every inner dimension k below 80 here that is under
 // 5e-6 for each side, so 1e-5 of that magnitude admits both while refusing TF32 (2^-11).
 constexpr double kGemmTolerance = 1e-5;
-
-Tensor on_gpu(const Tensor& host) {
-  return host.copy_to(tessera::cuda::allocator_for(0));
-}
-
-Tensor on_host(const Tensor& tensor) {
-  return tensor.copy_to(cpu_allocator());
-}
-
-Tensor absolute(const Tensor& host) {
-  Tensor out = testing::copy_of(host);
-  for (float& v : out.as<float>()) v = std::abs(v);
-  return out;
-}
 
 std::vector<BufferView> views_of(const std::vector<Tensor>& tensors) {
   std::vector<BufferView> views;
@@ -69,28 +58,6 @@ std::vector<Tensor> gpu_copies(const std::vector<Tensor>& host) {
   std::vector<Tensor> out;
   for (const Tensor& t : host) out.push_back(on_gpu(t));
   return out;
-}
-
-// |gpu - host| <= relative * scale elementwise; `gpu` is copied back first.
-void expect_close(const Tensor& gpu, const Tensor& host, const Tensor& scale, double relative,
-                  const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda(0)) << what;
-  ASSERT_EQ(gpu.shape(), host.shape()) << what;
-  const Tensor back = on_host(gpu);
-  const auto g = back.as<float>();
-  const auto h = host.as<float>();
-  const auto s = scale.as<float>();
-  for (std::size_t i = 0; i < h.size(); ++i) {
-    ASSERT_LE(std::abs(double{g[i]} - double{h[i]}), relative * double{s[i]})
-        << what << ", element " << i << ": gpu " << g[i] << ", host " << h[i];
-  }
-}
-
-void expect_bitwise(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.bytes(), b.bytes()) << what;
-  const Tensor ha = a.device() == Device::cpu() ? testing::copy_of(a) : on_host(a);
-  const Tensor hb = b.device() == Device::cpu() ? testing::copy_of(b) : on_host(b);
-  EXPECT_EQ(std::memcmp(ha.view().data, hb.view().data, ha.bytes()), 0) << what;
 }
 
 // One layer's forward and backward on the host and on the GPU from the same inputs; the scales
@@ -132,15 +99,8 @@ void expect_linear_matches_host(const Layer& layer, std::size_t rows, std::size_
   expect_bitwise(gpu[1], host[1], "bias gradient");
 }
 
-class CudaLayers : public ::testing::Test {
+class CudaLayers : public testing::CudaTest {
  protected:
-  void SetUp() override {
-    if (tessera::cuda::device_count() == 0) {
-      GTEST_SKIP() << "no CUDA device is visible; the layers' device path is checked on a "
-                      "machine with an NVIDIA GPU";
-    }
-  }
-
   std::shared_ptr<const ComputeContext> compute_ = std::make_shared<ComputeContext>(1);
 };
 
@@ -396,31 +356,11 @@ TEST_F(CudaLayers, RefusesAViewThatSaysCudaOverHostMemory) {
   }
 }
 
-// Host memory that says it is on cuda:`ordinal`, an ordinal past the visible devices: the layers
-// must refuse it before reading a byte. Needs no GPU, so it runs everywhere.
-class UnseenDevice final : public DeviceAllocator {
- public:
-  explicit UnseenDevice(int ordinal) : ordinal_(ordinal) {}
-  [[nodiscard]] Device device() const noexcept override { return Device::cuda(ordinal_); }
-  [[nodiscard]] void* allocate(std::size_t bytes) override {
-    return cpu_allocator()->allocate(bytes);
-  }
-  void deallocate(void* pointer, std::size_t bytes) noexcept override {
-    cpu_allocator()->deallocate(pointer, bytes);
-  }
-  void copy(BufferView dst, BufferView src) const override {
-    std::memcpy(dst.data, src.data, src.bytes());
-  }
-
- private:
-  int ordinal_;
-};
-
 TEST(CudaLayersRefusal, AnInputOnADeviceThisProcessDoesNotSeeIsRefusedByName) {
   const int unseen = tessera::cuda::device_count();
   const std::string where = "cuda:" + std::to_string(unseen);
   const auto compute = std::make_shared<ComputeContext>(1);
-  const auto device = std::make_shared<UnseenDevice>(unseen);
+  const auto device = std::make_shared<testing::UnseenDevice>(unseen);
   const Tensor input = random_tensor({4, 5}, 3).copy_to(device);
   const Linear linear("fc", 5, 3, compute);
   std::vector<Tensor> params;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -53,5 +54,25 @@ inline void expect_gradient_matches(std::span<float> values, std::span<const flo
         << "element " << i;
   }
 }
+
+// Host memory that says it is on cuda:`ordinal`, an ordinal past the visible devices: the layers
+// must refuse it before reading a byte. Needs no GPU, so the tests with it run everywhere.
+class UnseenDevice final : public DeviceAllocator {
+ public:
+  explicit UnseenDevice(int ordinal) : ordinal_(ordinal) {}
+  [[nodiscard]] Device device() const noexcept override { return Device::cuda(ordinal_); }
+  [[nodiscard]] void* allocate(std::size_t bytes) override {
+    return cpu_allocator()->allocate(bytes);
+  }
+  void deallocate(void* pointer, std::size_t bytes) noexcept override {
+    cpu_allocator()->deallocate(pointer, bytes);
+  }
+  void copy(BufferView dst, BufferView src) const override {
+    std::memcpy(dst.data, src.data, src.bytes());
+  }
+
+ private:
+  int ordinal_;
+};
 
 }  // namespace tessera::testing

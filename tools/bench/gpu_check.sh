@@ -12,6 +12,13 @@
 # device in turn; each ddp run on cuda is followed by one of PyTorch. BENCH_ROUNDS (2) sets how
 # many rounds of the two collective benchmarks run, 0 for none.
 #
+# With LAYERS_ONLY=1, checks the reference layers' CUDA kernels alone, in a few minutes (what a
+# GPU session of 15 minutes runs; docs/benchmarks.md, "The layers' CUDA kernels: the prepared
+# check"): the CUDA compute tests first (tessera_unit_cuda_compute), the transformer kernels'
+# tests again under compute-sanitizer's memcheck, racecheck and initcheck where the GPU machine
+# has compute-sanitizer, then tessera_bench_cuda_layers: each kernel on the host and on the GPU
+# at 4 x 256 tokens, and on the GPU alone at 8 x 1024. Without it the bench runs after the tests.
+#
 # usage: tools/bench/gpu_check.sh BUNDLE_DIR OUT_DIR
 set -uo pipefail
 bundle=${1:?usage: gpu_check.sh BUNDLE_DIR OUT_DIR}
@@ -28,15 +35,55 @@ sizes=4KiB,64KiB,1MiB,16MiB,64MiB,256MiB
 } 2>&1 | tee "$out/machine.txt"
 
 status=0
+# Runs a test program of the bundle, keeps its log, prints its verdicts; a failure marks status.
+run_tests() {
+  local name=$1
+  shift
+  bash "$bundle/run.sh" "$@" 2>&1 | tee "$out/$name.txt" |
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|ERROR SUMMARY" || status=1
+  grep -q "FAILED" "$out/$name.txt" && status=1
+  return 0
+}
+# The layers' kernel timings, host against GPU at a shape the host does in seconds, then the GPU
+# alone at GPT-2's training shape.
+layer_bench() {
+  [ -x "$bundle/bin/tessera_bench_cuda_layers" ] || return 0
+  bash "$bundle/run.sh" tessera_bench_cuda_layers --batch 4 --time 256 --threads "$(nproc)" \
+    2>&1 | tee "$out/bench_layers_4x256.txt" || status=1
+  bash "$bundle/run.sh" tessera_bench_cuda_layers --batch 8 --time 1024 --gpu-only \
+    2>&1 | tee "$out/bench_layers_8x1024.txt" || status=1
+}
+if [ "${LAYERS_ONLY:-0}" = 1 ]; then
+  run_tests tessera_unit_cuda_compute tessera_unit_cuda_compute
+  # On the GPU machine a skip means the GPU was not seen, and nothing was checked.
+  if grep -q "SKIPPED \] CudaTransformerLayers\." "$out/tessera_unit_cuda_compute.txt"; then
+    echo "the CUDA tests skipped: this process sees no GPU, so nothing was checked"
+    status=1
+  fi
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null |
+    head -n 1)
+  if [ -n "$sanitizer" ]; then
+    # The small shapes only: the sanitizer runs kernels 10-100 times slower.
+    filter='CudaTransformerLayers.*:-*HoldsNoTimeByTimeMatrix'
+    for tool in memcheck racecheck initcheck; do
+      run_tests "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 \
+        "$bundle/tests/tessera_unit_cuda_compute" --gtest_filter="$filter"
+      grep -q "ERROR SUMMARY: 0 errors" "$out/sanitizer_$tool.txt" || status=1
+    done
+  else
+    echo "compute-sanitizer: not on this machine, not run" | tee "$out/sanitizer.txt"
+  fi
+  layer_bench
+  exit $status
+fi
 bash "$bundle/run.sh" tessera_conformance --gtest_filter='*nccl*:*Nccl*' 2>&1 |
   tee "$out/conformance_nccl.txt" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
 grep -q "FAILED" "$out/conformance_nccl.txt" && status=1
 for test in tessera_unit_cuda_compute tessera_unit_cuda_strategies; do
   [ -x "$bundle/tests/$test" ] || continue
-  bash "$bundle/run.sh" "$test" 2>&1 | tee "$out/$test.txt" |
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" || status=1
-  grep -q "FAILED" "$out/$test.txt" && status=1
+  run_tests "$test" "$test"
 done
+layer_bench
 if [ -n "${FASHION_MNIST_DIR:-}" ]; then
   run=0
   for strategy in ${TRAIN_STRATEGIES:-ddp}; do

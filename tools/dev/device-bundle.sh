@@ -3,13 +3,17 @@
 # packages: tessera, libtessera, the plugins and the named test programs, stripped of debug
 # information, with every shared library they need from Debian beside them. CUDA's own
 # libraries (cudart, cuBLAS, NCCL) are left out: the GPU machine has its own, matching its
-# driver. On the GPU machine: `bash BUNDLE/run.sh PROGRAM ARGS...` finds those and runs.
+# driver. On the GPU machine: `bash BUNDLE/run.sh PROGRAM ARGS...` finds those and runs PROGRAM,
+# a program of the bundle or a path (compute-sanitizer, which then runs one of the bundle's).
+# A PROGRAM named on the command line is taken from BUILD_DIR/tests or, failing that,
+# BUILD_DIR/bin (the bench programs).
 #
-# usage: tools/dev/device-bundle.sh BUILD_DIR OUT_DIR [TEST_PROGRAM...]
-#   e.g. tools/dev/device-bundle.sh build/ci .devbundle tessera_conformance
+# usage: tools/dev/device-bundle.sh BUILD_DIR OUT_DIR [PROGRAM...]
+#   e.g. tools/dev/device-bundle.sh build/ci build/devbundle tessera_unit_cuda_compute \
+#          tessera_bench_cuda_layers
 set -euo pipefail
-build=${1:?usage: device-bundle.sh BUILD_DIR OUT_DIR [TEST_PROGRAM...]}
-out=${2:?usage: device-bundle.sh BUILD_DIR OUT_DIR [TEST_PROGRAM...]}
+build=${1:?usage: device-bundle.sh BUILD_DIR OUT_DIR [PROGRAM...]}
+out=${2:?usage: device-bundle.sh BUILD_DIR OUT_DIR [PROGRAM...]}
 shift 2
 
 rm -rf "$out"
@@ -17,8 +21,12 @@ mkdir -p "$out/bin" "$out/lib/tessera/plugins" "$out/tests" "$out/deps"
 cp "$build/bin/tessera" "$out/bin/"
 cp -P "$build"/lib/libtessera.so* "$out/lib/"
 cp "$build"/lib/tessera/plugins/*.so "$out/lib/tessera/plugins/"
-for test in "$@"; do
-  cp "$build/tests/$test" "$out/tests/"
+for program in "$@"; do
+  if [ -f "$build/tests/$program" ]; then
+    cp "$build/tests/$program" "$out/tests/"
+  else
+    cp "$build/bin/$program" "$out/bin/"
+  fi
 done
 find "$out" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-debug {} + 2>/dev/null || true
 
@@ -43,6 +51,7 @@ done
 export LD_LIBRARY_PATH="$here/lib:$here/deps$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 program=$1
 shift
+case $program in */*) exec "$program" "$@" ;; esac
 if [ -x "$here/bin/$program" ]; then exec "$here/bin/$program" "$@"; fi
 exec "$here/tests/$program" "$@"
 RUN

@@ -12,9 +12,15 @@
 // order than OpenBLAS; CUDA's tanhf is not glibc's).
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "layers/activation.hpp"
+#include "layers/causal_attention_tensors.hpp"
+#include "layers/dropout.hpp"
+#include "layers/embedding.hpp"
+#include "layers/layer_norm.hpp"
 #include "tessera/plugin/model.hpp"
 
 namespace tessera::layers::device {
@@ -31,7 +37,8 @@ void require_memory(const BufferView& view, const std::string& what);
 [[nodiscard]] Tensor linear_forward(const Tensor& x, const float* w, const float* b, std::size_t in,
                                     std::size_t out, bool add_bias);
 
-// dw += dy^T x and db += the column sums of dy, adding rows 0..n-1 in order (the host's bits).
+// dw += dy^T x and db += the column sums of dy, adding rows 0..n-1 in order (the host's bits);
+// no bias gradient where db is null (a projection without bias, as GPT-2's head).
 void linear_backward_params(const Tensor& x, const Tensor& dy, float* dw, float* db, std::size_t in,
                             std::size_t out);
 
@@ -50,5 +57,49 @@ void linear_backward_params(const Tensor& x, const Tensor& dy, float* dw, float*
 // this one waits for the device.
 [[nodiscard]] LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
                                                std::size_t classes);
+
+// The transformer kernels (embedding.hpp, layer_norm.hpp, gelu.hpp, causal_attention.hpp,
+// dropout.hpp) on device tensors, for their Tensor forms, which check every size and device
+// first: these functions trust them. New tensors come from the input's allocator; the
+// backward functions add into their gradients, as the host kernels do.
+
+// `tokens` (i64, on the host or on `device`) and `host_tokens` the same ids on the host, already
+// checked to lie in the vocabulary (the kernel indexes the table with them).
+[[nodiscard]] Tensor embedding_forward(const Tensor& tokens,
+                                       std::span<const std::int64_t> host_tokens,
+                                       const float* token_table, const float* position_table,
+                                       const EmbeddingShape& shape, Device device);
+// Groups the tokens by vocabulary row on the host (a stable sort of their indices), so that each
+// row's gradient is one thread's sum in token order: the host's bits.
+void embedding_backward(float* grad_token_table, float* grad_position_table,
+                        const Tensor& grad_output, std::span<const std::int64_t> host_tokens,
+                        const EmbeddingShape& shape);
+
+[[nodiscard]] LayerNormOutput layer_norm_forward(const Tensor& input, const float* weight,
+                                                 const float* bias, std::size_t rows,
+                                                 std::size_t channels);
+void layer_norm_backward(const Tensor& grad_input, float* grad_weight, float* grad_bias,
+                         const Tensor& grad_output, const Tensor& input, const float* weight,
+                         const Tensor& mean, const Tensor& rstd, std::size_t rows,
+                         std::size_t channels);
+
+// grad_input += gelu'(input) * grad_output (the forward is activation_forward's GELU).
+void gelu_backward(const Tensor& grad_input, const Tensor& grad_output, const Tensor& input);
+
+// Both throw InvalidArgument for a shape the kernels do not take: a head size above 128, or a
+// sequence longer than 65535 blocks of 32 query rows.
+[[nodiscard]] AttentionOutput causal_attention_forward(const Tensor& qkv,
+                                                       const AttentionShape& shape);
+void causal_attention_backward(const Tensor& grad_qkv, const Tensor& grad_output, const Tensor& qkv,
+                               const Tensor& output, const Tensor& log_sum_exp,
+                               const AttentionShape& shape);
+
+// target += addend, element-wise (a residual stream).
+void add_into(const Tensor& target, const Tensor& addend);
+
+// dropout.hpp's forward (output may be input) and backward (adds), the same mask bit for bit.
+void dropout_forward(const Tensor& output, const Tensor& input, float p, const DropoutKey& key);
+void dropout_backward(const Tensor& grad_input, const Tensor& grad_output, float p,
+                      const DropoutKey& key);
 
 }  // namespace tessera::layers::device

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "layers/kernel_support.hpp"
+#include "layers/layer_checks.hpp"
 
 namespace tessera::layers {
 namespace {
@@ -85,5 +86,71 @@ template void embedding_backward<float>(std::span<float>, std::span<float>, std:
 template void embedding_backward<double>(std::span<double>, std::span<double>,
                                          std::span<const double>, std::span<const std::int64_t>,
                                          const EmbeddingShape&, const ComputeContext&);
+
+namespace {
+
+// The ids on the host (an alias there, else a copy), checked against the shape; `device` is the
+// tables', where the ids must be unless they are on the host.
+Tensor checked_host_tokens(const Tensor& tokens, const EmbeddingShape& shape, Device device) {
+  TESSERA_CHECK(tokens.dtype() == DType::i64,
+                "embedding: expects i64 token ids, got " + std::string(dtype_name(tokens.dtype())));
+  if (tokens.device() != Device::cpu()) {
+    check_same_device("embedding", "the token tensor", tokens, device);
+  }
+  Tensor host = tokens.device() == Device::cpu() ? tokens.alias() : tokens.copy_to(cpu_allocator());
+  check_tokens(host.as<std::int64_t>(), shape);
+  return host;
+}
+
+// The device the tables are on, and their sizes checked there.
+Device checked_tables(const BufferView& token_table, const BufferView& position_table,
+                      const EmbeddingShape& shape, const char* token_name,
+                      const char* position_name) {
+  const Device device = token_table.device;
+  if (device != Device::cpu()) device::require_computes_on(device, "embedding");
+  check_floats("embedding", token_name, token_table, shape.vocab * shape.channels, device);
+  check_floats("embedding", position_name, position_table, shape.context * shape.channels, device);
+  return device;
+}
+
+}  // namespace
+
+Tensor embedding_forward(const Tensor& tokens, const BufferView& token_table,
+                         const BufferView& position_table, const EmbeddingShape& shape,
+                         const ComputeContext& compute) {
+  const Device device =
+      checked_tables(token_table, position_table, shape, "token table", "position table");
+  const Tensor host_tokens = checked_host_tokens(tokens, shape, device);
+  if (device != Device::cpu()) {
+    return device::embedding_forward(tokens, host_tokens.as<std::int64_t>(),
+                                     static_cast<const float*>(token_table.data),
+                                     static_cast<const float*>(position_table.data), shape, device);
+  }
+  Tensor output({shape.batch, shape.time, shape.channels}, DType::f32);
+  embedding_forward<float>(output.as<float>(), host_tokens.as<std::int64_t>(),
+                           token_table.host_span<const float>("token table"),
+                           position_table.host_span<const float>("position table"), shape, compute);
+  return output;
+}
+
+void embedding_backward(const BufferView& grad_token_table, const BufferView& grad_position_table,
+                        const Tensor& grad_output, const Tensor& tokens,
+                        const EmbeddingShape& shape, const ComputeContext& compute) {
+  const Device device = checked_tables(grad_token_table, grad_position_table, shape,
+                                       "token table gradient", "position table gradient");
+  const Tensor host_tokens = checked_host_tokens(tokens, shape, device);
+  check_floats("embedding", "grad_output", grad_output.view(),
+               shape.batch * shape.time * shape.channels, device);
+  if (device != Device::cpu()) {
+    device::embedding_backward(static_cast<float*>(grad_token_table.data),
+                               static_cast<float*>(grad_position_table.data), grad_output,
+                               host_tokens.as<std::int64_t>(), shape);
+    return;
+  }
+  embedding_backward<float>(grad_token_table.host_span<float>("token table gradient"),
+                            grad_position_table.host_span<float>("position table gradient"),
+                            grad_output.as<float>(), host_tokens.as<std::int64_t>(), shape,
+                            compute);
+}
 
 }  // namespace tessera::layers

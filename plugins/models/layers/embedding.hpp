@@ -19,6 +19,7 @@
 #include <span>
 
 #include "layers/compute_context.hpp"
+#include "tessera/base/tensor.hpp"
 
 namespace tessera::layers {
 
@@ -39,6 +40,19 @@ void embedding_forward(std::span<Real> output, std::span<const std::int64_t> tok
 template <class Real>
 void embedding_backward(std::span<Real> grad_token_table, std::span<Real> grad_position_table,
                         std::span<const Real> grad_output, std::span<const std::int64_t> tokens,
+                        const EmbeddingShape& shape, const ComputeContext& compute);
+
+// The same kernels over a Tensor of token ids [batch, time] (on the host or on the tables'
+// device) and views of the tables, on the host or on a CUDA device (device_compute.hpp): the
+// device is the tables'. The ids are checked on the host (a copy where they lie on the device)
+// before a kernel reads a row, with the span kernels' message. Forward returns
+// [batch, time, channels] on the tables' device; backward adds into the table gradients, on a GPU
+// with the host's bits (each row's sum in token order).
+[[nodiscard]] Tensor embedding_forward(const Tensor& tokens, const BufferView& token_table,
+                                       const BufferView& position_table,
+                                       const EmbeddingShape& shape, const ComputeContext& compute);
+void embedding_backward(const BufferView& grad_token_table, const BufferView& grad_position_table,
+                        const Tensor& grad_output, const Tensor& tokens,
                         const EmbeddingShape& shape, const ComputeContext& compute);
 
 }  // namespace tessera::layers

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "layers/kernel_support.hpp"
+#include "layers/layer_checks.hpp"
 
 namespace tessera::layers {
 namespace {
@@ -76,5 +77,27 @@ template void gelu_backward<float>(std::span<float>, std::span<const float>, std
                                    const ComputeContext&);
 template void gelu_backward<double>(std::span<double>, std::span<const double>,
                                     std::span<const double>, const ComputeContext&);
+
+Tensor gelu_forward(const Tensor& input, const ComputeContext& compute) {
+  const Device device = compute_device("gelu", input);
+  check_floats("gelu", "input", input.view(), input.count(), device);
+  if (device != Device::cpu()) return device::activation_forward(ActivationKind::gelu, input);
+  Tensor output(input.shape(), DType::f32);
+  gelu_forward<float>(output.as<float>(), input.as<float>(), compute);
+  return output;
+}
+
+void gelu_backward(const Tensor& grad_input, const Tensor& grad_output, const Tensor& input,
+                   const ComputeContext& compute) {
+  const Device device = compute_device("gelu", input);
+  check_floats("gelu", "input", input.view(), input.count(), device);
+  check_floats("gelu", "grad_input", grad_input.view(), input.count(), device);
+  check_floats("gelu", "grad_output", grad_output.view(), input.count(), device);
+  if (device != Device::cpu()) {
+    device::gelu_backward(grad_input, grad_output, input);
+    return;
+  }
+  gelu_backward<float>(grad_input.as<float>(), grad_output.as<float>(), input.as<float>(), compute);
+}
 
 }  // namespace tessera::layers

@@ -13,6 +13,7 @@
 #include <span>
 
 #include "layers/compute_context.hpp"
+#include "tessera/base/tensor.hpp"
 
 namespace tessera::layers {
 
@@ -44,5 +45,12 @@ void gelu_forward(std::span<Real> output, std::span<const Real> input,
 template <class Real>
 void gelu_backward(std::span<Real> grad_input, std::span<const Real> grad_output,
                    std::span<const Real> input, const ComputeContext& compute);
+
+// The span kernels over f32 Tensors of any shape, on the host or on a CUDA device (the input's;
+// device_compute.hpp). Forward returns the output on the input's device; backward adds into
+// grad_input. Throws InvalidArgument for mismatched sizes or devices.
+[[nodiscard]] Tensor gelu_forward(const Tensor& input, const ComputeContext& compute);
+void gelu_backward(const Tensor& grad_input, const Tensor& grad_output, const Tensor& input,
+                   const ComputeContext& compute);
 
 }  // namespace tessera::layers

@@ -53,4 +53,58 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& /*targets*/
   no_device(logits.device());
 }
 
+Tensor embedding_forward(const Tensor& /*tokens*/, std::span<const std::int64_t> /*host_tokens*/,
+                         const float* /*token_table*/, const float* /*position_table*/,
+                         const EmbeddingShape& /*shape*/, Device device) {
+  no_device(device);
+}
+
+void embedding_backward(float* /*grad_token_table*/, float* /*grad_position_table*/,
+                        const Tensor& grad_output, std::span<const std::int64_t> /*host_tokens*/,
+                        const EmbeddingShape& /*shape*/) {
+  no_device(grad_output.device());
+}
+
+LayerNormOutput layer_norm_forward(const Tensor& input, const float* /*weight*/,
+                                   const float* /*bias*/, std::size_t /*rows*/,
+                                   std::size_t /*channels*/) {
+  no_device(input.device());
+}
+
+void layer_norm_backward(const Tensor& /*grad_input*/, float* /*grad_weight*/, float* /*grad_bias*/,
+                         const Tensor& /*grad_output*/, const Tensor& input,
+                         const float* /*weight*/, const Tensor& /*mean*/, const Tensor& /*rstd*/,
+                         std::size_t /*rows*/, std::size_t /*channels*/) {
+  no_device(input.device());
+}
+
+void gelu_backward(const Tensor& /*grad_input*/, const Tensor& /*grad_output*/,
+                   const Tensor& input) {
+  no_device(input.device());
+}
+
+AttentionOutput causal_attention_forward(const Tensor& qkv, const AttentionShape& /*shape*/) {
+  no_device(qkv.device());
+}
+
+void causal_attention_backward(const Tensor& /*grad_qkv*/, const Tensor& /*grad_output*/,
+                               const Tensor& qkv, const Tensor& /*output*/,
+                               const Tensor& /*log_sum_exp*/, const AttentionShape& /*shape*/) {
+  no_device(qkv.device());
+}
+
+void add_into(const Tensor& target, const Tensor& /*addend*/) {
+  no_device(target.device());
+}
+
+void dropout_forward(const Tensor& /*output*/, const Tensor& input, float /*p*/,
+                     const DropoutKey& /*key*/) {
+  no_device(input.device());
+}
+
+void dropout_backward(const Tensor& /*grad_input*/, const Tensor& grad_output, float /*p*/,
+                      const DropoutKey& /*key*/) {
+  no_device(grad_output.device());
+}
+
 }  // namespace tessera::layers::device

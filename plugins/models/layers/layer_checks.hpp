@@ -56,6 +56,25 @@ inline void check_same_device(const std::string& layer, const char* what, const 
                         "; keep a layer's tensors on one device");
 }
 
+// Throws InvalidArgument, naming `kernel` and `what`, unless `view` holds exactly `expected` f32
+// elements on `device` (on a GPU: in its memory). What the kernels over Tensors check before they
+// hand raw pointers to a kernel of either side.
+inline void check_floats(const std::string& kernel, const char* what, const BufferView& view,
+                         std::size_t expected, Device device) {
+  if (view.dtype != DType::f32 || view.count != expected) {
+    throw InvalidArgument(kernel + ": " + what + " has " + std::to_string(view.count) + " " +
+                          std::string(dtype_name(view.dtype)) + " elements, expected " +
+                          std::to_string(expected) +
+                          " f32 elements (see the layout in its header)");
+  }
+  if (view.device != device) {
+    throw InvalidArgument(kernel + ": " + what + " is on " + to_string(view.device) +
+                          " but the kernel computes on " + to_string(device) +
+                          "; keep a layer's tensors on one device");
+  }
+  if (device != Device::cpu() && expected > 0) device::require_memory(view, kernel + ": " + what);
+}
+
 // Rows of `tensor` when read as a [rows, width] f32 matrix.
 inline std::size_t rows_of(const std::string& layer, const Tensor& tensor, std::size_t width) {
   TESSERA_CHECK(tensor.dtype() == DType::f32, layer + ": expects f32 input");

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "layers/kernel_support.hpp"
+#include "layers/layer_checks.hpp"
 
 namespace tessera::layers {
 namespace {
@@ -112,5 +113,66 @@ void layer_norm_backward(std::span<Real> grad_input, std::span<Real> grad_weight
 TESSERA_LAYER_NORM_INSTANCES(float)
 TESSERA_LAYER_NORM_INSTANCES(double)
 #undef TESSERA_LAYER_NORM_INSTANCES
+
+namespace {
+
+constexpr const char* kKernel = "layer_norm";
+
+std::size_t checked_rows(const Tensor& input, std::size_t channels, Device device) {
+  TESSERA_CHECK(channels > 0, "layer_norm: channels must be positive");
+  const std::size_t rows = input.count() / channels;
+  check_floats(kKernel, "input", input.view(), rows * channels, device);
+  return rows;
+}
+
+std::span<const float> host_floats(const BufferView& view, const char* what) {
+  return view.host_span<const float>(what);
+}
+
+}  // namespace
+
+LayerNormOutput layer_norm_forward(const Tensor& input, const BufferView& weight,
+                                   const BufferView& bias, std::size_t channels,
+                                   const ComputeContext& compute) {
+  const Device device = compute_device(kKernel, input);
+  const std::size_t rows = checked_rows(input, channels, device);
+  check_floats(kKernel, "weight", weight, channels, device);
+  check_floats(kKernel, "bias", bias, channels, device);
+  if (device != Device::cpu()) {
+    return device::layer_norm_forward(input, static_cast<const float*>(weight.data),
+                                      static_cast<const float*>(bias.data), rows, channels);
+  }
+  LayerNormOutput n{Tensor(input.shape(), DType::f32), Tensor({rows}, DType::f32),
+                    Tensor({rows}, DType::f32)};
+  layer_norm_forward<float>(n.output.as<float>(), n.mean.as<float>(), n.rstd.as<float>(),
+                            input.as<float>(), host_floats(weight, "layer_norm weight"),
+                            host_floats(bias, "layer_norm bias"), rows, channels, compute);
+  return n;
+}
+
+void layer_norm_backward(const Tensor& grad_input, const BufferView& grad_weight,
+                         const BufferView& grad_bias, const Tensor& grad_output,
+                         const Tensor& input, const BufferView& weight, const Tensor& mean,
+                         const Tensor& rstd, std::size_t channels, const ComputeContext& compute) {
+  const Device device = compute_device(kKernel, input);
+  const std::size_t rows = checked_rows(input, channels, device);
+  check_floats(kKernel, "grad_input", grad_input.view(), rows * channels, device);
+  check_floats(kKernel, "grad_output", grad_output.view(), rows * channels, device);
+  check_floats(kKernel, "weight", weight, channels, device);
+  check_floats(kKernel, "grad_weight", grad_weight, channels, device);
+  check_floats(kKernel, "grad_bias", grad_bias, channels, device);
+  check_floats(kKernel, "mean", mean.view(), rows, device);
+  check_floats(kKernel, "rstd", rstd.view(), rows, device);
+  if (device != Device::cpu()) {
+    device::layer_norm_backward(grad_input, static_cast<float*>(grad_weight.data),
+                                static_cast<float*>(grad_bias.data), grad_output, input,
+                                static_cast<const float*>(weight.data), mean, rstd, rows, channels);
+    return;
+  }
+  layer_norm_backward<float>(grad_input.as<float>(), grad_weight.host_span<float>("grad_weight"),
+                             grad_bias.host_span<float>("grad_bias"), grad_output.as<float>(),
+                             input.as<float>(), host_floats(weight, "layer_norm weight"),
+                             mean.as<float>(), rstd.as<float>(), rows, channels, compute);
+}
 
 }  // namespace tessera::layers

@@ -18,6 +18,7 @@
 #include <span>
 
 #include "layers/compute_context.hpp"
+#include "tessera/base/tensor.hpp"
 
 namespace tessera::layers {
 
@@ -40,5 +41,26 @@ void layer_norm_backward(std::span<Real> grad_input, std::span<Real> grad_weight
                          std::span<const Real> input, std::span<const Real> weight,
                          std::span<const Real> mean, std::span<const Real> rstd, std::size_t rows,
                          std::size_t channels, const ComputeContext& compute);
+
+// The same kernels over Tensors, on the host or on a CUDA device (device_compute.hpp): the
+// device is the input's, and the weight, bias and gradient views must be there too. Every size
+// and device is checked (InvalidArgument naming layer_norm and the argument) before anything is
+// read. Forward returns the output (the input's shape; rows = input.count() / channels) and the
+// per-row statistics, on the input's device.
+struct LayerNormOutput {
+  Tensor output;
+  Tensor mean;
+  Tensor rstd;
+};
+[[nodiscard]] LayerNormOutput layer_norm_forward(const Tensor& input, const BufferView& weight,
+                                                 const BufferView& bias, std::size_t channels,
+                                                 const ComputeContext& compute);
+// Adds into grad_input (the input's shape), grad_weight and grad_bias. On a GPU the parameter
+// gradients sum the rows in fixed chunks, the chunks in order: the same bits from run to run,
+// not the host's.
+void layer_norm_backward(const Tensor& grad_input, const BufferView& grad_weight,
+                         const BufferView& grad_bias, const Tensor& grad_output,
+                         const Tensor& input, const BufferView& weight, const Tensor& mean,
+                         const Tensor& rstd, std::size_t channels, const ComputeContext& compute);
 
 }  // namespace tessera::layers

@@ -1,32 +1,15 @@
-// The reference layers' element-wise kernels and the softmax cross-entropy. Same formulas as the
-// host code in ../activation.cpp and ../softmax_cross_entropy.cpp.
-#include <algorithm>
-
+// The reference layers' element-wise kernels, dropout and the softmax cross-entropy. Same
+// formulas as the host code in ../activation.cpp, ../gelu.hpp, ../dropout.hpp and
+// ../softmax_cross_entropy.cpp.
+#include "layers/cuda/kernel_support.cuh"
 #include "layers/cuda/layer_kernels.hpp"
+#include "tessera/base/random.hpp"
 
 namespace tessera::layers::cuda {
 namespace {
 
-constexpr unsigned kThreads = 256;
-// Past this many blocks each thread loops (grid stride): enough to fill any current GPU.
-constexpr std::size_t kMaxBlocks = 65535;
-constexpr unsigned kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffU;
-
 constexpr float kSqrt2OverPi = 0.7978845608028654F;
 constexpr float kGeluCubic = 0.044715F;
-
-unsigned blocks_for(std::size_t n, std::size_t per_block = kThreads) {
-  return static_cast<unsigned>(std::min<std::size_t>((n + per_block - 1) / per_block, kMaxBlocks));
-}
-
-__device__ std::size_t first_index() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ std::size_t grid_stride() {
-  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
-}
 
 __global__ void broadcast_rows_kernel(const float* b, float* y, std::size_t rows,
                                       std::size_t width) {
@@ -68,18 +51,40 @@ __global__ void gelu_forward_kernel(const float* x, float* y, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) y[i] = gelu(x[i]);
 }
 
+// kAdd: dx += (the span kernels' contract, gelu.hpp), else dx = (the Activation layer's).
+template <bool kAdd>
 __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    dx[i] = dy[i] * gelu_derivative(x[i]);
+    const float g = dy[i] * gelu_derivative(x[i]);
+    dx[i] = kAdd ? dx[i] + g : g;
   }
 }
 
-// The warp's sum, the same tree every time, in every lane.
-__device__ double warp_sum(double value) {
-  for (unsigned offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_down_sync(kFullMask, value, offset);
+__global__ void add_kernel(float* target, const float* addend, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) target[i] += addend[i];
+}
+
+// dropout.hpp's draw: counter_uniform is integer arithmetic and one exact conversion, so the
+// device keeps exactly the elements the host keeps, and x * scale is one rounding on both.
+__device__ bool keeps(std::uint64_t seed, std::uint64_t stream, std::uint64_t element, float p) {
+  return counter_uniform(seed, stream, element) >= p;
+}
+
+__global__ void dropout_forward_kernel(const float* x, float* y, std::size_t n, float p,
+                                       float scale, std::uint64_t seed, std::uint64_t stream,
+                                       std::uint64_t first) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    y[i] = keeps(seed, stream, first + i, p) ? x[i] * scale : 0.0F;
   }
-  return __shfl_sync(kFullMask, value, 0);
+}
+
+__global__ void dropout_backward_kernel(const float* dy, float* dx, std::size_t n, float p,
+                                        float scale, std::uint64_t seed, std::uint64_t stream,
+                                        std::uint64_t first) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    // Rounded as the host rounds (a product, then a sum), never fused into one multiply-add.
+    if (keeps(seed, stream, first + i, p)) dx[i] = __fadd_rn(dx[i], __fmul_rn(dy[i], scale));
+  }
 }
 
 // Each warp owns rows warp, warp + warps, ...; lane l owns classes l, l + 32, ...
@@ -116,7 +121,7 @@ __global__ void softmax_cross_entropy_kernel(const float* z, const std::int64_t*
     for (std::size_t c = lane; c < classes; c += kWarp) {
       partial += exp(static_cast<double>(row[c]) - shift);
     }
-    const double sum = warp_sum(partial);
+    const double sum = warp_sum<double>(partial);
     const auto target = static_cast<std::size_t>(t[r]);
     if (lane == 0) {
       row_loss[r] = log(sum) + shift - static_cast<double>(row[target]);
@@ -165,7 +170,35 @@ cudaError_t launch_gelu_forward(const float* x, float* y, std::size_t n) {
 
 cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, std::size_t n) {
   if (n == 0) return cudaSuccess;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, nullptr>>>(x, dy, dx, n);
+  gelu_backward_kernel<false><<<blocks_for(n), kThreads, 0, nullptr>>>(x, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gelu_backward_add(const float* x, const float* dy, float* dx, std::size_t n) {
+  if (n == 0) return cudaSuccess;
+  gelu_backward_kernel<true><<<blocks_for(n), kThreads, 0, nullptr>>>(x, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(float* target, const float* addend, std::size_t n) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<blocks_for(n), kThreads, 0, nullptr>>>(target, addend, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dropout_forward(const float* x, float* y, std::size_t n,
+                                   const DropoutDraw& draw) {
+  if (n == 0) return cudaSuccess;
+  dropout_forward_kernel<<<blocks_for(n), kThreads, 0, nullptr>>>(
+      x, y, n, draw.p, draw.scale, draw.seed, draw.stream, draw.first);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dropout_backward(const float* dy, float* dx, std::size_t n,
+                                    const DropoutDraw& draw) {
+  if (n == 0) return cudaSuccess;
+  dropout_backward_kernel<<<blocks_for(n), kThreads, 0, nullptr>>>(
+      dy, dx, n, draw.p, draw.scale, draw.seed, draw.stream, draw.first);
   return cudaGetLastError();
 }
 

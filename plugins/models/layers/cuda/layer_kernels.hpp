@@ -22,7 +22,28 @@ cudaError_t launch_relu_forward(const float* x, float* y, std::size_t n);
 cudaError_t launch_relu_backward(const float* y, const float* dy, float* dx, std::size_t n);
 // GELU, tanh approximation (PyTorch's approximate="tanh").
 cudaError_t launch_gelu_forward(const float* x, float* y, std::size_t n);
+// dx = dy * gelu'(x) (the Activation layer), or dx += dy * gelu'(x) (gelu.hpp's span kernel).
 cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, std::size_t n);
+cudaError_t launch_gelu_backward_add(const float* x, const float* dy, float* dx, std::size_t n);
+
+// target[i] += addend[i]: a residual stream joined by its branch.
+cudaError_t launch_add(float* target, const float* addend, std::size_t n);
+
+// One dropout call's mask (dropout.hpp): element i is kept when
+// counter_uniform(seed, stream, first + i) >= p, and a kept value is scaled by `scale`, which the
+// caller computes as the host does (1 / (1 - p) in float), as it does the stream.
+struct DropoutDraw {
+  float p = 0.0F;
+  float scale = 1.0F;
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t first = 0;
+};
+// y = kept ? x * scale : 0 (y may be x); dx += kept ? dy * scale : 0.
+cudaError_t launch_dropout_forward(const float* x, float* y, std::size_t n,
+                                   const DropoutDraw& draw);
+cudaError_t launch_dropout_backward(const float* dy, float* dx, std::size_t n,
+                                    const DropoutDraw& draw);
 
 // Per row r of logits z [rows, classes] with target t[r] in [0, classes) (checked by the caller):
 // row_loss[r] = log sum_c exp(z[r, c] - max) + max - z[r, t[r]] in double, row_correct[r] = 1
