@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ddp_test_support.hpp"
+#include "gpt/gpt_model.hpp"
 #include "mesh.hpp"
 #include "mlp/mlp_model.hpp"
 #include "model_split.hpp"
@@ -118,6 +119,24 @@ TEST(HybridPartition, CostsCountParametersTwiceAndOutputsOnce) {
   const mlp::MlpModel model(config);
   EXPECT_EQ(estimated_layer_costs(model),
             (std::vector<double>{2.0 * (32 + 8) + 8, 8, 2.0 * (16 + 2) + 2}));
+}
+
+// GPT-2's layout in small: the embedding (a [5000 x 96] table), 12 blocks, ln_f and the head
+// tied to the table. Counted as 2 x its elements, the table would weigh 4.3 blocks and pull
+// the cut two blocks early; it looks rows up, so only its output counts, and the first stage
+// takes eight blocks against the second's four and the head (4.6 blocks of products).
+TEST(HybridPartition, AnEmbeddingFedTokenIdsCostsItsOutputNotItsTable) {
+  gpt::GptConfig config;
+  config.shape = {12, 4, 96, 16, 5000, true};
+  const gpt::GptModel model(config);
+  const auto costs = estimated_layer_costs(model);
+  ASSERT_EQ(costs.size(), 15U);
+  EXPECT_EQ(costs[0], 16.0 * 96);  // [T, C] out per sample, nothing per table element
+  const double block = 2.0 * (12 * 96 * 96 + 13 * 96) + 16 * 96;
+  for (std::size_t l = 1; l <= 12; ++l) EXPECT_EQ(costs[l], block) << l;
+  EXPECT_EQ(costs[14], 2.0 * 5000 * 96 + 16 * 5000);  // the head multiplies by every element
+  EXPECT_EQ(partition_layers(costs, 2, PartitionKind::balanced),
+            (std::vector<StageRange>{{0, 9}, {9, 15}}));
 }
 
 mlp::MlpModel mlp_of(std::vector<std::size_t> sizes) {

@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include "gpt_reference_file.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/random.hpp"
+#include "tessera/base/trace.hpp"
 #include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera::gpt {
@@ -120,6 +124,48 @@ TEST(GptModel, LogitsLossAndEveryGradientMatchPyTorchWithTheHeadTiedToWte) {
   }
   std::cout << "gpt model (tied head): logits error " << logits_error << ", worst gradient error "
             << worst << " (each over the tensor's largest magnitude)\n";
+}
+
+// tools/bench/gpt_scale.py reads the attention's share of a step from these spans: each block
+// marks its attention kernel's forward and backward, with the sequence length, inside the
+// layer's own time (the trace's nesting is what makes the share a share).
+TEST(GptModel, EachBlockTracesItsAttentionForwardAndBackward) {
+  Reference ref = layers::read_reference(layers::kReferencePath);
+  const GptModel model(GptConfig{shape_of(ref, true), 1});
+  Buffers b(model, ref);
+  trace::Recorder recorder(0);
+  recorder.set_active(true);
+  {
+    const trace::ScopedRecorder installed(&recorder);
+    const trace::Span step("step", "test");
+    run_reference_batch(model, ref, b);
+  }
+  const auto file = std::filesystem::path(::testing::TempDir()) / "gpt_attention_trace.json";
+  recorder.write(file, "");
+  std::ifstream in(file);
+  const auto events = nlohmann::json::parse(in)["traceEvents"];
+  std::filesystem::remove(file);
+  std::map<std::string, int> count;
+  double step_begin = 0.0;
+  double step_end = 0.0;
+  for (const auto& e : events) {
+    if (e["ph"] == "X" && e["name"] == "step") {
+      step_begin = e["ts"].get<double>();
+      step_end = step_begin + e["dur"].get<double>();
+    }
+  }
+  for (const auto& e : events) {
+    if (e["ph"] != "X" || e["name"] == "step") continue;
+    const auto name = e["name"].get<std::string>();
+    ++count[name];
+    EXPECT_EQ(e["cat"], "compute") << name;
+    EXPECT_EQ(e["args"]["time"].get<std::size_t>(), ref.shape.time) << name;
+    EXPECT_GE(e["ts"].get<double>(), step_begin) << name;
+    EXPECT_LE(e["ts"].get<double>() + e["dur"].get<double>(), step_end) << name;
+  }
+  const auto blocks = static_cast<int>(ref.shape.layers);
+  EXPECT_EQ(count, (std::map<std::string, int>{{"attention backward", blocks},
+                                               {"attention forward", blocks}}));
 }
 
 TEST(GptModel, AnUntiedHeadsGradientAndWtesSumToPyTorchsTiedOne) {

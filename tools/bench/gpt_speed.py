@@ -220,6 +220,28 @@ def process_cpu_seconds(pid):
     return total * 1e-9 + sum(process_cpu_seconds(int(c)) for c in children)
 
 
+def step_marks(proc, metrics):
+    """Follows the metrics file `metrics` of the running `tessera train` `proc` to its end:
+    [(time_s of each step record, CPU seconds of proc's process tree when the record appeared,
+    None for records seen only after proc ended)]."""
+    marks = []
+    seen = 0
+    while True:
+        done = proc.poll() is not None
+        if metrics.exists():
+            text = metrics.read_text()
+            lines = text.splitlines()
+            complete = lines if text.endswith("\n") else lines[:-1]
+            for line in complete[seen:]:
+                record = json.loads(line)
+                if "time_s" in record:
+                    marks.append((record["time_s"], None if done else process_cpu_seconds(proc.pid)))
+            seen = len(complete)
+        if done:
+            return marks
+        time.sleep(0.002)
+
+
 TESSERA_INI = """[runtime]
 transport = {transport}
 world_size = {ranks}
@@ -273,21 +295,7 @@ def run_tessera(tessera, shape, threads, steps, tied, blas_dir, scratch, ranks=1
     proc = subprocess.Popen([tessera, "train", "--config", str(ini),
                              f"--train.metrics_file={metrics}"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    marks = []  # (time_s of the step record, process CPU seconds when it appeared)
-    seen = 0
-    while True:
-        done = proc.poll() is not None
-        if metrics.exists():
-            lines = metrics.read_text().splitlines()
-            complete = lines if metrics.read_text().endswith("\n") else lines[:-1]
-            for line in complete[seen:]:
-                record = json.loads(line)
-                if "time_s" in record:
-                    marks.append((record["time_s"], None if done else process_cpu_seconds(proc.pid)))
-            seen = len(complete)
-        if done:
-            break
-        time.sleep(0.002)
+    marks = step_marks(proc, metrics)
     if proc.returncode != 0:
         sys.exit(f"gpt_speed: tessera train failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
     steps_out = []

@@ -15,6 +15,7 @@
 #include "layers/layer_norm.hpp"
 #include "layers/param_specs.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/base/trace.hpp"
 
 namespace tessera::gpt {
 namespace {
@@ -338,8 +339,13 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
   Tensor qkv = linear_forward(*qkv_, as_matrix(ln1.out, rows, c), params.subspan(kQkv, 2));
   Tensor attention({rows, heads_ * head_width_}, DType::f32);
   Tensor lse({rows * heads_}, DType::f32);
-  layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
-                                          {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  {
+    // The part of a block that grows as T^2 (docs/tracing.md; tools/bench/gpt_scale.py).
+    const trace::Span span("attention forward", "compute",
+                           {{"time", static_cast<std::int64_t>(seq.time)}});
+    layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
+                                            {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  }
   // Split over a tensor group, c_proj's product is this rank's part: the sum comes before the
   // residual, so the residual is added once.
   Tensor mid =
@@ -412,10 +418,14 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
       *attn_proj_, as_matrix(dropout_gradient(dx, shape_.dropout, attn_drop), rows, c),
       saved(kAttention), params.subspan(kAttnProj, 2), grads.subspan(kAttnProj, 2));
   Tensor grad_qkv(saved(kQkvOut).shape(), DType::f32);
-  layers::causal_attention_backward<float>(grad_qkv.as<float>(), values(grad_attention),
-                                           values(saved(kQkvOut)), values(saved(kAttention)),
-                                           values(saved(kLogSumExp)),
-                                           {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  {
+    const trace::Span span("attention backward", "compute",
+                           {{"time", static_cast<std::int64_t>(seq.time)}});
+    layers::causal_attention_backward<float>(grad_qkv.as<float>(), values(grad_attention),
+                                             values(saved(kQkvOut)), values(saved(kAttention)),
+                                             values(saved(kLogSumExp)),
+                                             {seq.batch, seq.time, heads_, head_width_}, *compute_);
+  }
   Tensor grad_ln1 = linear_backward(*qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
                                     params.subspan(kQkv, 2), grads.subspan(kQkv, 2));
   ctx.sum_over_tensor_group(grad_ln1);

@@ -79,15 +79,21 @@ std::vector<StageRange> partition_layers(std::span<const double> costs, std::siz
 
 std::vector<double> estimated_layer_costs(const Model& model) {
   std::vector<double> costs;
+  const SampleLayout layout = model.layout();
   Shape shape{1};
-  for (auto d : model.layout().input_shape) shape.push_back(d);
+  for (auto d : layout.input_shape) shape.push_back(d);
+  // A layer fed integer ids (a token embedding) looks one row of its table up per id: its work
+  // is its output, not a product with every element (GPT-2's wte would count as 5 blocks).
+  const bool ids_in = layout.input_dtype == DType::i64 || layout.input_dtype == DType::i32 ||
+                      layout.input_dtype == DType::u8;
   for (std::size_t l = 0; l < model.layer_count(); ++l) {
     const Layer& layer = model.layer(l);
     double params = 0.0;
     for (const auto& spec : layer.parameters())
       params += static_cast<double>(element_count(spec.shape));
     shape = layer.output_shape(shape);
-    costs.push_back(2.0 * params + static_cast<double>(element_count(shape)));
+    const bool looks_up = l == 0 && ids_in;
+    costs.push_back((looks_up ? 0.0 : 2.0 * params) + static_cast<double>(element_count(shape)));
   }
   return costs;
 }

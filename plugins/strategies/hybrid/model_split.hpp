@@ -35,7 +35,8 @@ struct StageRange {
 
 // A per-sample cost estimate of each layer's forward and backward, for `balanced`: two
 // multiply-adds per parameter element (a Linear uses each weight once per sample) plus the
-// elements of its output (element-wise work such as an activation). Relative values only.
+// elements of its output (element-wise work such as an activation); a first layer fed integer
+// ids (an embedding) counts its output only. Relative values only.
 [[nodiscard]] std::vector<double> estimated_layer_costs(const Model& model);
 
 // Which layers run column- and row-parallel over a tensor group of `tensor_parallel` ranks:
