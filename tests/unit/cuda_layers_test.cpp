@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cublas_handle.hpp"
 #include "cuda_test_support.hpp"
 #include "layers/activation.hpp"
 #include "layers/linear.hpp"
@@ -354,6 +355,40 @@ TEST_F(CudaLayers, RefusesAViewThatSaysCudaOverHostMemory) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
   }
+}
+
+// cuBLAS is loaded at run time (cublas_handle.hpp): the library the build found resolves every
+// entry point the layers call, and its own names come back in tessera's errors. Loading and
+// naming statuses need no GPU, so this runs everywhere tessera is built with CUDA.
+TEST(CublasLoading, ResolvesEveryEntryPointAndNamesAStatusWithoutAGpu) {
+  const tessera::cuda::CublasApi& api = tessera::cuda::cublas();
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.destroy, nullptr);
+  EXPECT_NE(api.set_stream, nullptr);
+  EXPECT_NE(api.set_math_mode, nullptr);
+  EXPECT_NE(api.set_pointer_mode, nullptr);
+  EXPECT_NE(api.status_name, nullptr);
+  EXPECT_NE(api.status_string, nullptr);
+  EXPECT_NE(api.sgemm, nullptr);
+  EXPECT_EQ(&tessera::cuda::cublas(), &api) << "loaded once";
+  EXPECT_TRUE(tessera::cuda::cublas_loaded());
+  try {
+    tessera::cuda::check(CUBLAS_STATUS_ALLOC_FAILED, "a test's GEMM on cuda:0");
+    ADD_FAILURE() << "CUBLAS_STATUS_ALLOC_FAILED was not refused";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("a test's GEMM on cuda:0 failed, the device is out of "
+                                         "memory (CUBLAS_STATUS_ALLOC_FAILED: "),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    tessera::cuda::check(CUBLAS_STATUS_INVALID_VALUE, "a test's GEMM");
+    ADD_FAILURE() << "CUBLAS_STATUS_INVALID_VALUE was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(CUBLAS_STATUS_INVALID_VALUE: "), std::string::npos)
+        << e.what();
+  }
+  tessera::cuda::check(CUBLAS_STATUS_SUCCESS, "nothing");
 }
 
 TEST(CudaLayersRefusal, AnInputOnADeviceThisProcessDoesNotSeeIsRefusedByName) {

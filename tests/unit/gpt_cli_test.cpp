@@ -81,8 +81,8 @@ TEST_F(GptCli, ATrainedModelContinuesAPromptTheSameWayForTheSameSeed) {
 }
 
 // Dropout is for training: a model trained with it samples the same text whether the config
-// still says dropout = 0.2 or 0 (sampling draws no mask), and a rate of 1 is refused naming the
-// option before anything trains.
+// still says dropout = 0.2 or 0 (sampling draws no mask), and a rate of 1 (or, for
+// attention_dropout, a word) is refused naming the option before anything trains.
 TEST_F(GptCli, AModelTrainedWithDropoutSamplesWithoutIt) {
   prepare_and_train("--model.gpt.dropout=0.2");
   const std::string sample =
@@ -98,6 +98,15 @@ TEST_F(GptCli, AModelTrainedWithDropoutSamplesWithoutIt) {
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("model.gpt.dropout: 1 is not a rate in [0, 1)"), std::string::npos)
       << refused.err;
+  const CliRun attention = tessera("train --config gpt.ini --model.gpt.attention_dropout=1");
+  EXPECT_NE(attention.exit_code, 0);
+  EXPECT_NE(attention.err.find("model.gpt.attention_dropout: 1 is not a rate in [0, 1)"),
+            std::string::npos)
+      << attention.err;
+  const CliRun word = tessera("train --config gpt.ini --model.gpt.attention_dropout=half");
+  EXPECT_NE(word.exit_code, 0);
+  EXPECT_NE(word.err.find("model.gpt.attention_dropout: 'half' is not a number"), std::string::npos)
+      << word.err;
 }
 
 TEST_F(GptCli, ACheckpointOfAnotherShapeIsRefusedNamingTheParameter) {

@@ -10,9 +10,10 @@
 // - the head tied to wte is one parameter under every strategy: the same bits everywhere, one
 //   copy per pipeline stage that uses it, bitwise equal across the stages, one checkpoint
 //   entry that resumes bitwise, counted once; a tie between shapes that differ is refused;
-// - dropout draws each element's mask from the step and its place in the global batch: ddp and
-//   every zero stage stay bitwise equal, other world sizes, micro-batches and pipeline stages
-//   follow one rank, and a resumed run draws the masks of the run it continues.
+// - dropout (at every site, the attention probabilities too) draws each element's mask from the
+//   step and its place in the global batch: ddp and every zero stage stay bitwise equal, other
+//   world sizes, micro-batches and pipeline stages follow one rank, and a resumed run draws the
+//   masks of the run it continues.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

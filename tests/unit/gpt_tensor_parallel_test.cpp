@@ -2,7 +2,8 @@
 // heads, attention local to them, c_proj row-parallel, the MLP column then row, the norms
 // whole), on shapes that are powers of nothing: 6 heads of 8 channels, 29 tokens, context 7.
 // - tp 2 and tp 3, tp 2 x pp 2 (with recompute too) and tp 2 x dp 2 (with zero1 too) follow one
-//   rank of ddp step by step;
+//   rank of ddp step by step, and with dropout (the attention probabilities' masks drawn under
+//   each head's global number) tp 2, tp 3 and tp 2 x pp 2 still do;
 // - each tensor rank holds exactly its share of the blocks' parameters, no more;
 // - a checkpoint written at tp 2 loads bitwise at tp 1, tp 3 and under ddp, and its parameters
 //   read whole (what `tessera checkpoint consolidate` writes) are in the natural [Q; K; V]
@@ -43,8 +44,10 @@ using testing::kVocab;
 constexpr std::size_t kWidth = 48;
 constexpr std::size_t kBlocks = 2;
 
-std::shared_ptr<const Model> six_head_gpt() {
-  return std::make_shared<gpt::GptModel>(gpt::GptConfig{{kBlocks, 6, kWidth, 7, kVocab}, 1});
+// dropout: the rate at every dropout site, the attention probabilities included.
+std::shared_ptr<const Model> six_head_gpt(float dropout = 0.0F) {
+  return std::make_shared<gpt::GptModel>(
+      gpt::GptConfig{{kBlocks, 6, kWidth, 7, kVocab, true, dropout}, 1});
 }
 
 // Of one block, the elements a tensor group splits: c_attn (3c x c and 3c), attn.c_proj's
@@ -89,9 +92,9 @@ TrainerOptions options(std::size_t batch, std::size_t micro_batches) {
 using Inspect = std::function<void(Strategy& strategy, int rank)>;
 
 TrainResult train(std::optional<Parallelism> mesh, int ranks, const TrainerOptions& o,
-                  const Inspect& inspect = nullptr, bool resume = false) {
+                  const Inspect& inspect = nullptr, bool resume = false, float dropout = 0.0F) {
   TrainResult result;
-  const auto model = six_head_gpt();
+  const auto model = six_head_gpt(dropout);
   const auto data = text();
   const auto optimizer = std::make_shared<adam::AdamOptimizer>(adam::AdamConfig{});
   testing::run_ranks(ranks, [&](std::shared_ptr<Communicator> world) {
@@ -127,6 +130,22 @@ TEST(GptTensorParallel, TwoTensorRanksTimesTwoPipelineStagesFollowOneRankOfDdp) 
   expect_same_curve(train(Parallelism{2, 2}, 4, o), ddp, "tp 2 x pp 2");
   // The blocks' sums run again in the recomputed forward, in the same order.
   expect_same_curve(train(Parallelism{2, 2, false, true}, 4, o), ddp, "tp 2 x pp 2, recompute");
+}
+
+// With dropout everywhere (the attention probabilities too), each tensor rank draws its heads'
+// masks under their global head numbers, and every mask is the one ddp's one rank draws.
+TEST(GptTensorParallel, WithDropoutTwoAndThreeTensorRanksAndTwoStagesFollowOneRankOfDdp) {
+  constexpr float kDropout = 0.137F;
+  const auto o = options(16, 2);
+  const auto ddp = train(std::nullopt, 1, o, nullptr, false, kDropout);
+  const auto plain = train(std::nullopt, 1, o);
+  ASSERT_NE(ddp.losses.front(), plain.losses.front()) << "dropout dropped nothing";
+  for (const int tp : {2, 3}) {
+    expect_same_curve(train(Parallelism{tp, 1}, tp, o, nullptr, false, kDropout), ddp,
+                      "tp " + std::to_string(tp) + ", dropout");
+  }
+  expect_same_curve(train(Parallelism{2, 2}, 4, o, nullptr, false, kDropout), ddp,
+                    "tp 2 x pp 2, dropout");
 }
 
 // Two data-parallel replicas of a tensor group of two, batch 8 each: ddp's batch of 16 in two

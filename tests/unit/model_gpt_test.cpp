@@ -189,8 +189,10 @@ TEST(GptModel, AnUntiedHeadsGradientAndWtesSumToPyTorchsTiedOne) {
 
 constexpr float kDropout = 0.137F;
 
-GptShape with_dropout(GptShape shape, float rate) {
+GptShape with_dropout(GptShape shape, float rate,
+                      std::optional<float> attention_rate = std::nullopt) {
   shape.dropout = rate;
+  shape.attention_dropout = attention_rate;
   return shape;
 }
 
@@ -228,15 +230,23 @@ TEST(GptModel, DropoutIsOffInEvaluationAndAtRateZero) {
   EXPECT_NE(forward_logits(dropping, ref, b, contexts, TrainingDraw{11, 3, 6}), trained);
   EXPECT_NE(forward_logits(dropping, ref, b, contexts, TrainingDraw{12, 3, 5}), trained);
   EXPECT_EQ(forward_logits(dropping, ref, b, contexts, draw), trained) << "drawn again alike";
+
+  // dropout covers the attention probabilities unless attention_dropout says otherwise; on its
+  // own, attention dropout is off in evaluation too.
+  const GptModel not_attention(GptConfig{with_dropout(shape_of(ref, true), kDropout, 0.0F), 1});
+  EXPECT_NE(forward_logits(not_attention, ref, b, contexts, draw), trained);
+  const GptModel attention_only(GptConfig{with_dropout(shape_of(ref, true), 0.0F, kDropout), 1});
+  EXPECT_EQ(forward_logits(attention_only, ref, b, contexts, std::nullopt), evaluated);
+  EXPECT_NE(forward_logits(attention_only, ref, b, contexts, draw), evaluated);
 }
 
 // The gradients of a training step are those of the masked forward: along a direction through
 // every parameter, the change of the loss over +-h (the same masks) is the gradient's dot product
 // with it. A backward that left out a mask, or drew another, would be off by far more than the
 // float rounding of the difference.
-TEST(GptModel, DropoutGradientsAreThoseOfTheMaskedForward) {
+void expect_gradients_of_the_masked_forward(const GptShape& shape) {
   Reference ref = layers::read_reference(layers::kReferencePath);
-  const GptModel model(GptConfig{with_dropout(shape_of(ref, true), kDropout), 1});
+  const GptModel model(GptConfig{shape, 1});
   Buffers b(model, ref);
   const TrainingDraw draw{11, 3, 5};
   const Tensor targets = ids(ref.targets, ref.shape.batch, ref.shape.time);
@@ -278,6 +288,18 @@ TEST(GptModel, DropoutGradientsAreThoseOfTheMaskedForward) {
       << "finite difference " << difference << ", gradient " << along;
 }
 
+TEST(GptModel, DropoutGradientsAreThoseOfTheMaskedForward) {
+  const GptShape shape = shape_of(layers::read_reference(layers::kReferencePath), true);
+  expect_gradients_of_the_masked_forward(with_dropout(shape, kDropout));
+}
+
+// The attention probabilities alone, at a rate that drops many of them: the kernel's backward
+// with the mask drawn again (dV from the dropped probabilities, dP through the mask).
+TEST(GptModel, DropoutGradientsAreThoseOfTheMaskedForwardWithAttentionDropoutAlone) {
+  const GptShape shape = shape_of(layers::read_reference(layers::kReferencePath), true);
+  expect_gradients_of_the_masked_forward(with_dropout(shape, 0.0F, 0.3F));
+}
+
 TEST(GptModel, RefusesADropoutRateOutsideZeroToOneNamingTheOption) {
   for (const float rate : {1.0F, -0.1F, std::nanf("")}) {
     try {
@@ -286,6 +308,14 @@ TEST(GptModel, RefusesADropoutRateOutsideZeroToOneNamingTheOption) {
     } catch (const ConfigError& e) {
       std::ostringstream named;
       named << "model.gpt.dropout: " << rate << " is not a rate in [0, 1)";
+      EXPECT_NE(std::string(e.what()).find(named.str()), std::string::npos) << e.what();
+    }
+    try {
+      const GptModel model(GptConfig{with_dropout({2, 2, 8, 5, 16}, 0.1F, rate), 1});
+      FAIL() << "attention_dropout " << rate << " was accepted";
+    } catch (const ConfigError& e) {
+      std::ostringstream named;
+      named << "model.gpt.attention_dropout: " << rate << " is not a rate in [0, 1)";
       EXPECT_NE(std::string(e.what()).find(named.str()), std::string::npos) << e.what();
     }
   }

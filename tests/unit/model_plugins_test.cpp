@@ -1,8 +1,11 @@
 // The compute plugins load through the registry and build from their declared defaults, the way
-// `tessera train` creates them.
+// `tessera train` creates them; loading them and computing on the host maps no cuBLAS.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/dataset.hpp"
@@ -45,6 +48,41 @@ TEST_F(ComputePlugins, DataSetsBuildFromTheirDefaults) {
     EXPECT_EQ(with_defaults<Dataset>(PluginKind::dataset, "fashion-mnist")->size(Split::test),
               10000U);
   }
+}
+
+// The files of this process's mappings whose path names `part`.
+std::vector<std::string> mapped_files_naming(const std::string& part) {
+  std::vector<std::string> found;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(part) != std::string::npos) found.push_back(line.substr(line.find('/')));
+  }
+  return found;
+}
+
+// The gpt and mlp plugins compute on a GPU with cuBLAS where tessera is built with CUDA, but
+// load it only when a GPU computes: libcublasLt alone costs about 150 MiB of resident memory at
+// load, which every rank of a host-only run paid at plugin discovery while the plugins linked it.
+// Discovery (SetUp scans every plugin, as `tessera train` does), both models built and a gpt
+// forward on the host leave it unmapped.
+TEST_F(ComputePlugins, TheModelsLoadAndComputeOnTheHostWithoutMappingCublas) {
+  EXPECT_GT(with_defaults<Model>(PluginKind::model, "mlp")->layer_count(), 0U);
+  const auto gpt = with_defaults<Model>(PluginKind::model, "gpt");
+  ASSERT_GT(gpt->layer_count(), 2U);
+  const std::size_t context = gpt->layout().input_shape.at(0);
+  Tensor x({2, context}, DType::i64);    // token 0 everywhere
+  for (std::size_t l = 0; l < 2; ++l) {  // the embedding and the first block
+    std::vector<Tensor> params;
+    std::vector<BufferView> views;
+    for (const ParamSpec& spec : gpt->layer(l).parameters()) {
+      params.emplace_back(spec.shape, DType::f32);
+      views.push_back(params.back().view());
+    }
+    LayerContext ctx;
+    x = gpt->layer(l).forward(x, views, ctx);
+  }
+  EXPECT_EQ(x.shape().size(), 3U);
+  EXPECT_EQ(mapped_files_naming("libcublas"), std::vector<std::string>{});
 }
 
 }  // namespace

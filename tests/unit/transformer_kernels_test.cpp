@@ -1,8 +1,10 @@
 // The transformer's span kernels (layers/layer_norm, gelu, embedding, causal_attention,
 // vocab_cross_entropy): every backward against central finite differences of its forward, all
 // in double, on small shapes chosen not to be round (time 7, 3 heads of size 5, batch 2,
-// vocabulary 11); attention against a naive T x T implementation; the ignore index; the same
-// bits at 1, 2 and 3 threads and in the baseline and AVX2 copies of the loops. Each backward's
+// vocabulary 11); attention against a naive T x T implementation, with and without dropout on
+// its probabilities (whose mask a slice of the heads or of the batch draws as the whole call
+// does, keeping 1 - rate of them); the ignore index; the same bits at 1, 2 and 3 threads and in
+// the baseline and AVX2 copies of the loops. Each backward's
 // gradient buffers start at kPrior, not zero, so every check also asserts that backward adds
 // into them.
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 
 #include "layer_test_support.hpp"
 #include "layers/causal_attention.hpp"
+#include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layer_norm.hpp"
@@ -317,20 +320,26 @@ TEST(CausalAttentionKernel, FloatForwardStaysFiniteWhereNaiveExpOverflows) {
   }
 }
 
-TEST(CausalAttentionKernel, BackwardMatchesFiniteDifferences) {
+// Backward on kAttention against central differences of forward, both with `drop`.
+void expect_attention_gradient(const AttentionDropout& drop) {
   auto qkv = uniform<double>(qkv_count(kAttention), 15, -2.0, 2.0);
   const std::size_t out_count = kAttention.batch * kAttention.time * kAttention.channels();
   const auto weights = uniform<double>(out_count, 16);
   std::vector<double> output(out_count);
   std::vector<double> lse(kAttention.batch * kAttention.heads * kAttention.time);
   auto forward = [&] {
-    causal_attention_forward<double>(output, lse, qkv, kAttention, one_thread());
+    causal_attention_forward<double>(output, lse, qkv, kAttention, one_thread(), drop);
     return weighted_sum(output, weights);
   };
   forward();
   auto grad_qkv = priors(qkv.size());
-  causal_attention_backward<double>(grad_qkv, weights, qkv, output, lse, kAttention, one_thread());
+  causal_attention_backward<double>(grad_qkv, weights, qkv, output, lse, kAttention, one_thread(),
+                                    drop);
   expect_gradient("qkv", qkv, grad_qkv, forward);
+}
+
+TEST(CausalAttentionKernel, BackwardMatchesFiniteDifferences) {
+  expect_attention_gradient({});
 }
 
 TEST(CausalAttentionKernel, LaterTokensDoNotChangeEarlierOutputs) {
@@ -351,6 +360,202 @@ TEST(CausalAttentionKernel, LaterTokensDoNotChangeEarlierOutputs) {
     } else {
       EXPECT_NE(before[i], after[i]) << "token " << token;
     }
+  }
+}
+
+// ---- dropout on the attention probabilities ----
+
+constexpr float kAttentionDropout = 0.3F;
+
+AttentionDropout attention_dropout(const AttentionShape& shape, float rate = kAttentionDropout) {
+  return {rate, DropoutKey{7, 12, 4, 0}, shape.heads};
+}
+
+// Whether the naive reference keeps p_ij of (batch row b, head h): the mask the header defines,
+// element ((b * total_heads + h) * T + i) * T + j of the site after key.first.
+double naive_mask(const AttentionDropout& d, const AttentionShape& shape, std::size_t b,
+                  std::size_t h, std::size_t i, std::size_t j) {
+  const std::size_t t = shape.time;
+  const std::size_t element = ((b * d.total_heads + h) * t + i) * t + j;
+  return dropout_keeps(d.key, d.rate, element) ? 1.0 / (1.0 - static_cast<double>(d.rate)) : 0.0;
+}
+
+// The naive T x T attention with the mask applied to its probabilities after the softmax.
+std::vector<double> naive_dropped_attention(const std::vector<double>& qkv,
+                                            const AttentionShape& shape,
+                                            const AttentionDropout& d) {
+  const std::size_t c = shape.channels();
+  const std::size_t t_count = shape.time;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_size));
+  std::vector<double> output(shape.batch * t_count * c, 0.0);
+  for (std::size_t b = 0; b < shape.batch; ++b) {
+    for (std::size_t h = 0; h < shape.heads; ++h) {
+      auto at = [&](std::size_t t, std::size_t part, std::size_t k) {
+        return qkv[(b * t_count + t) * 3 * c + part * c + h * shape.head_size + k];
+      };
+      for (std::size_t i = 0; i < t_count; ++i) {
+        std::vector<double> p(i + 1);
+        for (std::size_t j = 0; j <= i; ++j) {
+          for (std::size_t k = 0; k < shape.head_size; ++k) p[j] += at(i, 0, k) * at(j, 1, k);
+          p[j] *= scale;
+        }
+        const double row_max = *std::max_element(p.begin(), p.end());
+        double sum = 0.0;
+        for (double& v : p) sum += (v = std::exp(v - row_max));
+        for (std::size_t j = 0; j <= i; ++j) {
+          const double weight = p[j] / sum * naive_mask(d, shape, b, h, i, j);
+          for (std::size_t k = 0; k < shape.head_size; ++k) {
+            output[(b * t_count + i) * c + h * shape.head_size + k] += weight * at(j, 2, k);
+          }
+        }
+      }
+    }
+  }
+  return output;
+}
+
+TEST(CausalAttentionKernel, DropoutForwardIsTheNaiveSoftmaxThenTheMask) {
+  const auto qkv = uniform<double>(qkv_count(kAttention), 13, -2.0, 2.0);
+  std::vector<double> output(kAttention.batch * kAttention.time * kAttention.channels());
+  std::vector<double> lse(kAttention.batch * kAttention.heads * kAttention.time);
+  const auto drop = attention_dropout(kAttention);
+  causal_attention_forward<double>(output, lse, qkv, kAttention, one_thread(), drop);
+  const auto expected = naive_dropped_attention(qkv, kAttention, drop);
+  for (std::size_t i = 0; i < output.size(); ++i) {
+    EXPECT_NEAR(output[i], expected[i], 1e-13) << "output " << i;
+  }
+  // The log-sum-exps are the undropped softmax's (its normaliser).
+  std::vector<double> plain_output;
+  std::vector<double> plain_lse;
+  naive_attention(qkv, kAttention, plain_output, plain_lse);
+  for (std::size_t i = 0; i < lse.size(); ++i) {
+    EXPECT_NEAR(lse[i], plain_lse[i], 1e-13) << "log-sum-exp " << i;
+  }
+  // The mask on this shape both keeps and drops: otherwise the comparisons would not tell.
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < kAttention.time; ++i) {
+    for (std::size_t j = 0; j <= i; ++j) dropped += naive_mask(drop, kAttention, 1, 2, i, j) == 0.0;
+  }
+  EXPECT_GT(dropped, 0U);
+  EXPECT_LT(dropped, kAttention.time * (kAttention.time + 1) / 2);
+}
+
+TEST(CausalAttentionKernel, DropoutBackwardMatchesFiniteDifferencesOfTheMaskedForward) {
+  expect_attention_gradient(attention_dropout(kAttention));
+}
+
+// A call over some heads (a tensor rank's) or some batch rows (a micro-batch) keyed where they
+// lie draws the bits the whole call draws there: outputs, log-sum-exps and gradients equal bit
+// for bit to the whole call's, at 2 and 3 slices of 6 heads and for each batch row alone.
+TEST(CausalAttentionKernel, DropoutOfAHeadSliceOrABatchRowDrawsTheWholeCallsMask) {
+  const AttentionShape whole{3, 11, 6, 5};
+  const std::size_t c = whole.channels();
+  const std::size_t tokens = whole.batch * whole.time;
+  const auto qkv = uniform<float>(tokens * 3 * c, 40);
+  const auto dy = uniform<float>(tokens * c, 41);
+  const auto drop = attention_dropout(whole, 0.25F);
+  std::vector<float> output(tokens * c);
+  std::vector<float> lse(tokens * whole.heads);
+  causal_attention_forward<float>(output, lse, qkv, whole, one_thread(), drop);
+  std::vector<float> grad_qkv(qkv.size());
+  causal_attention_backward<float>(grad_qkv, dy, qkv, output, lse, whole, one_thread(), drop);
+  const std::size_t per_head = whole.time * whole.time;
+
+  for (const std::size_t slices : {2, 3}) {
+    const std::size_t heads = whole.heads / slices;
+    const AttentionShape part{whole.batch, whole.time, heads, whole.head_size};
+    const std::size_t pc = part.channels();
+    for (std::size_t s = 0; s < slices; ++s) {
+      SCOPED_TRACE("slice " + std::to_string(s) + " of " + std::to_string(slices));
+      // The slice's Q, K and V columns of each token, [Q_heads; K_heads; V_heads].
+      std::vector<float> part_qkv(tokens * 3 * pc);
+      std::vector<float> part_dy(tokens * pc);
+      for (std::size_t t = 0; t < tokens; ++t) {
+        for (std::size_t k = 0; k < 3; ++k) {
+          std::copy_n(qkv.begin() + t * 3 * c + k * c + s * pc, pc,
+                      part_qkv.begin() + t * 3 * pc + k * pc);
+        }
+        std::copy_n(dy.begin() + t * c + s * pc, pc, part_dy.begin() + t * pc);
+      }
+      AttentionDropout part_drop = drop;
+      part_drop.key.first += s * heads * per_head;
+      std::vector<float> part_output(tokens * pc);
+      std::vector<float> part_lse(tokens * heads);
+      causal_attention_forward<float>(part_output, part_lse, part_qkv, part, one_thread(),
+                                      part_drop);
+      std::vector<float> part_grad(part_qkv.size());
+      causal_attention_backward<float>(part_grad, part_dy, part_qkv, part_output, part_lse, part,
+                                       one_thread(), part_drop);
+      for (std::size_t t = 0; t < tokens; ++t) {
+        for (std::size_t e = 0; e < pc; ++e) {
+          ASSERT_EQ(part_output[t * pc + e], output[t * c + s * pc + e]) << "token " << t;
+        }
+        for (std::size_t k = 0; k < 3; ++k) {
+          for (std::size_t e = 0; e < pc; ++e) {
+            ASSERT_EQ(part_grad[t * 3 * pc + k * pc + e], grad_qkv[t * 3 * c + k * c + s * pc + e])
+                << "token " << t << ", part " << k;
+          }
+        }
+      }
+    }
+  }
+  for (std::size_t b = 0; b < whole.batch; ++b) {
+    SCOPED_TRACE("batch row " + std::to_string(b));
+    const AttentionShape row{1, whole.time, whole.heads, whole.head_size};
+    const std::size_t row_tokens = whole.time;
+    const std::vector<float> row_qkv(qkv.begin() + b * row_tokens * 3 * c,
+                                     qkv.begin() + (b + 1) * row_tokens * 3 * c);
+    const std::vector<float> row_dy(dy.begin() + b * row_tokens * c,
+                                    dy.begin() + (b + 1) * row_tokens * c);
+    AttentionDropout row_drop = drop;
+    row_drop.key.first += b * whole.heads * per_head;
+    std::vector<float> row_output(row_tokens * c);
+    std::vector<float> row_lse(row_tokens * whole.heads);
+    causal_attention_forward<float>(row_output, row_lse, row_qkv, row, one_thread(), row_drop);
+    std::vector<float> row_grad(row_qkv.size());
+    causal_attention_backward<float>(row_grad, row_dy, row_qkv, row_output, row_lse, row,
+                                     one_thread(), row_drop);
+    EXPECT_TRUE(
+        std::equal(row_output.begin(), row_output.end(), output.begin() + b * row_tokens * c));
+    EXPECT_TRUE(
+        std::equal(row_grad.begin(), row_grad.end(), grad_qkv.begin() + b * row_tokens * 3 * c));
+  }
+}
+
+// Over many draws the kept share of the probabilities is 1 - rate, and heads do not share a
+// mask. With Q = K = 0 every row's probabilities are 1 / (i + 1), and V's first channel is 1,
+// so that channel of O_i is (kept in row i) / ((i + 1)(1 - rate)): the kernel's own count.
+TEST(CausalAttentionKernel, DropoutKeepsOneMinusTheRateOfTheProbabilities) {
+  const AttentionShape shape{5, 97, 4, 3};  // 20 pairs x 4,753 probabilities
+  const std::size_t c = shape.channels();
+  const std::size_t tokens = shape.batch * shape.time;
+  std::vector<double> qkv(tokens * 3 * c, 0.0);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t h = 0; h < shape.heads; ++h) qkv[t * 3 * c + 2 * c + h * shape.head_size] = 1;
+  }
+  for (const float rate : {0.1F, 0.5F}) {
+    SCOPED_TRACE(rate);
+    std::vector<double> output(tokens * c);
+    std::vector<double> lse(tokens * shape.heads);
+    causal_attention_forward<double>(output, lse, qkv, shape, one_thread(),
+                                     attention_dropout(shape, rate));
+    double kept = 0;
+    std::size_t pairs = 0;
+    std::size_t rows_alike = 0;
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const double row = static_cast<double>(t % shape.time + 1) * (1.0 - rate);
+      std::vector<double> counts(shape.heads);
+      for (std::size_t h = 0; h < shape.heads; ++h) {
+        counts[h] = std::round(output[t * c + h * shape.head_size] * row);
+        kept += counts[h];
+      }
+      pairs += (t % shape.time + 1) * shape.heads;
+      rows_alike += counts[0] == counts[1] && counts[1] == counts[2] && counts[2] == counts[3];
+    }
+    const double share = kept / static_cast<double>(pairs);
+    // 95,060 draws: the share's standard deviation is below 0.0017 at rate 0.5; 4 of them.
+    EXPECT_NEAR(share, 1.0 - rate, 0.007);
+    EXPECT_LT(rows_alike, tokens / 4) << "the heads drew one mask";
   }
 }
 
@@ -442,6 +647,7 @@ struct AllKernelOutputs {
   std::vector<float> normed, mean, rstd, grad_ln_input, grad_ln_weight, grad_ln_bias;
   std::vector<float> activated, grad_gelu;
   std::vector<float> attended, lse, grad_qkv;
+  std::vector<float> attended_dropped, lse_dropped, grad_qkv_dropped;  // attention dropout 0.1
   std::vector<float> token_lse, grad_logits;
   double loss_sum = 0.0;
   std::vector<float> grad_softmax_logits;  // the model's loss (softmax_cross_entropy)
@@ -492,6 +698,13 @@ AllKernelOutputs run_every_kernel(int threads, VectorIsa isa) {
   causal_attention_forward<float>(o.attended, o.lse, qkv, attention, compute);
   o.grad_qkv.assign(qkv.size(), 0.0F);
   causal_attention_backward<float>(o.grad_qkv, dy, qkv, o.attended, o.lse, attention, compute);
+  const AttentionDropout drop{0.1F, DropoutKey{3, 5, 2, 0}, attention.heads};
+  o.attended_dropped.resize(rows * c);
+  o.lse_dropped.resize(rows * attention.heads);
+  causal_attention_forward<float>(o.attended_dropped, o.lse_dropped, qkv, attention, compute, drop);
+  o.grad_qkv_dropped.assign(qkv.size(), 0.0F);
+  causal_attention_backward<float>(o.grad_qkv_dropped, dy, qkv, o.attended_dropped, o.lse_dropped,
+                                   attention, compute, drop);
 
   std::vector<std::int64_t> targets(rows);
   for (std::size_t i = 0; i < rows; ++i) {
@@ -538,6 +751,9 @@ void expect_same_outputs(const AllKernelOutputs& single, const AllKernelOutputs&
   expect_same_bits("attention", single.attended, many.attended);
   expect_same_bits("attention log-sum-exp", single.lse, many.lse);
   expect_same_bits("grad qkv", single.grad_qkv, many.grad_qkv);
+  expect_same_bits("attention, dropped", single.attended_dropped, many.attended_dropped);
+  expect_same_bits("attention log-sum-exp, dropped", single.lse_dropped, many.lse_dropped);
+  expect_same_bits("grad qkv, dropped", single.grad_qkv_dropped, many.grad_qkv_dropped);
   expect_same_bits("grad logits", single.grad_logits, many.grad_logits);
   EXPECT_EQ(single.loss_sum, many.loss_sum);
   expect_same_bits("grad softmax logits", single.grad_softmax_logits, many.grad_softmax_logits);

@@ -270,8 +270,20 @@ std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>> 
     const LayerContext& ctx, std::size_t time) const {
   const std::size_t first_site = 1 + kDropoutSitesPerBlock * index_;
   const std::size_t per_sample = time * shape_.width;
-  return {dropout_key(ctx, shape_.dropout, first_site, per_sample),
-          dropout_key(ctx, shape_.dropout, first_site + 1, per_sample)};
+  return {dropout_key(ctx, shape_.dropout, first_site + 1, per_sample),
+          dropout_key(ctx, shape_.dropout, first_site + 2, per_sample)};
+}
+
+layers::AttentionDropout Block::attention_dropout(const LayerContext& ctx, std::size_t time) const {
+  const float rate = shape_.attention_rate();
+  const std::size_t per_head = time * time;
+  const auto key =
+      dropout_key(ctx, rate, 1 + kDropoutSitesPerBlock * index_, shape_.heads * per_head);
+  if (!key) return {};
+  layers::AttentionDropout drop{rate, *key, shape_.heads};
+  // A tensor rank's heads keep their global numbers: its head 0 is the block's first_head_.
+  drop.key.first += first_head_ * per_head;
+  return drop;
 }
 
 Block::Block(const Block& whole, TensorSlice slice)
@@ -284,6 +296,7 @@ Block::Block(const Block& whole, TensorSlice slice)
       sliced_(true) {
   const auto [h0, h1] = slice.range_of(shape_.heads);
   heads_ = h1 - h0;
+  first_head_ = h0;
   const std::size_t c = shape_.width;
   // c_attn: this rank's heads of each of Q, K and V, rows [Q_heads; K_heads; V_heads], which is
   // the layout the attention reads. A Linear of that shape computes on them.
@@ -344,7 +357,8 @@ Tensor Block::forward(const Tensor& input, std::span<const BufferView> params,
     const trace::Span span("attention forward", "compute",
                            {{"time", static_cast<std::int64_t>(seq.time)}});
     layers::causal_attention_forward<float>(attention.as<float>(), lse.as<float>(), values(qkv),
-                                            {seq.batch, seq.time, heads_, head_width_}, *compute_);
+                                            {seq.batch, seq.time, heads_, head_width_}, *compute_,
+                                            attention_dropout(ctx, seq.time));
   }
   // Split over a tensor group, c_proj's product is this rank's part: the sum comes before the
   // residual, so the residual is added once.
@@ -421,10 +435,10 @@ Tensor Block::backward(const Tensor& grad_output, std::span<const BufferView> pa
   {
     const trace::Span span("attention backward", "compute",
                            {{"time", static_cast<std::int64_t>(seq.time)}});
-    layers::causal_attention_backward<float>(grad_qkv.as<float>(), values(grad_attention),
-                                             values(saved(kQkvOut)), values(saved(kAttention)),
-                                             values(saved(kLogSumExp)),
-                                             {seq.batch, seq.time, heads_, head_width_}, *compute_);
+    layers::causal_attention_backward<float>(
+        grad_qkv.as<float>(), values(grad_attention), values(saved(kQkvOut)),
+        values(saved(kAttention)), values(saved(kLogSumExp)),
+        {seq.batch, seq.time, heads_, head_width_}, *compute_, attention_dropout(ctx, seq.time));
   }
   Tensor grad_ln1 = linear_backward(*qkv_, grad_qkv, as_matrix(saved(kLn1), rows, c),
                                     params.subspan(kQkv, 2), grads.subspan(kQkv, 2));

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "layers/causal_attention.hpp"
 #include "layers/compute_context.hpp"
 #include "layers/dropout.hpp"
 #include "layers/linear.hpp"
@@ -28,14 +29,19 @@ struct GptShape {
   // The output head uses the token embedding wte (GPT-2's tie: one [vocab, width] matrix for
   // both), or a matrix lm_head.weight of its own.
   bool tie_embeddings = true;
-  // Dropout rate in training, at nanoGPT's three places: the embedding sum, and each block's
-  // attention and MLP outputs before they join the residual stream (not the attention
-  // probabilities). 0 draws nothing: the bits of a model without dropout. Evaluation and
-  // sampling never drop (LayerContext::training unset).
+  // Dropout rate in training, at nanoGPT's four places: the embedding sum, each block's attention
+  // probabilities (unless attention_dropout says otherwise), and its attention and MLP outputs
+  // before they join the residual stream. 0 draws nothing: the bits of a model without dropout.
+  // Evaluation and sampling never drop (LayerContext::training unset).
   float dropout = 0.0F;
   // Weight decay on every parameter, as PyTorch's AdamW over model.parameters() does, instead of
   // nanoGPT's rule (the matrices only; layers/param_specs.hpp).
   bool decay_all = false;
+  // The rate on the attention probabilities alone (GPT-2's attn_pdrop); nullopt: `dropout`'s.
+  std::optional<float> attention_dropout = std::nullopt;
+  [[nodiscard]] float attention_rate() const noexcept {
+    return attention_dropout.value_or(dropout);
+  }
 };
 
 // GPT-2's initialisation: N(0, 0.02) for embeddings and matrices, the residual projections
@@ -43,8 +49,8 @@ struct GptShape {
 inline constexpr float kInitStd = 0.02F;
 
 // Dropout site numbers (layers/dropout.hpp's DropoutKey::site): the embedding's is 0; block b's
-// attention and MLP outputs are 1 + 2b and 2 + 2b.
-inline constexpr std::size_t kDropoutSitesPerBlock = 2;
+// attention probabilities, attention output and MLP output are 1 + 3b, 2 + 3b and 3 + 3b.
+inline constexpr std::size_t kDropoutSitesPerBlock = 3;
 
 // Token ids i64 [n, T] (T <= context) -> [n, T, width]: wte[token] + wpe[position], then dropout.
 // Parameters: "wte" [vocab, width], "wpe" [context, width]. No input gradient (ids).
@@ -65,8 +71,9 @@ class Embedding final : public Layer {
 };
 
 // Block `index`: x + drop(attn(ln_1(x))), then + drop(mlp(ln_2(.))); causal multi-head attention
-// (online softmax: backward keeps O(n T heads) statistics, not the T x T matrices) and a GELU-tanh
-// MLP of 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
+// (online softmax: backward keeps O(n T heads) statistics, not the T x T matrices; its
+// probabilities dropped inside the kernel, layers/causal_attention.hpp) and a GELU-tanh MLP of
+// 4x width. Parameters "h.<index>." + ln_1.{weight,bias}, attn.c_attn.{weight,bias}
 // ([3 width, width]: the rows of Q, K and V), attn.c_proj.{weight,bias}, ln_2.{weight,bias},
 // mlp.c_fc.{weight,bias} ([4 width, width]), mlp.c_proj.{weight,bias}.
 //
@@ -102,6 +109,9 @@ class Block final : public Layer {
   // nullopt when nothing is dropped); `time` is the call's T.
   [[nodiscard]] std::pair<std::optional<layers::DropoutKey>, std::optional<layers::DropoutKey>>
   dropout_keys(const LayerContext& ctx, std::size_t time) const;
+  // The mask of this block's attention probabilities in that call (rate 0: none).
+  [[nodiscard]] layers::AttentionDropout attention_dropout(const LayerContext& ctx,
+                                                           std::size_t time) const;
 
   std::string prefix_;
   GptShape shape_;
@@ -109,6 +119,7 @@ class Block final : public Layer {
   std::size_t index_;
   // What this rank computes with: all heads and 4 width MLP features, or its slice's.
   std::size_t heads_ = 0;
+  std::size_t first_head_ = 0;  // the global number of this rank's head 0
   std::size_t head_width_ = 0;
   std::unique_ptr<const Layer> qkv_, attn_proj_, fc_, mlp_proj_;
   std::vector<ParamSpec> specs_;

@@ -1,5 +1,7 @@
 #include "gpt/gpt_model.hpp"
 
+#include <charconv>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -21,12 +23,16 @@ void check_shape(const GptShape& s) {
   if (s.context < 1) refuse("context", "needs at least one position");
   if (s.vocab < 2) refuse("vocab", "needs at least two tokens");
   // Written so that NaN is refused too.
-  if (!(s.dropout >= 0.0F && s.dropout < 1.0F)) {
-    std::ostringstream rate;
-    rate << s.dropout;
-    refuse("dropout", rate.str() +
-                          " is not a rate in [0, 1) (the share of activations zeroed in training; "
-                          "0 turns dropout off)");
+  const auto check_rate = [&](const std::string& option, float rate, const std::string& what) {
+    if (rate >= 0.0F && rate < 1.0F) return;
+    std::ostringstream text;
+    text << rate;
+    refuse(option, text.str() + " is not a rate in [0, 1) (the share of " + what +
+                       " zeroed in training; 0 turns dropout off)");
+  };
+  check_rate("dropout", s.dropout, "activations");
+  if (s.attention_dropout) {
+    check_rate("attention_dropout", *s.attention_dropout, "attention probabilities");
   }
 }
 
@@ -53,6 +59,20 @@ std::size_t positive(const Options& options, const char* key) {
   return static_cast<std::size_t>(value);
 }
 
+// attention_dropout: empty for dropout's rate, else a number (check_shape checks its range).
+std::optional<float> attention_rate_from(const Options& options) {
+  const std::string& text = options.get_string("attention_dropout");
+  if (text.empty()) return std::nullopt;
+  float rate = 0.0F;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rate);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    throw ConfigError("model.gpt.attention_dropout: '" + text +
+                      "' is not a number; give a rate in [0, 1), or leave it empty for the rate "
+                      "of dropout");
+  }
+  return rate;
+}
+
 GptConfig config_from(const Options& options) {
   GptConfig config;
   config.shape = {positive(options, "layers"),
@@ -62,7 +82,8 @@ GptConfig config_from(const Options& options) {
                   positive(options, "vocab"),
                   options.get_bool("tie_embeddings"),
                   static_cast<float>(options.get_float("dropout")),
-                  options.get_bool("decay_all")};
+                  options.get_bool("decay_all"),
+                  attention_rate_from(options)};
   config.threads = static_cast<int>(positive(options, "threads"));
   return config;
 }

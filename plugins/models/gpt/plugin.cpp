@@ -20,9 +20,14 @@ constexpr tessera_option_desc kOptions[] = {
      "the output head uses the token embedding wte (GPT-2); false: a matrix of its own", nullptr,
      nullptr, nullptr},
     {"dropout", "float", "0",
-     "share of activations zeroed in training after the embedding and each attention and MLP "
-     "output (nanoGPT's places); in [0, 1), 0 off; evaluation and sampling never drop",
+     "share zeroed in training after the embedding, of the attention probabilities and after "
+     "each attention and MLP output (nanoGPT's places); in [0, 1), 0 off; evaluation and "
+     "sampling never drop",
      nullptr, "0", nullptr},
+    {"attention_dropout", "string", "",
+     "share of the attention probabilities zeroed in training (GPT-2's attn_pdrop), in [0, 1); "
+     "empty: dropout's rate",
+     nullptr, nullptr, nullptr},
     {"decay_all", "bool", "false",
      "weight decay on every parameter (PyTorch's plain AdamW); false: the matrices only "
      "(nanoGPT: not biases, layer norms, wte, wpe)",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,38 @@ struct HeadView {
   [[nodiscard]] std::size_t k(std::size_t t) const { return q(t) + channels; }
   [[nodiscard]] std::size_t v(std::size_t t) const { return q(t) + 2 * channels; }
   [[nodiscard]] std::size_t out(std::size_t t) const { return out_start + t * out_row; }
+};
+
+// The dropout a call was given, checked, with total_heads filled in.
+AttentionDropout checked_dropout(const AttentionDropout& dropout, const AttentionShape& shape) {
+  if (dropout.rate == 0.0F) return {};
+  check_dropout_rate(dropout.rate);
+  AttentionDropout d = dropout;
+  if (d.total_heads == 0) d.total_heads = shape.heads;
+  TESSERA_CHECK(d.total_heads >= shape.heads,
+                "causal_attention: the dropout's total_heads (" + std::to_string(d.total_heads) +
+                    ") is below the call's " + std::to_string(shape.heads) + " heads");
+  return d;
+}
+
+// The attention dropout of one (batch, head) pair: the factors m_i0 .. m_ii of query row i
+// (0 or 1 / (1 - rate)), drawn into a row of scratch.
+struct PairMask {
+  const AttentionDropout* dropout = nullptr;  // nullptr: nothing is dropped
+  std::uint64_t first = 0;                    // the pair's (0, 0) counter, after key.first
+  std::uint64_t time = 0;
+
+  PairMask(const AttentionDropout& d, const AttentionShape& shape, std::size_t pair)
+      : dropout(d.rate == 0.0F ? nullptr : &d), time(shape.time) {
+    const std::uint64_t b = pair / shape.heads;
+    const std::uint64_t h = pair % shape.heads;
+    first = (b * d.total_heads + h) * time * time;
+  }
+  [[nodiscard]] bool drops() const noexcept { return dropout != nullptr; }
+  template <class Real>
+  [[gnu::always_inline]] void draw(Real* scales, std::size_t i, std::size_t n) const {
+    dropout_scales(std::span<Real>(scales, n), dropout->rate, dropout->key, first + i * time);
+  }
 };
 
 // Checks the shape and the sizes of the spans forward and backward share; returns the
@@ -118,6 +151,7 @@ struct RowScratch {
   std::size_t head_size = 0;
   std::vector<Real> keys, values;  // [head_size, time]
   std::vector<Real> scores, value_scores, acc;
+  std::vector<Real> mask;  // a query row's dropout factors
 
   explicit RowScratch(const AttentionShape& shape)
       : time(shape.time),
@@ -126,7 +160,8 @@ struct RowScratch {
         values(shape.head_size * shape.time),
         scores(shape.time),
         value_scores(shape.time),
-        acc(shape.head_size) {}
+        acc(shape.head_size),
+        mask(shape.time) {}
 
   [[gnu::always_inline]] void transpose(std::vector<Real>& into, const Real* qkv,
                                         const HeadView& at, std::size_t part) const {
@@ -162,11 +197,11 @@ struct RowScratch {
 };
 
 // One (batch, head) pair's forward: each query row's softmax exactly (its scores, their
-// maximum, the exponentials, their sum), then the weighted values.
+// maximum, the exponentials, their sum), then the weighted values, dropped after the sum.
 template <class Real>
 [[gnu::always_inline]] inline void attend_forward(RowScratch<Real>& row, const HeadView& at,
-                                                  const Real* qkv, Real scale, Real* output,
-                                                  Real* lse) {
+                                                  const PairMask& mask, const Real* qkv, Real scale,
+                                                  Real* output, Real* lse) {
   const std::size_t hs = row.head_size;
   row.transpose_keys(qkv, at);
   Real* weights = row.scores.data();
@@ -176,6 +211,10 @@ template <class Real>
     const Real max = scaled_row_max(weights, n, scale);
     for (std::size_t j = 0; j < n; ++j) weights[j] = exp_at_most_zero(weights[j] - max);
     const Real sum = lane_sum(weights, n);
+    if (mask.drops()) {
+      mask.draw(row.mask.data(), i, n);
+      for (std::size_t j = 0; j < n; ++j) weights[j] *= row.mask[j];
+    }
     std::fill(row.acc.begin(), row.acc.end(), Real(0));
     for (std::size_t j = 0; j < n; ++j) {
       const Real* v = qkv + at.v(j);
@@ -190,9 +229,9 @@ template <class Real>
 // One pair's backward, adding into grad_qkv.
 template <class Real>
 [[gnu::always_inline]] inline void attend_backward(RowScratch<Real>& row, const HeadView& at,
-                                                   const Real* qkv, const Real* output,
-                                                   const Real* grad_output, const Real* lse,
-                                                   Real scale, Real* grad_qkv) {
+                                                   const PairMask& mask, const Real* qkv,
+                                                   const Real* output, const Real* grad_output,
+                                                   const Real* lse, Real scale, Real* grad_qkv) {
   const std::size_t hs = row.head_size;
   row.transpose_keys(qkv, at);
   row.transpose_values(qkv, at);
@@ -202,14 +241,22 @@ template <class Real>
     const std::size_t n = i + 1;
     const Real* q = qkv + at.q(i);
     const Real* dout = grad_output + at.out(i);
-    // D_i = sum_j p_ij (dO_i . V_j) = dO_i . O_i: the softmax Jacobian's row term, from the
-    // saved output instead of the probabilities.
+    // D_i = sum_j p_ij m_ij (dO_i . V_j) = dO_i . O_i: the softmax Jacobian's row term, from
+    // the saved (dropped) output instead of the probabilities and the mask.
     const Real row_term = dot(dout, output + at.out(i), hs);
     // p_ij recomputed from the scores; then dS_ij times the scale where dO_i . V_j was.
     row.scores_against(q, n);
     row.value_scores_against(dout, n);
     for (std::size_t j = 0; j < n; ++j) p[j] = exp_at_most_zero(scale * p[j] - lse[i]);
-    for (std::size_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - row_term) * scale;
+    if (mask.drops()) {
+      // dP_ij = m_ij (dO_i . V_j); dV takes the dropped p_ij m_ij.
+      Real* m = row.mask.data();
+      mask.draw(m, i, n);
+      for (std::size_t j = 0; j < n; ++j) ds[j] = p[j] * (m[j] * ds[j] - row_term) * scale;
+      for (std::size_t j = 0; j < n; ++j) p[j] *= m[j];
+    } else {
+      for (std::size_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - row_term) * scale;
+    }
     Real* dq = grad_qkv + at.q(i);
     for (std::size_t j = 0; j < n; ++j) {
       const Real* k = qkv + at.k(j);
@@ -228,15 +275,17 @@ template <class Real>
 template <class Real>
 void causal_attention_forward(std::span<Real> output, std::span<Real> log_sum_exp,
                               std::span<const Real> qkv, const AttentionShape& shape,
-                              const ComputeContext& compute) {
+                              const ComputeContext& compute, const AttentionDropout& dropout) {
   const Real scale = checked_scale<Real>(shape, qkv, output, log_sum_exp);
+  const AttentionDropout drop = checked_dropout(dropout, shape);
   const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 2;
   compute.parallel_for(shape.batch * shape.heads, grain_for(pair_cost),
                        [&](std::size_t p0, std::size_t p1) TESSERA_KERNEL_INLINE {
                          RowScratch<Real> row(shape);
                          for (std::size_t pair = p0; pair < p1; ++pair) {
-                           attend_forward(row, HeadView(shape, pair), qkv.data(), scale,
-                                          output.data(), log_sum_exp.data() + pair * shape.time);
+                           attend_forward(row, HeadView(shape, pair), PairMask(drop, shape, pair),
+                                          qkv.data(), scale, output.data(),
+                                          log_sum_exp.data() + pair * shape.time);
                          }
                        });
 }
@@ -245,35 +294,37 @@ template <class Real>
 void causal_attention_backward(std::span<Real> grad_qkv, std::span<const Real> grad_output,
                                std::span<const Real> qkv, std::span<const Real> output,
                                std::span<const Real> log_sum_exp, const AttentionShape& shape,
-                               const ComputeContext& compute) {
+                               const ComputeContext& compute, const AttentionDropout& dropout) {
   const Real scale = checked_scale<Real>(shape, qkv, output, log_sum_exp);
+  const AttentionDropout drop = checked_dropout(dropout, shape);
   require_size("causal_attention", "grad_qkv", grad_qkv, qkv.size());
   require_size("causal_attention", "grad_output", grad_output, output.size());
   const std::size_t pair_cost = shape.time * shape.time * shape.head_size * 5;
-  compute.parallel_for(
-      shape.batch * shape.heads, grain_for(pair_cost),
-      [&](std::size_t p0, std::size_t p1) TESSERA_KERNEL_INLINE {
-        RowScratch<Real> row(shape);
-        for (std::size_t pair = p0; pair < p1; ++pair) {
-          attend_backward(row, HeadView(shape, pair), qkv.data(), output.data(), grad_output.data(),
-                          log_sum_exp.data() + pair * shape.time, scale, grad_qkv.data());
-        }
-      });
+  compute.parallel_for(shape.batch * shape.heads, grain_for(pair_cost),
+                       [&](std::size_t p0, std::size_t p1) TESSERA_KERNEL_INLINE {
+                         RowScratch<Real> row(shape);
+                         for (std::size_t pair = p0; pair < p1; ++pair) {
+                           attend_backward(row, HeadView(shape, pair), PairMask(drop, shape, pair),
+                                           qkv.data(), output.data(), grad_output.data(),
+                                           log_sum_exp.data() + pair * shape.time, scale,
+                                           grad_qkv.data());
+                         }
+                       });
 }
 
 template void causal_attention_forward<float>(std::span<float>, std::span<float>,
                                               std::span<const float>, const AttentionShape&,
-                                              const ComputeContext&);
+                                              const ComputeContext&, const AttentionDropout&);
 template void causal_attention_forward<double>(std::span<double>, std::span<double>,
                                                std::span<const double>, const AttentionShape&,
-                                               const ComputeContext&);
+                                               const ComputeContext&, const AttentionDropout&);
 template void causal_attention_backward<float>(std::span<float>, std::span<const float>,
                                                std::span<const float>, std::span<const float>,
                                                std::span<const float>, const AttentionShape&,
-                                               const ComputeContext&);
+                                               const ComputeContext&, const AttentionDropout&);
 template void causal_attention_backward<double>(std::span<double>, std::span<const double>,
                                                 std::span<const double>, std::span<const double>,
                                                 std::span<const double>, const AttentionShape&,
-                                                const ComputeContext&);
+                                                const ComputeContext&, const AttentionDropout&);
 
 }  // namespace tessera::layers

@@ -46,6 +46,18 @@ struct DropoutKey {
   return counter_uniform(key.seed, dropout_stream(key), key.first + i) >= p;
 }
 
+// scales[j] = dropout_keeps(key, p, offset + j) ? 1 / (1 - p) : 0 for j < scales.size(): a row
+// of a mask as factors, for a kernel that drops inside its own loops (causal_attention.hpp).
+// Always inlined, so that the copy of the kernel it is called from vectorises it for its target.
+template <class Real>
+[[gnu::always_inline]] inline void dropout_scales(std::span<Real> scales, float p,
+                                                  const DropoutKey& key, std::uint64_t offset) {
+  const Real kept = Real(1) / (Real(1) - static_cast<Real>(p));
+  for (std::size_t j = 0; j < scales.size(); ++j) {
+    scales[j] = dropout_keeps(key, p, offset + j) ? kept : Real(0);
+  }
+}
+
 inline void check_dropout_rate(float p) {
   TESSERA_CHECK(p >= 0.0F && p < 1.0F,
                 "dropout: the rate must be in [0, 1), got " + std::to_string(p));

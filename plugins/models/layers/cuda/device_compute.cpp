@@ -67,9 +67,10 @@ void sgemm(const Device& device, cublasOperation_t op_a, cublasOperation_t op_b,
            std::size_t ldb, float beta, float* c, std::size_t ldc, const char* what) {
   const float alpha = 1.0F;
   tessera::cuda::check(
-      cublasSgemm(tessera::cuda::cublas_handle(device.index), op_a, op_b, blas_int(m, "dimension"),
-                  blas_int(n, "dimension"), blas_int(k, "dimension"), &alpha, a,
-                  blas_int(lda, "row"), b, blas_int(ldb, "row"), &beta, c, blas_int(ldc, "row")),
+      tessera::cuda::cublas().sgemm(tessera::cuda::cublas_handle(device.index), op_a, op_b,
+                                    blas_int(m, "dimension"), blas_int(n, "dimension"),
+                                    blas_int(k, "dimension"), &alpha, a, blas_int(lda, "row"), b,
+                                    blas_int(ldb, "row"), &beta, c, blas_int(ldc, "row")),
       std::string(what) + " (cublasSgemm) on " + to_string(device));
 }
 
