@@ -4,6 +4,7 @@
 #include "abi_test_support.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/plugin/optimizer.hpp"
+#include "tessera/plugin/plugin_abi.h"
 #include "tessera/registry/registry.hpp"
 #include "tessera/runtime/store_url.hpp"
 
@@ -87,6 +88,19 @@ TEST(PluginRefusal, APluginOfANewerMajorIsRefusedAsNewer) {
                        prefix("abi_major_four") +
                            "exports tessera_plugin_descriptor_v4: it was built for plugin ABI 4, "
                            "newer than this libtessera's ABI 3"));
+}
+
+// ABI 3.1 added to what a host offers (the vocabulary-parallel model), not to what it asks of a
+// plugin: a 3.0 plugin loads; one of a minor newer than the host's may use what the host lacks.
+TEST(PluginRefusal, AnOlderMinorLoadsAndANewerOneIsRefusedNamingBoth) {
+  PluginRegistry registry;
+  EXPECT_EQ(registry.load_file(plugin_file("abi_minor_zero")).name, "abi_minor_zero");
+  const std::string host = "3." + std::to_string(TESSERA_PLUGIN_ABI_MINOR);
+  EXPECT_TRUE(contains(refusal_of("abi_minor_newer"),
+                       prefix("abi_minor_newer") + "abi_minor is " +
+                           std::to_string(TESSERA_PLUGIN_ABI_MINOR + 1) +
+                           ", newer than this libtessera's " + host +
+                           "; use a newer tessera, or rebuild the plugin against this one"));
 }
 
 TEST(PluginRefusal, AMajorFieldThatContradictsTheSymbolIsRefused) {
@@ -214,8 +228,9 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
   registry.scan_directory(TESSERA_ABI_PLUGIN_DIR);
   std::vector<std::string> names;
   for (const auto* info : registry.plugins(PluginKind::optimizer)) names.push_back(info->name);
-  EXPECT_EQ(names, (std::vector<std::string>{"abi_factory_throws_local", "abi_good",
-                                             "abi_step_throws_local", "abi_throws"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"abi_factory_throws_local", "abi_good", "abi_minor_zero",
+                                      "abi_step_throws_local", "abi_throws"}));
   std::vector<std::string> refused;
   for (const auto& failure : registry.failures()) {
     refused.push_back(failure.file.filename().string());
@@ -223,10 +238,10 @@ TEST(PluginRefusal, ScanRecordsEachBrokenFileAndKeepsTheGoodOnes) {
   }
   EXPECT_EQ(refused,
             (std::vector<std::string>{
-                "libabi_major_field_one.so", "libabi_major_four.so", "libabi_one.so",
-                "libabi_two.so", "libbad_name.so", "libbad_option_type.so", "libbad_range.so",
-                "libdefault_out_of_range.so", "libgood_again.so", "libno_descriptor.so",
-                "libnot_a_library.so", "liboptimizer_replicated_state.so",
+                "libabi_major_field_one.so", "libabi_major_four.so", "libabi_minor_newer.so",
+                "libabi_one.so", "libabi_two.so", "libbad_name.so", "libbad_option_type.so",
+                "libbad_range.so", "libdefault_out_of_range.so", "libgood_again.so",
+                "libno_descriptor.so", "libnot_a_library.so", "liboptimizer_replicated_state.so",
                 "liboptimizer_spans_processes.so", "liboptimizer_with_devices.so",
                 "libscheme_without_factory.so", "libwrong_build_id.so", "libwrong_kind.so"}));
 }

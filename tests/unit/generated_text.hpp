@@ -14,11 +14,14 @@ constexpr std::size_t kVocab = 29;  // a-z, space, '.', newline
 
 // Sentences drawn word by word from a small vocabulary with a fixed seed, as token ids: text
 // with structure a tiny transformer can learn. Windows of context + 1 tokens, one after another
-// (stride context); sample i's targets are its inputs shifted by one.
+// (stride context); sample i's targets are its inputs shifted by one. `classes` (at least
+// kVocab) is the vocabulary the layout declares: a model of a larger vocabulary never sees the
+// ids above kVocab - 1, which changes nothing else.
 class GeneratedText final : public Dataset {
  public:
-  GeneratedText(std::size_t context, std::size_t train, std::size_t test)
-      : context_(context), train_(train), test_(test) {
+  GeneratedText(std::size_t context, std::size_t train, std::size_t test,
+                std::size_t classes = kVocab)
+      : context_(context), train_(train), test_(test), classes_(classes) {
     static const char* const kWords[] = {"the", "cat", "sat", "on",  "a",     "mat", "dog",
                                          "ran", "to",  "big", "red", "house", "and", "slept"};
     const std::size_t needed = (train + test) * context + 1;
@@ -39,7 +42,7 @@ class GeneratedText final : public Dataset {
     return split == Split::train ? train_ : test_;
   }
   [[nodiscard]] SampleLayout layout() const override {
-    return {DType::i64, {context_}, {context_}, kVocab};
+    return {DType::i64, {context_}, {context_}, classes_};
   }
   [[nodiscard]] Batch gather(Split split, std::span<const std::size_t> indices) const override {
     Batch batch{Tensor({indices.size(), context_}, DType::i64),
@@ -56,7 +59,7 @@ class GeneratedText final : public Dataset {
   }
 
  private:
-  std::size_t context_, train_, test_;
+  std::size_t context_, train_, test_, classes_;
   std::vector<std::int64_t> tokens_;
 };
 

@@ -135,9 +135,10 @@ TEST_F(GptCli, TheTiedHeadIsOneCheckpointEntryCountedOnce) {
       << consolidate.out;
 }
 
-// Two ranks of hybrid with tensor_parallel = 2 (threads over `local`) split each block by heads;
-// rank 0 prints the plan; the checkpoint's c_attn rows, written as one box per rank and per Q, K
-// and V, consolidate into one rank's checkpoint that samples exactly as the original does.
+// Two ranks of hybrid with tensor_parallel = 2 (threads over `local`) split each block by heads
+// and wte (with the tied head) by vocabulary; rank 0 prints the plan; the checkpoint's c_attn
+// rows, written as one box per rank and per Q, K and V, and wte's, one box of 128 rows per rank,
+// consolidate into one rank's checkpoint that samples exactly as the original does.
 TEST_F(GptCli, ATensorParallelRunPrintsItsPlanAndItsCheckpointConsolidatesToTheSameModel) {
   prepare_and_train(
       "--train.strategy=hybrid --runtime.world_size=2 --strategy.hybrid.tensor_parallel=2");
@@ -148,8 +149,16 @@ TEST_F(GptCli, ATensorParallelRunPrintsItsPlanAndItsCheckpointConsolidatesToTheS
       << train_.err;
   const CliRun inspect = tessera("checkpoint inspect checkpoints");
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(train_.err.find("embedding             vocabulary-parallel"), std::string::npos)
+      << train_.err;
+  EXPECT_NE(train_.err.find("lm_head               vocabulary-parallel"), std::string::npos)
+      << train_.err;
   // Rank 1's head of K (2 heads of 8 channels): rows [24, 32) of c_attn's [Q; K; V] 48.
   EXPECT_NE(inspect.out.find("rank 1  values  dim 0 [24, 32) elements [0, 128)"), std::string::npos)
+      << inspect.out;
+  // Rank 1's rows of wte: tokens [128, 256) of 16 channels.
+  EXPECT_NE(inspect.out.find("rank 1  values  dim 0 [128, 256) elements [0, 2048)"),
+            std::string::npos)
       << inspect.out;
   const CliRun consolidate = tessera("checkpoint consolidate checkpoints whole");
   ASSERT_EQ(consolidate.exit_code, 0) << consolidate.err;

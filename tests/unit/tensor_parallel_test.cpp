@@ -12,7 +12,9 @@
 #include "gpt/gpt_model.hpp"
 #include "layer_test_support.hpp"
 #include "layers/activation.hpp"
+#include "layers/embedding.hpp"
 #include "layers/linear.hpp"
+#include "layers/softmax_cross_entropy.hpp"
 #include "parallel_layers_support.hpp"
 #include "tessera/base/error.hpp"
 
@@ -194,6 +196,24 @@ TEST(TensorParallelPlan, APairLayerStandsOutsideColumnRowPairsAndAloneGetsTheGro
   EXPECT_THROW(TensorParallelPlan(group, {Role::column, Role::pair, Role::row}), InvalidArgument);
 }
 
+// A layer split by vocabulary sums inside itself, as a pair layer does: it gets the group, and it
+// cannot sit where its input would be a slice.
+TEST(TensorParallelPlan, AVocabularyLayerGetsTheGroupSumAndStandsOutsidePairs) {
+  auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
+  const TensorParallelPlan plan(group, {Role::vocabulary, Role::pair, Role::vocabulary});
+  EXPECT_EQ(plan.group_sum_for(0), &plan);
+  EXPECT_EQ(plan.group_sum_for(2), &plan);
+  try {
+    TensorParallelPlan(group, {Role::column, Role::vocabulary, Role::row});
+    FAIL() << "a vocabulary layer inside a column/row pair was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 is split by vocabulary but sits inside the pair "
+                                         "opened by layer 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TensorParallelPlan, RolesMustFormColumnThenRowPairs) {
   auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
   EXPECT_NO_THROW(TensorParallelPlan(
@@ -276,6 +296,25 @@ TEST(TensorParallelMlp, MiddleLinearPairOverTwoRanksMatchesTheUnsplitModel) {
   }
 }
 
+// Every parameter's gradient read together from the ranks' slices is the unsplit model's (to
+// 1e-5), and what every rank holds whole has the same gradient bits on each.
+void expect_whole_gradients(const std::vector<RankLayers>& held, const RankLayers& unsplit,
+                            const std::string& what) {
+  for (std::size_t p = 0; p < unsplit.grads.size(); ++p) {
+    const std::string param = what + ", " + held[0].specs[p].name;
+    std::vector<float> reassembled(unsplit.grads[p].size(), std::nanf(""));
+    for (const RankLayers& rank : held) {
+      if (rank.specs[p].slice.whole()) {
+        EXPECT_EQ(rank.grads[p], held[0].grads[p]) << param;
+      }
+      copy_slice_into_whole(rank.specs[p], rank.grads[p], reassembled);
+    }
+    for (std::size_t i = 0; i < reassembled.size(); ++i) {
+      EXPECT_NEAR(reassembled[i], unsplit.grads[p][i], 1e-5F) << param << " " << i;
+    }
+  }
+}
+
 // A GPT of 6 heads of 3 channels, its blocks split by heads (role pair) over 2 and 3 tensor
 // ranks: the logits and every gradient are the whole model's, and what every rank holds whole
 // (the norms, the c_proj biases, the embeddings and the head) gets the same gradient bits on
@@ -320,18 +359,263 @@ TEST(TensorParallelGpt, BlocksSplitByHeadsMatchTheWholeModelAndKeepWholeGradient
         EXPECT_NEAR(logits[r][i], expected_logits[i], 1e-5F) << "tp " << tp << ", logit " << i;
       }
     }
-    for (std::size_t p = 0; p < whole.size(); ++p) {
-      const std::string what = "tp " + std::to_string(tp) + ", " + held[0].specs[p].name;
-      std::vector<float> reassembled(whole[p].size(), std::nanf(""));
+    expect_whole_gradients(held, unsplit, "tp " + std::to_string(tp));
+  }
+}
+
+// --- The vocabulary split (Megatron's vocabulary-parallel embedding, head and cross-entropy) ---
+
+// Columns [begin, end) of a [rows, classes] matrix.
+Tensor columns_of(const Tensor& whole, std::size_t begin, std::size_t end) {
+  const std::size_t classes = whole.shape().back();
+  const std::size_t rows = whole.count() / classes;
+  Tensor part({rows, end - begin}, DType::f32);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = begin; c < end; ++c) {
+      part.as<float>()[r * (end - begin) + c - begin] = whole.as<float>()[r * classes + c];
+    }
+  }
+  return part;
+}
+
+// Writes a rank's [rows, end - begin] columns into their place of a [rows, classes] vector.
+void put_columns(std::vector<float>& whole, std::size_t classes, const Tensor& part,
+                 std::size_t begin) {
+  const std::size_t width = part.shape().back();
+  const std::size_t rows = part.count() / width;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < width; ++c) {
+      whole[r * classes + begin + c] = part.as<float>()[r * width + c];
+    }
+  }
+}
+
+struct RankLoss {
+  LossResult result;
+  std::size_t begin = 0;
+};
+
+// The loss of `logits` [rows, classes] from each of `tp` tensor ranks' columns (TensorSlice's
+// ranges), over the local transport.
+std::vector<RankLoss> split_cross_entropy(const Tensor& logits, const Tensor& targets, int tp) {
+  const std::size_t classes = logits.shape().back();
+  std::vector<RankLoss> ranks(static_cast<std::size_t>(tp));
+  const layers::ComputeContext compute(1);
+  run_ranks(tp, [&](std::shared_ptr<Communicator> world) {
+    const int rank = world->rank();
+    const TensorParallelPlan plan(world, {Role::vocabulary});
+    const auto [begin, end] = TensorSlice{rank, tp}.range_of(classes);
+    auto& mine = ranks[static_cast<std::size_t>(rank)];
+    mine.begin = begin;
+    mine.result = layers::vocabulary_parallel_cross_entropy(columns_of(logits, begin, end), targets,
+                                                            {begin, end, classes, &plan}, compute);
+  });
+  return ranks;
+}
+
+Tensor token_targets(const std::vector<std::int64_t>& values) {
+  Tensor targets({values.size()}, DType::i64);
+  std::copy(values.begin(), values.end(), targets.as<std::int64_t>().begin());
+  return targets;
+}
+
+// Over 2, 3 and 4 tensor ranks, for vocabularies they divide (12) and do not (11, 257, split
+// unevenly, the first ranks one class more): the loss sum, the count and the correct count are
+// the whole loss's, the same bits on every rank, and the ranks' gradients side by side are the
+// whole gradient. Two rows are ignored; the targets fall on every rank.
+TEST(VocabularyParallelCrossEntropy, GivesTheWholeLossCountsAndGradientFromEachRanksClasses) {
+  const layers::ComputeContext compute(1);
+  for (const std::size_t classes : {12U, 11U, 257U}) {
+    const std::size_t rows = 9;
+    Tensor logits({rows, classes}, DType::f32);
+    std::vector<std::int64_t> targets;
+    for (std::size_t i = 0; i < rows * classes; ++i) {
+      logits.as<float>()[i] = 3.0F * std::sin(0.37F * static_cast<float>(i) + 0.1F);
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      targets.push_back(r == 2 || r == 6 ? kIgnoreTarget
+                                         : static_cast<std::int64_t>((5 * r + 3) % classes));
+    }
+    const Tensor target = token_targets(targets);
+    const LossResult whole = layers::softmax_cross_entropy(logits, target, classes, compute);
+    ASSERT_EQ(whole.targets, rows - 2);
+    for (const int tp : {2, 3, 4}) {
+      const std::string what = std::to_string(classes) + " classes, tp " + std::to_string(tp);
+      const auto ranks = split_cross_entropy(logits, target, tp);
+      std::vector<float> gradient(rows * classes, std::nanf(""));
+      for (const auto& rank : ranks) {
+        EXPECT_NEAR(rank.result.loss_sum, whole.loss_sum, 1e-12 * whole.loss_sum) << what;
+        EXPECT_EQ(rank.result.loss_sum, ranks[0].result.loss_sum) << what;
+        EXPECT_EQ(rank.result.targets, whole.targets) << what;
+        EXPECT_EQ(rank.result.correct, whole.correct) << what;
+        put_columns(gradient, classes, rank.result.grad_logits, rank.begin);
+      }
+      const auto expected = whole.grad_logits.as<float>();
+      for (std::size_t i = 0; i < gradient.size(); ++i) {
+        ASSERT_NEAR(gradient[i], expected[i], 1e-7F) << what << ", element " << i;
+      }
+    }
+  }
+}
+
+// The first arg-max over the whole vocabulary decides: a maximum that two ranks (or two classes
+// of one rank) share counts for the earlier class, as the whole loss counts it.
+TEST(VocabularyParallelCrossEntropy, CountsTheFirstArgMaxOverTheWholeVocabulary) {
+  const layers::ComputeContext compute(1);
+  // Six classes over two ranks: [0, 3) and [3, 6).
+  const std::vector<std::vector<float>> rows{
+      {0, 5, 1, 2, 5, 1},  // the maximum at 1 (rank 0) and 4 (rank 1)
+      {0, 5, 1, 2, 5, 1},  //
+      {0, 1, 1, 2, 5, 1},  // at 4 only
+      {0, 1, 1, 5, 1, 5},  // at 3 and 5, both rank 1's
+      {0, 1, 1, 5, 1, 5},  //
+      {9, 1, 1, 5, 1, 5},  // ignored
+  };
+  const std::vector<std::int64_t> targets{4, 1, 4, 5, 3, kIgnoreTarget};
+  Tensor logits({rows.size(), 6}, DType::f32);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::copy(rows[r].begin(), rows[r].end(), logits.as<float>().begin() + 6 * r);
+  }
+  const Tensor target = token_targets(targets);
+  const LossResult whole = layers::softmax_cross_entropy(logits, target, 6, compute);
+  ASSERT_EQ(whole.correct, 3U);  // rows 1, 2 and 4
+  for (const auto& rank : split_cross_entropy(logits, target, 2)) {
+    EXPECT_EQ(rank.result.correct, 3U) << "rank from class " << rank.begin;
+    EXPECT_EQ(rank.result.targets, 5U);
+  }
+}
+
+TEST(VocabularyParallelCrossEntropy, RefusesASliceOutsideTheVocabularyAndLogitsOfAnotherWidth) {
+  const layers::ComputeContext compute(1);
+  const Tensor targets = token_targets({1, 2});
+  auto group = std::make_shared<RecordingCommunicator>(std::make_shared<EventLog>(), 2);
+  const TensorParallelPlan plan(group, {Role::vocabulary});
+  EXPECT_THROW((void)layers::vocabulary_parallel_cross_entropy(Tensor({2, 4}, DType::f32), targets,
+                                                               {3, 7, 6, &plan}, compute),
+               InvalidArgument);
+  EXPECT_THROW((void)layers::vocabulary_parallel_cross_entropy(Tensor({2, 4}, DType::f32), targets,
+                                                               {0, 3, 6, &plan}, compute),
+               InvalidArgument);
+  EXPECT_THROW((void)layers::vocabulary_parallel_cross_entropy(Tensor({2, 3}, DType::f32), targets,
+                                                               {0, 3, 6, nullptr}, compute),
+               InvalidArgument);
+}
+
+// The embedding's kernels over a slice of the table: the ranks' lookups summed, then the
+// positions added, are the whole lookup's bits; backward adds each id into its own rank's rows
+// only, and every position on every rank.
+TEST(VocabularyParallelEmbedding, SlicesOfTheTableSumToTheWholeLookupAndSplitItsGradient) {
+  const layers::ComputeContext compute(1);
+  const std::size_t vocab = 11;
+  const std::size_t channels = 5;
+  const layers::EmbeddingShape whole_shape{2, 4, channels, vocab, 6};
+  const std::vector<std::int64_t> tokens{0, 10, 5, 6, 5, 4, 10, 1};
+  std::vector<float> table(vocab * channels);
+  std::vector<float> positions(6 * channels);
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = std::sin(0.7F * static_cast<float>(i));
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    positions[i] = std::cos(0.3F * static_cast<float>(i));
+  }
+  std::vector<float> expected(tokens.size() * channels);
+  layers::embedding_forward<float>(expected, tokens, table, positions, whole_shape, compute);
+  std::vector<float> grad_output(expected.size());
+  for (std::size_t i = 0; i < grad_output.size(); ++i) {
+    grad_output[i] = 0.1F * static_cast<float>(i % 13) - 0.5F;
+  }
+  std::vector<float> expected_table(table.size(), 0.0F);
+  std::vector<float> expected_positions(positions.size(), 0.0F);
+  layers::embedding_backward<float>(expected_table, expected_positions, grad_output, tokens,
+                                    whole_shape, compute);
+  for (const int tp : {2, 3}) {
+    std::vector<float> sum(expected.size(), 0.0F);
+    std::vector<float> table_gradient(table.size(), std::nanf(""));
+    for (int r = 0; r < tp; ++r) {
+      const auto [first, last] = TensorSlice{r, tp}.range_of(vocab);
+      layers::EmbeddingShape shape = whole_shape;
+      shape.first_token = first;
+      shape.table_rows = last - first;
+      const std::span<const float> rows(table.data() + first * channels, (last - first) * channels);
+      std::vector<float> part(expected.size());
+      layers::token_embedding_forward<float>(part, tokens, rows, shape, compute);
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      std::vector<float> grad_rows((last - first) * channels, 0.0F);
+      std::vector<float> grad_positions(positions.size(), 0.0F);
+      layers::embedding_backward<float>(grad_rows, grad_positions, grad_output, tokens, shape,
+                                        compute);
+      std::copy(grad_rows.begin(), grad_rows.end(), table_gradient.begin() + first * channels);
+      EXPECT_EQ(grad_positions, expected_positions) << "tp " << tp << ", rank " << r;
+    }
+    layers::add_position_embedding<float>(sum, positions, whole_shape, compute);
+    EXPECT_EQ(sum, expected) << "tp " << tp;
+    EXPECT_EQ(table_gradient, expected_table) << "tp " << tp;
+  }
+}
+
+// The whole GPT split as hybrid splits it: the blocks by heads (pair), the embedding and the head
+// by vocabulary, the loss over each rank's classes (GptModel::loss_over_vocabulary_slice), at a
+// vocabulary that tp divides (12 at tp 2 and 3) and one it does not (11: 6 + 5, 4 + 4 + 3). The
+// ranks' logits side by side are the whole model's, their loss is its loss on every rank (the
+// same bits), every gradient read together from the slices is the whole model's, and what every
+// rank holds whole (wpe, the norms, the c_proj biases) gets the same gradient bits on each.
+TEST(TensorParallelGpt, TheEmbeddingAndHeadSplitByVocabularyMatchTheWholeModel) {
+  for (const std::size_t vocab : {12U, 11U}) {
+    const gpt::GptModel model(gpt::GptConfig{{2, 6, 18, 5, vocab, false}, 1});
+    const auto whole = whole_parameters(model, 3);
+    Tensor tokens({2, 5}, DType::i64);
+    Tensor targets({2, 5}, DType::i64);
+    for (std::size_t i = 0; i < 10; ++i) {
+      tokens.as<std::int64_t>()[i] = static_cast<std::int64_t>((7 * i + 3) % vocab);
+      targets.as<std::int64_t>()[i] = static_cast<std::int64_t>((5 * i + 1) % vocab);
+    }
+    RankLayers unsplit(model, whole);
+    std::vector<float> expected_logits;
+    double expected_loss = 0.0;
+    const LayerRange whole_range{unsplit.layers, 0, unsplit.layers.size(), false, nullptr};
+    (void)run_layers(whole_range, tokens, unsplit.hooks(), [&](Tensor out) {
+      expected_logits = values_of(out);
+      auto result = model.loss(out, targets);
+      expected_loss = result.loss_sum;
+      return std::move(result.grad_logits);
+    });
+
+    std::vector<Role> roles(model.layer_count(), Role::pair);
+    roles.front() = roles.back() = Role::vocabulary;
+    roles[model.layer_count() - 2] = Role::replicate;  // ln_f
+    for (const int tp : {2, 3}) {
+      const std::string what = "vocab " + std::to_string(vocab) + ", tp " + std::to_string(tp);
+      const auto ranks = static_cast<std::size_t>(tp);
+      std::vector<float> logits(expected_logits.size(), std::nanf(""));
+      std::vector<double> losses(ranks);
+      std::vector<RankLayers> held;
+      held.reserve(ranks);
+      for (int r = 0; r < tp; ++r) held.emplace_back(model, whole, roles, TensorSlice{r, tp});
+      std::mutex mutex;
+      run_ranks(tp, [&](std::shared_ptr<Communicator> world) {
+        const auto rank = static_cast<std::size_t>(world->rank());
+        const TensorParallelPlan plan(world, roles);
+        const auto [begin, end] = TensorSlice{world->rank(), tp}.range_of(vocab);
+        const LayerRange range{held[rank].layers, 0, held[rank].layers.size(), false, &plan};
+        (void)run_layers(range, tokens, held[rank].hooks(), [&](Tensor out) {
+          EXPECT_EQ(out.shape(), (Shape{2, 5, end - begin})) << what;
+          {
+            const std::lock_guard lock(mutex);
+            put_columns(logits, vocab, out.alias().reshaped({10, end - begin}), begin);
+          }
+          auto result = model.loss_over_vocabulary_slice(out, targets, {begin, end, vocab, &plan});
+          losses[rank] = result.loss_sum;
+          return std::move(result.grad_logits);
+        });
+      });
+      for (std::size_t i = 0; i < expected_logits.size(); ++i) {
+        EXPECT_NEAR(logits[i], expected_logits[i], 1e-5F) << what << ", logit " << i;
+      }
       for (std::size_t r = 0; r < ranks; ++r) {
-        if (held[r].specs[p].slice.whole()) {
-          EXPECT_EQ(held[r].grads[p], held[0].grads[p]) << what;
-        }
-        copy_slice_into_whole(held[r].specs[p], held[r].grads[p], reassembled);
+        EXPECT_NEAR(losses[r], expected_loss, 1e-5 * expected_loss) << what;
+        EXPECT_EQ(losses[r], losses[0]) << what;
       }
-      for (std::size_t i = 0; i < reassembled.size(); ++i) {
-        EXPECT_NEAR(reassembled[i], unsplit.grads[p][i], 1e-5F) << what << " " << i;
-      }
+      expect_whole_gradients(held, unsplit, what);
+      EXPECT_EQ(held[0].specs[0].name, "wte");
+      EXPECT_FALSE(held[0].specs[0].slice.whole()) << what;
     }
   }
 }

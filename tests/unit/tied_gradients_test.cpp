@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "tessera/base/error.hpp"
@@ -52,6 +53,20 @@ TEST(TiedGradients, AddingIntoOwnersLendsTheOwnersGradientToTheBorrowerAndKeepsN
   EXPECT_EQ(backward_adding_two(ties, flat), flat.data());
   // The owner's backward finds the borrower's sum in place and nothing is added twice.
   EXPECT_EQ(flat, std::vector<float>(4, 2.0F));
+}
+
+// A tensor rank holding 2 of wte's rows (a vocabulary slice, alike in owner and borrower)
+// collects that slice's gradient, not the whole parameter's.
+TEST(TiedGradients, ASliceOfTheTiedParameterCollectsWhatTheRankHolds) {
+  const FlatLayout layout = owner_and_borrower();
+  TiedGradients ties(layout, Device::cpu(), 0, SIZE_MAX, [](std::size_t param) {
+    EXPECT_EQ(param, 0U);
+    return std::size_t{2};
+  });
+  EXPECT_EQ(ties.buffer_bytes(), 2 * sizeof(float));
+  std::vector<float> owner(2, 1.0F);
+  (void)backward_adding_two(ties, owner);
+  EXPECT_EQ(owner, std::vector<float>(2, 3.0F));
 }
 
 TEST(TiedGradients, AnOwnersGradientOfAnotherSizeIsRefused) {

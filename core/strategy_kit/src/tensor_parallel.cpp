@@ -8,9 +8,18 @@
 namespace tessera {
 namespace {
 
-void sum_in_place(Communicator& group, Tensor& tensor) {
+void reduce_in_place(Communicator& group, Tensor& tensor, ReduceOp op) {
   if (group.size() == 1 || tensor.count() == 0) return;
-  group.all_reduce(tensor.view(), ReduceOp::sum)->wait(group.timeout());
+  group.all_reduce(tensor.view(), op)->wait(group.timeout());
+}
+
+void sum_in_place(Communicator& group, Tensor& tensor) {
+  reduce_in_place(group, tensor, ReduceOp::sum);
+}
+
+// A layer whose input and output are whole on every tensor rank and which sums inside itself.
+bool sums_inside(TensorParallelRole role) {
+  return role == TensorParallelRole::pair || role == TensorParallelRole::vocabulary;
 }
 
 }  // namespace
@@ -55,10 +64,12 @@ TensorParallelPlan::TensorParallelPlan(std::shared_ptr<Communicator> tensor_grou
   std::size_t opened_at = 0;
   for (std::size_t l = 0; l < roles_.size(); ++l) {
     const TensorParallelRole role = roles_[l];
-    if (role == TensorParallelRole::pair && open) {
-      throw InvalidArgument("tensor-parallel plan: layer " + std::to_string(l) +
-                            " holds its own pair but sits inside the pair opened by layer " +
-                            std::to_string(opened_at) + ", where its input is a slice");
+    if (sums_inside(role) && open) {
+      throw InvalidArgument(
+          "tensor-parallel plan: layer " + std::to_string(l) + " is split " +
+          (role == TensorParallelRole::pair ? "as a pair of its own" : "by vocabulary") +
+          " but sits inside the pair opened by layer " + std::to_string(opened_at) +
+          ", where its input is a slice");
     }
     if (role == TensorParallelRole::column && open) {
       throw InvalidArgument("tensor-parallel plan: layer " + std::to_string(l) +
@@ -90,8 +101,12 @@ void TensorParallelPlan::sum(Tensor& partial) const {
   sum_in_place(*group_, partial);
 }
 
+void TensorParallelPlan::max(Tensor& values) const {
+  reduce_in_place(*group_, values, ReduceOp::max);
+}
+
 const TensorGroupSum* TensorParallelPlan::group_sum_for(std::size_t layer) const {
-  return role(layer) == TensorParallelRole::pair ? this : nullptr;
+  return sums_inside(role(layer)) ? static_cast<const TensorGroupSum*>(this) : nullptr;
 }
 
 void TensorParallelPlan::after_forward(std::size_t layer, Tensor& output) const {

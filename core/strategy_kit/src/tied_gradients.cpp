@@ -8,7 +8,8 @@
 namespace tessera {
 
 TiedGradients::TiedGradients(const FlatLayout& layout, Device device, std::size_t first,
-                             std::size_t last) {
+                             std::size_t last,
+                             const std::function<std::size_t(std::size_t param)>& held_count) {
   last = std::min(last, layout.layer_params.size());
   for (std::size_t l = first; l < last; ++l) {
     for (std::size_t s = 0; s < layout.layer_params[l].size(); ++s) {
@@ -29,7 +30,8 @@ TiedGradients::TiedGradients(const FlatLayout& layout, Device device, std::size_
         const auto& owner_params = layout.layer_params[owner.layer];
         const auto spec = static_cast<std::size_t>(
             std::find(owner_params.begin(), owner_params.end(), param) - owner_params.begin());
-        ties_.push_back({param, owner.layer, spec, std::vector<float>(owner.count, 0.0F), {}});
+        const std::size_t count = held_count ? held_count(param) : owner.count;
+        ties_.push_back({param, owner.layer, spec, std::vector<float>(count, 0.0F), {}});
       }
       borrowers_.push_back({l, s, tie});
     }

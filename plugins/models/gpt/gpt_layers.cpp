@@ -136,17 +136,52 @@ Tensor dropout_gradient(const Tensor& grad_output, float rate,
   return grad_input;
 }
 
+// The rows tensor rank `slice` holds of the vocabulary, for `layer` split by vocabulary. Throws
+// InvalidArgument for a layer that is a slice already and for more tensor ranks than tokens.
+VocabularyRows vocabulary_rows(const std::string& layer, const VocabularyRows& current,
+                               const GptShape& shape, TensorSlice slice) {
+  TESSERA_CHECK(!current.sliced, layer + ": is already a slice; slice the whole layer");
+  const auto [first, last] = slice.range_of(shape.vocab);
+  return {first, last - first, true};
+}
+
+// A [vocab, width] table's spec as the holder of `rows` has it: those rows of the whole.
+ParamSpec rows_of(ParamSpec spec, const VocabularyRows& rows) {
+  if (!rows.sliced) return spec;
+  spec.slice = {0, rows.first, rows.first + rows.count, spec.shape};
+  spec.shape[0] = rows.count;
+  return spec;
+}
+
 }  // namespace
 
 // --- Embedding ---------------------------------------------------------------------------------
 
 Embedding::Embedding(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute)
-    : shape_(shape), compute_(std::move(compute)) {}
+    : shape_(shape), compute_(std::move(compute)), rows_{0, shape.vocab, false} {}
 
 std::vector<ParamSpec> Embedding::parameters() const {
-  return with_decay_rule({layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd),
-                          layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)},
-                         shape_);
+  return with_decay_rule(
+      {rows_of(layers::table_parameter("wte", {shape_.vocab, shape_.width}, kInitStd), rows_),
+       layers::table_parameter("wpe", {shape_.context, shape_.width}, kInitStd)},
+      shape_);
+}
+
+std::unique_ptr<Layer> Embedding::do_sliced(TensorParallelRole role, TensorSlice slice) const {
+  if (role != TensorParallelRole::vocabulary) return nullptr;
+  auto part = std::make_unique<Embedding>(*this);
+  part->rows_ = vocabulary_rows(name(), rows_, shape_, slice);
+  return part;
+}
+
+layers::EmbeddingShape Embedding::kernel_shape(const Shape& tokens) const {
+  return {tokens[0],
+          tokens[1],
+          shape_.width,
+          shape_.vocab,
+          shape_.context,
+          rows_.first,
+          rows_.sliced ? rows_.count : 0};
 }
 
 Shape Embedding::output_shape(const Shape& input) const {
@@ -167,9 +202,18 @@ Tensor Embedding::forward(const Tensor& input, std::span<const BufferView> param
                     "], got " + std::string(dtype_name(input.dtype())) + " " + shape_text(s));
   check_views(name(), params, parameters(), "parameter", Device::cpu());
   Tensor out({s[0], s[1], shape_.width}, DType::f32);
-  layers::embedding_forward<float>(
-      out.as<float>(), tokens_of(input), values(params[0], "wte"), values(params[1], "wpe"),
-      {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+  const layers::EmbeddingShape shape = kernel_shape(s);
+  if (!rows_.sliced) {
+    layers::embedding_forward<float>(out.as<float>(), tokens_of(input), values(params[0], "wte"),
+                                     values(params[1], "wpe"), shape, *compute_);
+  } else {
+    // This rank's rows' lookups, summed over the tensor group before wpe joins them once.
+    layers::token_embedding_forward<float>(out.as<float>(), tokens_of(input),
+                                           values(params[0], "wte"), shape, *compute_);
+    ctx.sum_over_tensor_group(out);
+    layers::add_position_embedding<float>(out.as<float>(), values(params[1], "wpe"), shape,
+                                          *compute_);
+  }
   dropout_in_place(out, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
   ctx.save(input.alias());
   return out;
@@ -182,9 +226,9 @@ Tensor Embedding::backward(const Tensor& grad_output, std::span<const BufferView
   check_views(name(), grads, parameters(), "gradient", Device::cpu());
   const Tensor grad_sum = dropout_gradient(
       grad_output, shape_.dropout, dropout_key(ctx, shape_.dropout, 0, s[1] * shape_.width));
-  layers::embedding_backward<float>(
-      values_of(grads[0], "wte"), values_of(grads[1], "wpe"), values(grad_sum), tokens_of(tokens),
-      {s[0], s[1], shape_.width, shape_.vocab, shape_.context}, *compute_);
+  layers::embedding_backward<float>(values_of(grads[0], "wte"), values_of(grads[1], "wpe"),
+                                    values(grad_sum), tokens_of(tokens), kernel_shape(s),
+                                    *compute_);
   return {};  // token ids have no gradient
 }
 
@@ -488,32 +532,40 @@ Tensor FinalNorm::backward(const Tensor& grad_output, std::span<const BufferView
 // --- Head --------------------------------------------------------------------------------------
 
 Head::Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute)
-    : shape_(shape), compute_(std::move(compute)) {}
+    : shape_(shape), compute_(std::move(compute)), rows_{0, shape.vocab, false} {}
 
 std::vector<ParamSpec> Head::parameters() const {
-  ParamSpec weight =
-      layers::matrix_parameter("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd);
+  ParamSpec weight = rows_of(
+      layers::matrix_parameter("lm_head.weight", {shape_.vocab, shape_.width}, kInitStd), rows_);
   if (shape_.tie_embeddings) weight.tied_to = "wte";
   return {weight};
 }
 
+std::unique_ptr<Layer> Head::do_sliced(TensorParallelRole role, TensorSlice slice) const {
+  if (role != TensorParallelRole::vocabulary) return nullptr;
+  auto part = std::make_unique<Head>(*this);
+  part->rows_ = vocabulary_rows(name(), rows_, shape_, slice);
+  return part;
+}
+
 Shape Head::output_shape(const Shape& input) const {
   TESSERA_CHECK(input.size() == 3, "lm_head: input needs [n, T, width]");
-  return {input[0], input[1], shape_.vocab};
+  return {input[0], input[1], rows_.count};
 }
 
 Tensor Head::forward(const Tensor& input, std::span<const BufferView> params,
                      LayerContext& ctx) const {
   const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
   check_views(name(), params, parameters(), "parameter", Device::cpu());
-  Tensor logits({seq.batch, seq.time, shape_.vocab}, DType::f32, compute_->large_buffers());
+  // Split by vocabulary, only this rank's classes: [n, T, vocab] is never formed.
+  Tensor logits({seq.batch, seq.time, rows_.count}, DType::f32, compute_->large_buffers());
   const std::size_t rows = seq.rows();
   if (rows > 0) {
-    // logits [rows, vocab] = x [rows, width] . W^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows), blas_int(shape_.vocab),
+    // logits [rows, classes] = x [rows, width] . W^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows), blas_int(rows_.count),
                 blas_int(shape_.width), 1.0F, values(input).data(), blas_int(shape_.width),
                 values(params[0], "lm_head.weight").data(), blas_int(shape_.width), 0.0F,
-                logits.as<float>().data(), blas_int(shape_.vocab));
+                logits.as<float>().data(), blas_int(rows_.count));
   }
   ctx.save(input.alias());
   return logits;
@@ -524,24 +576,26 @@ Tensor Head::backward(const Tensor& grad_output, std::span<const BufferView> par
   const Tensor& input = ctx.saved(0);
   const Sequence seq = sequence_of(name(), input, shape_.width, shape_.context);
   check_views(name(), grads, parameters(), "gradient", Device::cpu());
-  TESSERA_CHECK(grad_output.count() == seq.rows() * shape_.vocab,
+  TESSERA_CHECK(grad_output.count() == seq.rows() * rows_.count,
                 "lm_head: the logits' gradient does not match the saved input");
   const std::size_t rows = seq.rows();
-  const int v = blas_int(shape_.vocab);
+  const int v = blas_int(rows_.count);
   const int c = blas_int(shape_.width);
   const float* dy = values(grad_output).data();
   if (rows > 0) {
-    // dW [vocab, width] += dy^T [vocab, rows] . x [rows, width]
+    // dW [classes, width] += dy^T [classes, rows] . x [rows, width]
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, v, c, blas_int(rows), 1.0F, dy, v,
                 values(input).data(), c, 1.0F, values_of(grads[0], "lm_head.weight").data(), c);
   }
   if (!ctx.input_gradient_needed()) return {};
   Tensor dx(input.shape(), DType::f32);
   if (rows > 0) {
-    // dx [rows, width] = dy [rows, vocab] . W [vocab, width]
+    // dx [rows, width] = dy [rows, classes] . W [classes, width]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(rows), c, v, 1.0F, dy, v,
                 values(params[0], "lm_head.weight").data(), c, 0.0F, dx.as<float>().data(), c);
   }
+  // Split by vocabulary: each rank's is the part through its classes.
+  ctx.sum_over_tensor_group(dx);
   return dx;
 }
 

@@ -15,6 +15,7 @@
 #include "layers/causal_attention.hpp"
 #include "layers/compute_context.hpp"
 #include "layers/dropout.hpp"
+#include "layers/embedding.hpp"
 #include "layers/linear.hpp"
 #include "tessera/plugin/layer.hpp"
 
@@ -52,8 +53,24 @@ inline constexpr float kInitStd = 0.02F;
 // attention probabilities, attention output and MLP output are 1 + 3b, 2 + 3b and 3 + 3b.
 inline constexpr std::size_t kDropoutSitesPerBlock = 3;
 
+// The rows [first, first + count) of the vocabulary a tensor rank holds of wte and of the head
+// (Megatron's vocabulary-parallel split, TensorParallelRole::vocabulary): TensorSlice::range_of
+// the vocabulary, the first ranks one row more when tp does not divide it. Whole: [0, vocab).
+struct VocabularyRows {
+  std::size_t first = 0;
+  std::size_t count = 0;
+  bool sliced = false;
+};
+
 // Token ids i64 [n, T] (T <= context) -> [n, T, width]: wte[token] + wpe[position], then dropout.
 // Parameters: "wte" [vocab, width], "wpe" [context, width]. No input gradient (ids).
+//
+// Split by vocabulary (role vocabulary): tensor rank r holds wte's rows [first, first + count)
+// and wpe whole; it looks up the ids in its rows (zeros for the others), the tensor group sums
+// (LayerContext::sum_over_tensor_group: one term is not zero, so the sum has the whole lookup's
+// bits), then wpe is added once and dropout drawn, as whole. Backward: the output gradient is the
+// same on every rank; each adds into its own rows of wte (tokens outside add nothing) and into
+// the whole wpe, whose gradient is then the same bits on every rank.
 class Embedding final : public Layer {
  public:
   Embedding(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);
@@ -65,9 +82,17 @@ class Embedding final : public Layer {
   Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                   std::span<const BufferView> grads, LayerContext& ctx) const override;
 
+ protected:
+  // Role vocabulary only; nullptr for the others.
+  [[nodiscard]] std::unique_ptr<Layer> do_sliced(TensorParallelRole role,
+                                                 TensorSlice slice) const override;
+
  private:
+  [[nodiscard]] layers::EmbeddingShape kernel_shape(const Shape& tokens) const;
+
   GptShape shape_;
   std::shared_ptr<const layers::ComputeContext> compute_;
+  VocabularyRows rows_;
 };
 
 // Block `index`: x + drop(attn(ln_1(x))), then + drop(mlp(ln_2(.))); causal multi-head attention
@@ -146,6 +171,12 @@ class FinalNorm final : public Layer {
 // The output head without bias: [n, T, width] -> logits [n, T, vocab]. Parameter
 // "lm_head.weight" [vocab, width], tied to the embedding's "wte" (ParamSpec::tied_to) unless
 // shape.tie_embeddings is false.
+//
+// Split by vocabulary (role vocabulary, Megatron's column-parallel head): tensor rank r holds
+// rows [first, first + count) of lm_head.weight, the embedding's rows of wte when tied (the same
+// ParamSlice, so the tie stays one parameter), and computes logits [n, T, count] of its classes
+// only, which the model's loss_over_vocabulary_slice reads. Backward adds its rows' gradient and
+// sums the input gradient (each rank's is the part through its classes) over the tensor group.
 class Head final : public Layer {
  public:
   Head(const GptShape& shape, std::shared_ptr<const layers::ComputeContext> compute);
@@ -157,9 +188,15 @@ class Head final : public Layer {
   Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                   std::span<const BufferView> grads, LayerContext& ctx) const override;
 
+ protected:
+  // Role vocabulary only; nullptr for the others.
+  [[nodiscard]] std::unique_ptr<Layer> do_sliced(TensorParallelRole role,
+                                                 TensorSlice slice) const override;
+
  private:
   GptShape shape_;
   std::shared_ptr<const layers::ComputeContext> compute_;
+  VocabularyRows rows_;
 };
 
 }  // namespace tessera::gpt

@@ -106,4 +106,12 @@ LossResult GptModel::loss(const Tensor& logits, const Tensor& targets) const {
   return layers::softmax_cross_entropy(logits, targets, shape_.vocab, *compute_);
 }
 
+LossResult GptModel::loss_over_vocabulary_slice(const Tensor& logits, const Tensor& targets,
+                                                const VocabularySlice& slice) const {
+  TESSERA_CHECK(slice.classes == shape_.vocab,
+                "gpt: a vocabulary slice of " + std::to_string(slice.classes) +
+                    " classes for a vocabulary of " + std::to_string(shape_.vocab));
+  return layers::vocabulary_parallel_cross_entropy(logits, targets, slice, *compute_);
+}
+
 }  // namespace tessera::gpt

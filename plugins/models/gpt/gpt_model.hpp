@@ -21,7 +21,9 @@ struct GptConfig {
 // heads, a vocabulary below 2, ...).
 void check_shape(const GptShape& shape);
 
-class GptModel final : public Model {
+// Under a tensor group the embedding and the head split by vocabulary (gpt_layers.hpp) and the
+// loss reads the head's slice of the logits (VocabularyParallelModel): Megatron's split.
+class GptModel final : public Model, public VocabularyParallelModel {
  public:
   explicit GptModel(const GptConfig& config);
   explicit GptModel(const Options& options);
@@ -32,6 +34,10 @@ class GptModel final : public Model {
   [[nodiscard]] std::size_t layer_count() const noexcept override { return layers_.size(); }
   [[nodiscard]] const Layer& layer(std::size_t index) const override;
   [[nodiscard]] LossResult loss(const Tensor& logits, const Tensor& targets) const override;
+  // Megatron's vocabulary-parallel cross-entropy (layers::vocabulary_parallel_cross_entropy).
+  // Throws InvalidArgument when slice.classes is not the vocabulary.
+  [[nodiscard]] LossResult loss_over_vocabulary_slice(const Tensor& logits, const Tensor& targets,
+                                                      const VocabularySlice& slice) const override;
 
   [[nodiscard]] const GptShape& shape() const noexcept { return shape_; }
 

@@ -1,5 +1,6 @@
 #include "layers/embedding.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "layers/kernel_support.hpp"
@@ -24,9 +25,16 @@ void check_tokens(std::span<const std::int64_t> tokens, const EmbeddingShape& sh
 }
 
 template <class Real>
-void check_tables(std::span<Real> token_table, std::span<Real> position_table,
-                  const EmbeddingShape& shape) {
-  require_size("embedding", "token table", token_table, shape.vocab * shape.channels);
+void check_token_table(std::span<Real> token_table, const EmbeddingShape& shape) {
+  TESSERA_CHECK(shape.first_token + shape.rows() <= shape.vocab,
+                "embedding: token rows [" + std::to_string(shape.first_token) + ", " +
+                    std::to_string(shape.first_token + shape.rows()) + ") exceed the vocabulary " +
+                    std::to_string(shape.vocab));
+  require_size("embedding", "token table", token_table, shape.rows() * shape.channels);
+}
+
+template <class Real>
+void check_position_table(std::span<Real> position_table, const EmbeddingShape& shape) {
   require_size("embedding", "position table", position_table, shape.context * shape.channels);
 }
 
@@ -36,8 +44,12 @@ template <class Real>
 void embedding_forward(std::span<Real> output, std::span<const std::int64_t> tokens,
                        std::span<const Real> token_table, std::span<const Real> position_table,
                        const EmbeddingShape& shape, const ComputeContext& compute) {
+  TESSERA_CHECK(shape.rows() == shape.vocab,
+                "embedding_forward: needs the whole token table; a slice of it looks up with "
+                "token_embedding_forward, then add_position_embedding");
   check_tokens(tokens, shape);
-  check_tables(token_table, position_table, shape);
+  check_token_table(token_table, shape);
+  check_position_table(position_table, shape);
   const std::size_t channels = shape.channels;
   require_size("embedding", "output", output, tokens.size() * channels);
   compute.parallel_for(tokens.size(), grain_for(channels), [&](std::size_t i0, std::size_t i1) {
@@ -51,27 +63,65 @@ void embedding_forward(std::span<Real> output, std::span<const std::int64_t> tok
 }
 
 template <class Real>
+void token_embedding_forward(std::span<Real> output, std::span<const std::int64_t> tokens,
+                             std::span<const Real> token_table, const EmbeddingShape& shape,
+                             const ComputeContext& compute) {
+  check_tokens(tokens, shape);
+  check_token_table(token_table, shape);
+  const std::size_t channels = shape.channels;
+  require_size("embedding", "output", output, tokens.size() * channels);
+  compute.parallel_for(tokens.size(), grain_for(channels), [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      Real* out = output.data() + i * channels;
+      if (!shape.holds(tokens[i])) {
+        std::fill(out, out + channels, Real(0));
+        continue;
+      }
+      const Real* token_row =
+          token_table.data() + (static_cast<std::size_t>(tokens[i]) - shape.first_token) * channels;
+      std::copy(token_row, token_row + channels, out);
+    }
+  });
+}
+
+template <class Real>
+void add_position_embedding(std::span<Real> output, std::span<const Real> position_table,
+                            const EmbeddingShape& shape, const ComputeContext& compute) {
+  check_position_table(position_table, shape);
+  const std::size_t channels = shape.channels;
+  const std::size_t count = shape.batch * shape.time;
+  require_size("embedding", "output", output, count * channels);
+  compute.parallel_for(count, grain_for(channels), [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const Real* position_row = position_table.data() + (i % shape.time) * channels;
+      Real* out = output.data() + i * channels;
+      for (std::size_t c = 0; c < channels; ++c) out[c] += position_row[c];
+    }
+  });
+}
+
+template <class Real>
 void embedding_backward(std::span<Real> grad_token_table, std::span<Real> grad_position_table,
                         std::span<const Real> grad_output, std::span<const std::int64_t> tokens,
                         const EmbeddingShape& shape, const ComputeContext& compute) {
   check_tokens(tokens, shape);
-  check_tables(grad_token_table, grad_position_table, shape);
+  check_token_table(grad_token_table, shape);
+  check_position_table(grad_position_table, shape);
   const std::size_t channels = shape.channels;
   require_size("embedding", "grad_output", grad_output, tokens.size() * channels);
-  compute.parallel_for(channels, std::max<std::size_t>(16, grain_for(2 * tokens.size())),
-                       [&](std::size_t c0, std::size_t c1) {
-                         for (std::size_t i = 0; i < tokens.size(); ++i) {
-                           const Real* dy = grad_output.data() + i * channels;
-                           Real* token_row = grad_token_table.data() +
-                                             static_cast<std::size_t>(tokens[i]) * channels;
-                           Real* position_row =
-                               grad_position_table.data() + (i % shape.time) * channels;
-                           for (std::size_t c = c0; c < c1; ++c) {
-                             token_row[c] += dy[c];
-                             position_row[c] += dy[c];
-                           }
-                         }
-                       });
+  compute.parallel_for(
+      channels, std::max<std::size_t>(16, grain_for(2 * tokens.size())),
+      [&](std::size_t c0, std::size_t c1) {
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+          const Real* dy = grad_output.data() + i * channels;
+          Real* position_row = grad_position_table.data() + (i % shape.time) * channels;
+          for (std::size_t c = c0; c < c1; ++c) position_row[c] += dy[c];
+          if (!shape.holds(tokens[i])) continue;
+          Real* token_row = grad_token_table.data() +
+                            (static_cast<std::size_t>(tokens[i]) - shape.first_token) * channels;
+          for (std::size_t c = c0; c < c1; ++c) token_row[c] += dy[c];
+        }
+      });
 }
 
 template void embedding_forward<float>(std::span<float>, std::span<const std::int64_t>,
@@ -80,6 +130,16 @@ template void embedding_forward<float>(std::span<float>, std::span<const std::in
 template void embedding_forward<double>(std::span<double>, std::span<const std::int64_t>,
                                         std::span<const double>, std::span<const double>,
                                         const EmbeddingShape&, const ComputeContext&);
+template void token_embedding_forward<float>(std::span<float>, std::span<const std::int64_t>,
+                                             std::span<const float>, const EmbeddingShape&,
+                                             const ComputeContext&);
+template void token_embedding_forward<double>(std::span<double>, std::span<const std::int64_t>,
+                                              std::span<const double>, const EmbeddingShape&,
+                                              const ComputeContext&);
+template void add_position_embedding<float>(std::span<float>, std::span<const float>,
+                                            const EmbeddingShape&, const ComputeContext&);
+template void add_position_embedding<double>(std::span<double>, std::span<const double>,
+                                             const EmbeddingShape&, const ComputeContext&);
 template void embedding_backward<float>(std::span<float>, std::span<float>, std::span<const float>,
                                         std::span<const std::int64_t>, const EmbeddingShape&,
                                         const ComputeContext&);

@@ -29,14 +29,40 @@ struct EmbeddingShape {
   std::size_t channels = 0;
   std::size_t vocab = 0;
   std::size_t context = 0;  // rows of the position table; time <= context
+  // Vocabulary-parallel (Megatron): the token table holds rows [first_token, first_token +
+  // table_rows) of the vocabulary only, a tensor rank's; the other ids' rows are on other ranks.
+  // table_rows 0: the whole table.
+  std::size_t first_token = 0;
+  std::size_t table_rows = 0;
+
+  [[nodiscard]] std::size_t rows() const noexcept { return table_rows == 0 ? vocab : table_rows; }
+  [[nodiscard]] bool holds(std::int64_t token) const noexcept {
+    const auto t = static_cast<std::size_t>(token);
+    return t >= first_token && t < first_token + rows();
+  }
 };
 
-// Throws InvalidArgument for a token outside [0, vocab), naming its (b, t), or wrong sizes.
+// The whole lookup, wte[token] + wpe[t]: the token table whole (table_rows 0). Throws
+// InvalidArgument for a token outside [0, vocab), naming its (b, t), or wrong sizes.
 template <class Real>
 void embedding_forward(std::span<Real> output, std::span<const std::int64_t> tokens,
                        std::span<const Real> token_table, std::span<const Real> position_table,
                        const EmbeddingShape& shape, const ComputeContext& compute);
 
+// A tensor rank's part of the lookup over a slice of the token table: output[b, t, :] =
+// token_table[tokens[b, t] - first_token, :] for the ids the slice holds, 0 for the others, so
+// that the tensor group's sum of the ranks' outputs is wte[token] with the whole table's bits;
+// then add_position_embedding adds wpe[t] once. Checks as embedding_forward.
+template <class Real>
+void token_embedding_forward(std::span<Real> output, std::span<const std::int64_t> tokens,
+                             std::span<const Real> token_table, const EmbeddingShape& shape,
+                             const ComputeContext& compute);
+template <class Real>
+void add_position_embedding(std::span<Real> output, std::span<const Real> position_table,
+                            const EmbeddingShape& shape, const ComputeContext& compute);
+
+// Adds into the token table's rows (the slice's, for ids it holds; no other id adds anything)
+// and the position table's (every position).
 template <class Real>
 void embedding_backward(std::span<Real> grad_token_table, std::span<Real> grad_position_table,
                         std::span<const Real> grad_output, std::span<const std::int64_t> tokens,

@@ -53,7 +53,8 @@ Linear::Linear(const Linear& whole, TensorParallelRole role, TensorSlice slice)
 }
 
 std::unique_ptr<Layer> Linear::do_sliced(TensorParallelRole role, TensorSlice slice) const {
-  if (role == TensorParallelRole::pair) return nullptr;  // one Linear is half a pair
+  // One Linear is half a pair; it has no vocabulary table (the gpt head splits by vocabulary).
+  if (role != TensorParallelRole::column && role != TensorParallelRole::row) return nullptr;
   TESSERA_CHECK(!sliced_, name_ + ": is already a slice; slice the whole layer");
   const std::size_t extent = role == TensorParallelRole::column ? out_ : in_;
   if (static_cast<std::size_t>(slice.size) > extent) {

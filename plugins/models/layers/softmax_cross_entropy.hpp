@@ -28,4 +28,20 @@ namespace tessera::layers {
 [[nodiscard]] LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& targets,
                                                std::size_t classes, const ComputeContext& compute);
 
+// Megatron's vocabulary-parallel cross-entropy (Shoeybi et al. 2019, section 3): the loss
+// softmax_cross_entropy gives for the whole logits, from logits [..., slice.size()] that hold
+// classes [slice.begin, slice.end) of slice.classes, the other ranks of slice.group holding the
+// rest; no rank forms [rows, classes]. Megatron's three reductions in two all-reduces over the
+// group: the maximum logit of each row, then one sum of three values a row (e^(z - max) over the
+// rank's classes, the target's logit from the rank whose classes hold it, and whether a class
+// before the target reaches the maximum, for the first arg-max). loss_sum, targets and correct
+// are the same on every rank; grad_logits is this rank's slice of (softmax - onehot) / targets.
+// It equals softmax_cross_entropy's to rounding (the sum of exponentials adds in another order).
+// Collective over slice.group (every rank calls it for the same targets). Host memory only:
+// throws InvalidArgument for logits or targets on a device, and as softmax_cross_entropy does.
+[[nodiscard]] LossResult vocabulary_parallel_cross_entropy(const Tensor& logits,
+                                                           const Tensor& targets,
+                                                           const VocabularySlice& slice,
+                                                           const ComputeContext& compute);
+
 }  // namespace tessera::layers

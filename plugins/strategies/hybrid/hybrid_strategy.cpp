@@ -57,6 +57,8 @@ HybridStrategy::~HybridStrategy() = default;
 
 void HybridStrategy::reset() {
   sync_.reset();
+  vocabulary_.reset();
+  vocabulary_model_ = nullptr;
   plan_.reset();
   groups_.reset();
   params_of_stage_.clear();
@@ -67,33 +69,6 @@ void HybridStrategy::reset() {
   grads_ = Tensor();
   state_ = Tensor();
 }
-
-namespace {
-
-// A tied parameter (GPT-2's wte and lm_head) is one storage that several layers use; a layer
-// that holds a slice of it would need its users to slice it alike, which nothing arranges yet.
-// Ties between replicated layers are fine: every tensor rank holds them whole.
-void refuse_split_ties(const FlatLayout& layout, const std::vector<TensorParallelRole>& roles,
-                       const Model& model, int tensor_parallel) {
-  for (std::size_t l = 0; l < roles.size(); ++l) {
-    if (roles[l] == TensorParallelRole::replicate) continue;
-    for (const std::size_t index : layout.layer_params[l]) {
-      bool tied = layout.params[index].layer != l;
-      for (std::size_t m = 0; m < layout.layer_params.size() && !tied; ++m) {
-        tied = m != l &&
-               std::count(layout.layer_params[m].begin(), layout.layer_params[m].end(), index) > 0;
-      }
-      if (!tied) continue;
-      throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) +
-                        ": layer " + std::to_string(l) + " (" + model.layer(l).name() +
-                        ") would be split but shares a parameter with another layer "
-                        "(ParamSpec::tied_to), which tensor parallelism does not split; use "
-                        "tensor_parallel = 1 or untie the parameter");
-    }
-  }
-}
-
-}  // namespace
 
 void HybridStrategy::setup(const StrategySetup& setup) {
   TESSERA_CHECK(setup.world && setup.model && setup.optimizer,
@@ -114,7 +89,13 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   stage_ = stages[static_cast<std::size_t>(at.pipeline)];
   roles_ = tensor_parallel_roles(model, mesh_->tensor_size());
   layout_ = FlatLayout::of(model);
-  refuse_split_ties(layout_, roles_, model, mesh_->tensor_size());
+  check_tied_slices(model, layout_, roles_, mesh_->tensor_size());
+  vocabulary_ = vocabulary_slice_of(model, roles_, {at.tensor, mesh_->tensor_size()});
+  if (vocabulary_) {
+    vocabulary_model_ = dynamic_cast<const VocabularyParallelModel*>(&model);
+    TESSERA_CHECK(vocabulary_model_ != nullptr,
+                  "hybrid: a head split by vocabulary in a model without a vocabulary loss");
+  }
   if (mesh_->tensor_size() > 1 && setup.world->rank() == 0) {
     std::fprintf(stderr, "%s",
                  describe_tensor_parallel_plan(model, roles_, mesh_->tensor_size()).c_str());
@@ -128,8 +109,10 @@ void HybridStrategy::setup(const StrategySetup& setup) {
   }
 
   groups_ = std::make_unique<MeshGroups>(*setup.world, *mesh_);
-  if (mesh_->tensor_size() > 1)
+  if (mesh_->tensor_size() > 1) {
     plan_ = std::make_unique<TensorParallelPlan>(groups_->tensor, roles_);
+    if (vocabulary_) vocabulary_->group = plan_.get();
+  }
 
   // This rank's parameters: its stage's layers' own, sliced where split, in model order; then a
   // copy of each parameter a layer of the stage borrows from a layer of an earlier stage (the
@@ -206,7 +189,10 @@ void HybridStrategy::setup(const StrategySetup& setup) {
         sync_->add_parameter(name, values.subspan(p.offset, p.count),
                              grads.subspan(p.offset, p.count)));
   }
-  ties_ = TiedGradients(layout_, Device::cpu(), stage_.first, stage_.last);
+  // A tie inside the stage collects what this rank holds of the parameter (a vocabulary slice of
+  // wte, split alike in the embedding and the head: check_tied_slices).
+  ties_ = TiedGradients(layout_, Device::cpu(), stage_.first, stage_.last,
+                        [&](std::size_t index) { return local_of(index).count; });
   if (sync_) sync_->finalize();
   timing_ = PipelineTiming{};
   timing_.stages = static_cast<std::size_t>(mesh_->pipeline_size());
@@ -218,7 +204,9 @@ int HybridStrategy::plan_data_parallel_size(const Model& model, int world_size) 
   const Mesh mesh(world_size, config_.tensor_parallel, config_.pipeline_parallel);
   (void)partition_layers(estimated_layer_costs(model),
                          static_cast<std::size_t>(mesh.pipeline_size()), config_.partition);
-  (void)tensor_parallel_roles(model, mesh.tensor_size());
+  const auto roles = tensor_parallel_roles(model, mesh.tensor_size());
+  check_tied_slices(model, FlatLayout::of(model), roles, mesh.tensor_size());
+  (void)vocabulary_slice_of(model, roles, {0, mesh.tensor_size()});
   return mesh.data_size();
 }
 
@@ -291,7 +279,6 @@ struct HybridStrategy::MicroBatchPlan {
 
 StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
   TESSERA_CHECK(groups_ != nullptr, "hybrid: train_step before setup");
-  const Model& model = *setup_.model;
   const MeshCoordinates& at = groups_->at;
   const auto stages = static_cast<std::size_t>(mesh_->pipeline_size());
   const auto stage = static_cast<std::size_t>(at.pipeline);
@@ -378,7 +365,7 @@ StepStats HybridStrategy::train_step(const Batch& batch, const StepInfo& info) {
         if (!last_stage) {
           outputs[k] = std::move(output);
         } else if (has_rows) {
-          auto result = model.loss(output, micro_batch(batch.targets, k));
+          auto result = loss_of(output, micro_batch(batch.targets, k));
           local.loss_sum += result.loss_sum;
           local.targets += result.targets;
           local.correct += result.correct;
@@ -531,7 +518,14 @@ StepStats HybridStrategy::evaluate(const Batch& batch) {
     pipeline.send(output.view(), static_cast<int>(stage) + 1, kActivationTag)->wait();
     return stats;
   }
-  return evaluation_stats(setup_.model->loss(output, batch.targets));
+  return evaluation_stats(loss_of(output, batch.targets));
+}
+
+LossResult HybridStrategy::loss_of(const Tensor& logits, const Tensor& targets) const {
+  if (vocabulary_) {
+    return vocabulary_model_->loss_over_vocabulary_slice(logits, targets, *vocabulary_);
+  }
+  return setup_.model->loss(logits, targets);
 }
 
 PipelineTiming HybridStrategy::take_pipeline_timing() {

@@ -156,6 +156,9 @@ class HybridStrategy final : public Strategy {
   // Collective over those stages of the pipeline group.
   void sum_tied_gradients();
   [[nodiscard]] LayerRange range() const;
+  // The model's loss on the last stage's output: over this rank's vocabulary slice when the head
+  // splits by vocabulary (collective over the tensor group), else Model::loss.
+  [[nodiscard]] LossResult loss_of(const Tensor& logits, const Tensor& targets) const;
   // The shape of `rows` samples entering model layer `layer` on this tensor rank.
   [[nodiscard]] Shape shape_before(std::size_t layer, std::size_t rows) const;
   // Sum of squares of the whole model's gradients, every parameter counted once: complete on
@@ -177,6 +180,10 @@ class HybridStrategy final : public Strategy {
   StageRange stage_;
   std::vector<TensorParallelRole> roles_;
   std::unique_ptr<TensorParallelPlan> plan_;
+  // Set when the model's head splits by vocabulary: this tensor rank's classes, reduced over
+  // plan_, and the model's loss over them.
+  std::optional<VocabularySlice> vocabulary_;
+  const VocabularyParallelModel* vocabulary_model_ = nullptr;
   std::vector<std::unique_ptr<Layer>> owned_;  // the sliced layers
   std::vector<const Layer*> layers_;           // every model layer, sliced ones in place
   std::vector<LocalParam> params_of_stage_;

@@ -105,6 +105,7 @@ std::string role_name(TensorParallelRole role) {
     case TensorParallelRole::column: return "column-parallel";
     case TensorParallelRole::row: return "row-parallel";
     case TensorParallelRole::pair: return "as a column/row pair inside the layer";
+    case TensorParallelRole::vocabulary: return "vocabulary-parallel";
     case TensorParallelRole::replicate: break;
   }
   return "replicated";
@@ -146,25 +147,69 @@ void check_divides(const Layer& layer, std::size_t index, TensorParallelRole rol
   }
 }
 
+// The shape of one sample entering each layer of `model`.
+std::vector<Shape> layer_inputs(const Model& model) {
+  std::vector<Shape> inputs;
+  Shape shape{1};
+  for (auto d : model.layout().input_shape) shape.push_back(d);
+  for (std::size_t l = 0; l < model.layer_count(); ++l) {
+    inputs.push_back(shape);
+    shape = model.layer(l).output_shape(shape);
+  }
+  return inputs;
+}
+
+// `layer` split by vocabulary as tensor rank `slice` holds it; ConfigError naming the layer when
+// it cannot be (a vocabulary of fewer tokens than tensor ranks).
+std::unique_ptr<Layer> vocabulary_part(const Layer& layer, std::size_t index, TensorSlice slice) {
+  try {
+    return layer.sliced(TensorParallelRole::vocabulary, slice);
+  } catch (const InvalidArgument& e) {
+    throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(slice.size) +
+                      " cannot split layer " + std::to_string(index) + " (" + layer.name() +
+                      ") by vocabulary: " + e.what());
+  }
+}
+
+// Whether `part` (a vocabulary split of `layer`) gives a slice of the classes, not the whole
+// output: a head rather than an embedding.
+bool splits_output(const Layer& layer, const Layer& part, const Shape& input) {
+  return part.output_shape(input) != layer.output_shape(input);
+}
+
 }  // namespace
 
 std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int tensor_parallel) {
   const std::size_t n = model.layer_count();
   std::vector<TensorParallelRole> roles(n, TensorParallelRole::replicate);
   if (tensor_parallel <= 1) return roles;
-  std::vector<Shape> inputs;  // inputs[l]: the shape of one sample entering layer l
-  Shape shape{1};
-  for (auto d : model.layout().input_shape) shape.push_back(d);
-  for (std::size_t l = 0; l < n; ++l) {
-    inputs.push_back(shape);
-    shape = model.layer(l).output_shape(shape);
-  }
+  const std::vector<Shape> inputs = layer_inputs(model);  // of one sample
   bool any = false;
   for (std::size_t l = 0; l < n; ++l) {
     if (!can_split(model.layer(l), TensorParallelRole::pair)) continue;
     check_divides(model.layer(l), l, TensorParallelRole::pair, tensor_parallel);
     roles[l] = TensorParallelRole::pair;
     any = true;
+  }
+  // Only a model that says it reads a vocabulary slice in its loss is asked for the role (a layer
+  // built before ABI 3.1 might not refuse a role it never knew).
+  if (dynamic_cast<const VocabularyParallelModel*>(&model) != nullptr) {
+    for (std::size_t l = 0; l < n; ++l) {
+      const Layer& layer = model.layer(l);
+      if (roles[l] != TensorParallelRole::replicate ||
+          !can_split(layer, TensorParallelRole::vocabulary))
+        continue;
+      const auto part = vocabulary_part(layer, l, {0, tensor_parallel});
+      if (l + 1 < n && splits_output(layer, *part, inputs[l])) {
+        throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) +
+                          ": layer " + std::to_string(l) + " (" + layer.name() +
+                          ") splits its output by vocabulary but is not the "
+                          "model's last layer; only the logits the loss reads may be a "
+                          "vocabulary slice");
+      }
+      roles[l] = TensorParallelRole::vocabulary;
+      any = true;
+    }
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (roles[i] != TensorParallelRole::replicate ||
@@ -189,6 +234,70 @@ std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model, int te
                       "tensor_parallel = 1");
   }
   return roles;
+}
+
+std::optional<VocabularySlice> vocabulary_slice_of(const Model& model,
+                                                   std::span<const TensorParallelRole> roles,
+                                                   TensorSlice slice) {
+  const std::size_t n = model.layer_count();
+  if (n == 0 || roles.size() != n || roles[n - 1] != TensorParallelRole::vocabulary) {
+    return std::nullopt;
+  }
+  const Layer& head = model.layer(n - 1);
+  const Shape input = layer_inputs(model).back();
+  const auto part = vocabulary_part(head, n - 1, slice);
+  if (!splits_output(head, *part, input)) return std::nullopt;
+  const std::size_t classes = head.output_shape(input).back();
+  const auto [begin, end] = slice.range_of(classes);
+  if (part->output_shape(input).back() != end - begin) {
+    throw ConfigError("[strategy.hybrid] tensor_parallel = " + std::to_string(slice.size) +
+                      ": layer " + std::to_string(n - 1) + " (" + head.name() + ") gives tensor " +
+                      "rank " + std::to_string(slice.rank) + " " +
+                      std::to_string(part->output_shape(input).back()) + " of its " +
+                      std::to_string(classes) + " classes, not the rows [" + std::to_string(begin) +
+                      ", " + std::to_string(end) + ") TensorSlice::range_of gives it");
+  }
+  return VocabularySlice{begin, end, classes, nullptr};
+}
+
+namespace {
+
+// What layer `layer` holds of its spec `spec` as tensor rank `rank`.
+ParamSpec held_spec(const Model& model, std::span<const TensorParallelRole> roles,
+                    std::size_t layer, std::size_t spec, TensorSlice slice) {
+  if (roles[layer] == TensorParallelRole::replicate) return model.layer(layer).parameters()[spec];
+  return model.layer(layer).sliced(roles[layer], slice)->parameters()[spec];
+}
+
+}  // namespace
+
+void check_tied_slices(const Model& model, const FlatLayout& layout,
+                       std::span<const TensorParallelRole> roles, int tensor_parallel) {
+  if (tensor_parallel <= 1) return;
+  for (std::size_t l = 0; l < layout.layer_params.size(); ++l) {
+    for (std::size_t s = 0; s < layout.layer_params[l].size(); ++s) {
+      if (!layout.borrowed(l, s)) continue;
+      const std::size_t index = layout.layer_params[l][s];
+      const std::size_t owner = layout.params[index].layer;
+      const auto& owned = layout.layer_params[owner];
+      const auto at_owner =
+          static_cast<std::size_t>(std::find(owned.begin(), owned.end(), index) - owned.begin());
+      for (int r = 0; r < tensor_parallel; ++r) {
+        const TensorSlice slice{r, tensor_parallel};
+        const ParamSpec mine = held_spec(model, roles, l, s, slice);
+        const ParamSpec theirs = held_spec(model, roles, owner, at_owner, slice);
+        if (mine.slice == theirs.slice && mine.shape == theirs.shape) continue;
+        throw ConfigError(
+            "[strategy.hybrid] tensor_parallel = " + std::to_string(tensor_parallel) + ": layer " +
+            std::to_string(l) + " (" + model.layer(l).name() + ", " + role_name(roles[l]) +
+            ") ties its " + mine.name + " to " + theirs.name + " of layer " +
+            std::to_string(owner) + " (" + model.layer(owner).name() + ", " +
+            role_name(roles[owner]) + "), but tensor rank " + std::to_string(r) +
+            " would hold other parts of it in the two (a tied parameter is one storage); split "
+            "both layers alike, untie the parameter or use tensor_parallel = 1");
+      }
+    }
+  }
 }
 
 namespace {
@@ -223,7 +332,12 @@ std::string describe_tensor_parallel_plan(const Model& model,
     whole_total += whole;
     text << "  " << std::setw(5) << l << "  " << std::left << std::setw(20) << layer.name() << "  "
          << std::setw(37) << role_name(role) << std::right << "  " << std::setw(14) << held << "  "
-         << std::setw(8) << whole << "\n";
+         << std::setw(8) << whole;
+    // A tied parameter's bytes are its owner's line's.
+    for (const auto& spec : layer.parameters()) {
+      if (!spec.tied_to.empty()) text << "  (" << spec.name << " is " << spec.tied_to << ")";
+    }
+    text << "\n";
   }
   text << "  total" << std::string(62, ' ') << std::setw(14) << rank_total << "  " << std::setw(8)
        << whole_total << "\n";

@@ -4,11 +4,13 @@
 // the model and the sizes, so every rank computes the same cut without communicating.
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tessera/plugin/model.hpp"
+#include "tessera/strategy_kit/flat_state.hpp"
 
 namespace tessera::hybrid {
 
@@ -40,15 +42,34 @@ struct StageRange {
 [[nodiscard]] std::vector<double> estimated_layer_costs(const Model& model);
 
 // Which layers run column- and row-parallel over a tensor group of `tensor_parallel` ranks:
-// a layer that splits as a pair of its own (role pair: a GPT block) runs so; then, scanning
-// forward, a layer that can be split column-parallel (Layer::sliced), followed by layers that
-// cannot be split, hold no parameters and keep their input's shape (element-wise), then a layer
-// that can be split row-parallel, form a pair; every other layer is replicated. All replicate
-// for tensor_parallel = 1. Throws ConfigError naming [strategy.hybrid] tensor_parallel and the
-// layer when it is above 1 and the model has no such pair, or when it does not divide the
-// features (or heads) a split layer splits (each tensor rank must hold exactly 1/tp of them).
+// a layer that splits as a pair of its own (role pair: a GPT block) runs so; in a model that
+// derives from VocabularyParallelModel (model.hpp), a layer that splits by vocabulary (role
+// vocabulary: the gpt embedding and head) runs so; then, scanning forward, a layer that can be
+// split column-parallel (Layer::sliced), followed by layers that cannot be split, hold no
+// parameters and keep their input's shape (element-wise), then a layer that can be split
+// row-parallel, form a pair; every other layer is replicated. All replicate for tensor_parallel
+// = 1. Throws ConfigError naming [strategy.hybrid] tensor_parallel and the layer when it is above
+// 1 and the model has no such pair, when it does not divide the features (or heads) a column,
+// row or pair split splits (each tensor rank must hold exactly 1/tp of them; a vocabulary may
+// split unevenly, TensorSlice::range_of), when a vocabulary has fewer tokens than tensor ranks,
+// and when a layer whose output is a vocabulary slice (a head) is not the model's last.
 [[nodiscard]] std::vector<TensorParallelRole> tensor_parallel_roles(const Model& model,
                                                                     int tensor_parallel);
+
+// The classes of the logits tensor rank `slice` holds when the model's last layer splits its
+// output by vocabulary (a head with role vocabulary): [begin, end) of the vocabulary, whose loss
+// the model's VocabularyParallelModel computes (`group` left null for the caller to set);
+// nullopt when the logits are whole on every tensor rank. Throws ConfigError naming the layer
+// when its output is not the range TensorSlice::range_of gives the rank.
+[[nodiscard]] std::optional<VocabularySlice> vocabulary_slice_of(
+    const Model& model, std::span<const TensorParallelRole> roles, TensorSlice slice);
+
+// Throws ConfigError naming both layers unless every parameter that several layers use (a tie,
+// ParamSpec::tied_to) is held alike by all of them on every tensor rank: whole by all, or the
+// same slice of it (the gpt head and embedding split by the same vocabulary rows), so that it
+// stays one storage, one gradient and one optimizer state. `layout` is FlatLayout::of(model).
+void check_tied_slices(const Model& model, const FlatLayout& layout,
+                       std::span<const TensorParallelRole> roles, int tensor_parallel);
 
 // The tensor-parallel plan as a table a person reads at start-up: for each layer its index,
 // name, how it is split and the bytes of parameters one tensor rank holds of it (of the first

@@ -8,7 +8,7 @@ namespace {
 constexpr tessera_option_desc kOptions[] = {
     {"tensor_parallel", "int", "1",
      "ranks of a tensor group: Linear pairs split column- then row-parallel over them, gpt "
-     "blocks by heads",
+     "blocks by heads, the gpt embedding and head by vocabulary",
      nullptr, "1", "4096"},
     {"pipeline_parallel", "int", "1", "pipeline stages the model's layers are cut into", nullptr,
      "1", "4096"},

@@ -11,6 +11,9 @@
 #ifndef TEST_ABI_MAJOR
 #define TEST_ABI_MAJOR TESSERA_PLUGIN_ABI_MAJOR
 #endif
+#ifndef TEST_ABI_MINOR
+#define TEST_ABI_MINOR TESSERA_PLUGIN_ABI_MINOR
+#endif
 // The major in the exported symbol's name (tessera_plugin_descriptor_vN), normally the field's.
 #ifndef TEST_SYMBOL_MAJOR
 #define TEST_SYMBOL_MAJOR TEST_ABI_MAJOR
@@ -145,7 +148,7 @@ const tessera_plugin_descriptor TESSERA_PLUGIN_ABI_CAT(tessera_plugin_descriptor
                                                        TEST_SYMBOL_MAJOR) = {
     sizeof(tessera_plugin_descriptor),
     TEST_ABI_MAJOR,
-    TESSERA_PLUGIN_ABI_MINOR,
+    TEST_ABI_MINOR,
     TEST_BUILD_ID,
     TEST_KIND,
     TEST_NAME,

@@ -85,10 +85,23 @@ struct ParamSpec {
 // block is one Layer so that every strategy treats it as one unit (zero3 gathers it whole, a
 // pipeline cuts between blocks), and the layer, which never holds a communicator, still has to
 // sum in the middle of its own computation.
-enum class TensorParallelRole : std::uint8_t { replicate, column, row, pair };
+//
+// vocabulary (ABI 3.1): Megatron's vocabulary-parallel embedding and output head. The layer's
+// table (a token embedding's rows, a head's output rows) splits by vocabulary: tensor rank r
+// holds the rows TensorSlice::range_of(vocab) gives it, the first ranks one row more when tp does
+// not divide the vocabulary (no padding: a checkpoint keeps the whole table's natural layout). As
+// for pair, the input is whole on every tensor rank, the kit does nothing around the layer and
+// the layer sums through LayerContext::sum_over_tensor_group: an embedding looks up the ids in its
+// rows, zeros for the others, and sums, so its output is whole; a head computes the logits of its
+// rows only (its output is [..., its rows]: the whole vocabulary's logits are never formed on one
+// rank) and sums its input gradient in backward. Such a head must be the model's last layer, and
+// its model reads the slice in its loss (VocabularyParallelModel, model.hpp). A strategy asks a
+// layer for this role only in a model that derives from VocabularyParallelModel: a layer built
+// for ABI 3.0, which did not know the role, is never asked.
+enum class TensorParallelRole : std::uint8_t { replicate, column, row, pair, vocabulary };
 
-// The tensor group's sum as a layer split with role pair sees it (the kit implements it over
-// the group's communicator: strategy_kit/tensor_parallel.hpp).
+// The tensor group's sum as a layer split with role pair or vocabulary sees it (the kit
+// implements it over the group's communicator: strategy_kit/tensor_parallel.hpp).
 class TensorGroupSum {
  public:
   virtual ~TensorGroupSum() = default;
@@ -134,8 +147,8 @@ class LayerContext {
   void set_input_gradient_needed(bool needed) noexcept { input_gradient_needed_ = needed; }
   [[nodiscard]] bool input_gradient_needed() const noexcept { return input_gradient_needed_; }
 
-  // The tensor group of a layer split with role pair; nullptr (the default) outside tensor
-  // parallelism. Not owned: the kit's plan, which outlives the step. Survives clear().
+  // The tensor group of a layer split with role pair or vocabulary; nullptr (the default) outside
+  // tensor parallelism. Not owned: the kit's plan, which outlives the step. Survives clear().
   void set_tensor_group(const TensorGroupSum* group) noexcept { tensor_group_ = group; }
   // Sums a partial result over the layer's tensor group; nothing without one (a whole layer's
   // result is already the sum), so a layer runs one code path whole and split.
@@ -161,7 +174,7 @@ class LayerContext {
 // alias() of its input in ctx, so the caller must not write into the input until backward of
 // that context has returned. Layers never communicate: the tensor-parallel sums around
 // column/row-parallel layers belong to the strategy kit (strategy_kit/tensor_parallel.hpp), and a
-// layer split with role pair calls the sum the kit hands it in its context.
+// layer split with role pair or vocabulary calls the sum the kit hands it in its context.
 // Thread-safety: forward/backward are const and may run concurrently with different contexts.
 class Layer {
  public:
@@ -176,8 +189,8 @@ class Layer {
   virtual Tensor backward(const Tensor& grad_output, std::span<const BufferView> params,
                           std::span<const BufferView> grads, LayerContext& ctx) const = 0;
 
-  // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column, row or
-  // pair): a new layer whose parameters() describe its slices (ParamSpec::slice) and which
+  // This layer as tensor rank `slice.rank` of `slice.size` holds it in `role` (column, row, pair
+  // or vocabulary): a new layer whose parameters() describe its slices (ParamSpec::slice) and which
   // computes on them. nullptr: the layer cannot be split that way and runs whole on every
   // tensor rank (replicate). A row-parallel layer's output is a partial sum that the kit
   // all-reduces in place, so it must not keep its output in its context. The new layer may share

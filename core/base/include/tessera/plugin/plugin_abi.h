@@ -31,6 +31,11 @@
  * its targets. Its descriptor is 2.3's with url_scheme and create_url_scheme appended: a store
  * names the URL scheme it serves and reads its own URLs (store_url_scheme.hpp), so that the
  * core knows no store's URL or options. The symbol is _v3; an ABI 2 plugin is refused by name.
+ * ABI 3.1 adds Megatron's vocabulary-parallel embedding and head: TensorParallelRole::vocabulary,
+ * and a model that takes it derives from VocabularyParallelModel (model.hpp), whose loss reads a
+ * vocabulary slice of the logits through the kit's TensorGroupReductions. A 3.0 plugin loads and
+ * runs as before (no strategy asks a model that does not derive from the class for the role); a
+ * 3.0 host refuses a 3.1 plugin.
  */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -42,7 +47,7 @@ extern "C" {
 #endif
 
 #define TESSERA_PLUGIN_ABI_MAJOR 3
-#define TESSERA_PLUGIN_ABI_MINOR 0
+#define TESSERA_PLUGIN_ABI_MINOR 1
 
 #define TESSERA_PLUGIN_ABI_STR2(x) #x
 #define TESSERA_PLUGIN_ABI_STR(x) TESSERA_PLUGIN_ABI_STR2(x)

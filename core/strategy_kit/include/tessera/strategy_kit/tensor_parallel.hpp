@@ -10,6 +10,7 @@
 
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/layer.hpp"
+#include "tessera/plugin/model.hpp"
 
 namespace tessera {
 
@@ -30,25 +31,31 @@ void all_reduce_row_output(Communicator& tensor_group, Tensor& partial_output);
 
 // Which layers of a model run column- or row-parallel over one tensor group; the layer runner
 // (layer_runner.hpp) applies the sums after the layers that need them, and hands a layer split
-// with role pair this plan as its TensorGroupSum (LayerContext::set_tensor_group).
+// with role pair or vocabulary this plan as its TensorGroupSum (LayerContext::set_tensor_group).
+// It is also the TensorGroupReductions a loss over a vocabulary slice reduces through
+// (VocabularyParallelModel, model.hpp).
 // Thread-safety: const methods may run concurrently only on different groups (a communicator
 // takes operations from one thread at a time).
-class TensorParallelPlan final : public TensorGroupSum {
+class TensorParallelPlan final : public TensorGroupSum, public TensorGroupReductions {
  public:
   // roles[l]: the role of model layer l. Throws InvalidArgument unless the roles form pairs: a
   // column-parallel layer, any replicated layers (element-wise, they see the sliced features),
-  // then a row-parallel layer, with no row-parallel layer outside such a pair and no pair layer
-  // inside one (its input must be whole).
+  // then a row-parallel layer, with no row-parallel layer outside such a pair and no pair or
+  // vocabulary layer inside one (its input must be whole).
   TensorParallelPlan(std::shared_ptr<Communicator> tensor_group,
                      std::vector<TensorParallelRole> roles);
 
   [[nodiscard]] TensorParallelRole role(std::size_t layer) const;
   [[nodiscard]] Communicator& group() const noexcept { return *group_; }
 
-  // The sum a pair layer calls inside its forward and backward (TensorGroupSum::sum).
+  // The sum a pair or vocabulary layer calls inside its forward and backward
+  // (TensorGroupSum::sum), and a vocabulary loss's sums (TensorGroupReductions::sum): any dtype
+  // the group reduces, in place.
   void sum(Tensor& partial) const override;
-  // What LayerContext::set_tensor_group takes for `layer`: this plan for a pair layer, nullptr
-  // for any other (their sums are after_forward's and after_backward's).
+  // The element-wise maximum over the group, in place (TensorGroupReductions::max).
+  void max(Tensor& values) const override;
+  // What LayerContext::set_tensor_group takes for `layer`: this plan for a pair or vocabulary
+  // layer, nullptr for any other (their sums are after_forward's and after_backward's).
   [[nodiscard]] const TensorGroupSum* group_sum_for(std::size_t layer) const;
 
   // After layer `layer`'s forward: a row-parallel layer's partial output is summed.

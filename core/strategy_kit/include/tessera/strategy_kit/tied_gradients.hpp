@@ -31,8 +31,12 @@ class TiedGradients {
   // pipeline stage's; a borrower whose owner is on another stage holds a copy, which is the
   // strategy's business). Gradients live on `device`; on any but the host, a model with ties in
   // the range is refused (ConfigError naming [runtime] device): the helper adds in host memory.
+  // held_count(param): the elements of FlatLayout parameter `param` this rank's layers compute
+  // with, when they hold a tensor-parallel slice of it (the same slice in owner and borrowers);
+  // unset, the whole parameter's.
   TiedGradients(const FlatLayout& layout, Device device, std::size_t first = 0,
-                std::size_t last = SIZE_MAX);
+                std::size_t last = SIZE_MAX,
+                const std::function<std::size_t(std::size_t param)>& held_count = {});
 
   [[nodiscard]] bool empty() const noexcept { return ties_.empty(); }
 
