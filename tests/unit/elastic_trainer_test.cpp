@@ -611,6 +611,48 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   EXPECT_EQ(entered.world, nullptr);
 }
 
+// Workers 0 and 1 train 480 samples; worker 2 starts after step 3 and is admitted, and worker
+// `dies` dies in its first reconfiguration: onto the world that admits worker 2.
+std::vector<WorkerOutcome> admit_worker_2_while_one_dies_in_reconfigure(int dies) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.die_in_reconfigure = {dies};
+  auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  return outcomes;
+}
+
+// A member dies while a newcomer is being admitted: worker 2 starts after step 3, and worker 1
+// dies in the reconfiguration onto the world that admits it. The newcomer is a member of that
+// world by then and regroups with worker 0 as worker 0 does, instead of leaving the run with the
+// failure (it once threw out of its trainer's start, which knew no failure path).
+TEST(ElasticTrainer, ANewcomerWhoseAdmissionLosesAMemberGoesOnWithTheOthers) {
+  const auto outcomes = admit_worker_2_while_one_dies_in_reconfigure(1);
+  ASSERT_TRUE(outcomes[1].died);
+  const auto& member = outcomes[0].result;
+  const auto& newcomer = outcomes[2].result;
+  // The admitting world was never adopted: the one change is onto the world after it, which
+  // the newcomer joined and worker 1 left since the world before.
+  ASSERT_EQ(member.world_events.size(), 1U);
+  const auto& event = member.world_events[0];
+  EXPECT_EQ(event.generation, 3);
+  EXPECT_EQ(event.joined, std::vector<std::string>{"w2"});
+  EXPECT_EQ(event.left, std::vector<std::string>{"w1"});
+  EXPECT_EQ(event.world_size, 2);
+  EXPECT_EQ(event.state_from, "memory");
+  ASSERT_EQ(newcomer.world_events.size(), 1U);
+  EXPECT_EQ(newcomer.world_events[0].generation, 3);
+  EXPECT_EQ(newcomer.world_events[0].joined, event.joined);  // every rank names the same change
+  EXPECT_EQ(newcomer.world_events[0].left, event.left);
+  EXPECT_EQ(newcomer.resumed_from_step, event.resumed_at_step);
+  EXPECT_EQ(newcomer.steps, member.steps);
+  EXPECT_EQ(newcomer.rank, 1);
+  EXPECT_EQ(outcomes[2].strategy->parameters(), outcomes[0].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, member.world_events, 480), std::vector<int>(480, 2));
+}
+
 // A `tessera launch --elastic --join -n 1` worker counts only itself: its own max_workers is 1.
 // The room it sees in the job, and so whether it takes part in the members' per-step question
 // about newcomers, must be the job's, or its collectives fall out of step with theirs.
@@ -630,13 +672,7 @@ TEST(ElasticTrainer, ANewcomerStartedWithASmallerMaxWorkersKeepsInStepWithTheJob
 // takes it in: the members regroup without it and go on from the state they held, every sample
 // once per epoch.
 TEST(ElasticTrainer, ANewcomerKilledRightAfterItsAdmissionLeavesTheMembersTraining) {
-  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
-  LateStarts late;
-  late.start_after = {0, 0, 3};
-  late.step_pause = std::chrono::milliseconds(10);
-  late.die_in_reconfigure = {2};
-  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
-  rethrow_errors(outcomes);
+  const auto outcomes = admit_worker_2_while_one_dies_in_reconfigure(2);
   ASSERT_TRUE(outcomes[2].died);
   for (std::size_t w = 0; w < 2; ++w) {
     const auto& result = outcomes[w].result;

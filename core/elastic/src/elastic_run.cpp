@@ -297,6 +297,17 @@ class ElasticRun final : public WorldSource {
     return left;
   }
 
+  // Who joined since the world whose state the copies are: the members that hold none of it
+  // (ranks_in_copied_world's -1), so that a newcomer admitted to a generation that failed before
+  // the run moved onto it is still named in the change onto the world after it, by every rank.
+  [[nodiscard]] static std::vector<std::string> joined_since_copied(const Regrouping& regroup) {
+    std::vector<std::string> joined;
+    for (std::size_t r = 0; r < regroup.members.size() && r < regroup.previous_rank.size(); ++r) {
+      if (regroup.previous_rank[r] < 0) joined.push_back(regroup.members[r]);
+    }
+    return joined;
+  }
+
   // The change onto `regroup`'s world, the members and newcomers of it together: the state of
   // the world before, from memory or else the newest checkpoint.
   WorldChange adopt(RunControl& run, Regrouping regroup, std::int64_t failed_at_step,
@@ -315,9 +326,9 @@ class ElasticRun final : public WorldSource {
     event.generation = regroup.generation;
     adopting_members_ = regroup.members;
     event.left = left_since_adopted(regroup);
-    event.joined = regroup.joined;
     event.world_size = regroup.world->size();
     regroup.previous_rank = ranks_in_copied_world(run, *regroup.world);
+    event.joined = joined_since_copied(regroup);
     const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
     if (recovered.state) {
       event.state_from = "memory";

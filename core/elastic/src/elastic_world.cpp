@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fail_fast_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/elastic/membership.hpp"
 
@@ -53,7 +54,7 @@ class MembershipWorld final : public ElasticWorld {
   MembershipWorld(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store,
                   ElasticOptions options, std::string worker_id, Duration timeout)
       : transport_(std::move(transport)),
-        store_(std::move(store)),
+        store_(std::make_shared<elastic::FailFastStore>(std::move(store), options.failure_timeout)),
         options_(std::move(options)),
         timeout_(timeout),
         membership_(store_, {std::move(worker_id), options_.min_workers, options_.max_workers,
@@ -156,7 +157,10 @@ class MembershipWorld final : public ElasticWorld {
 
   std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
 
-  std::optional<Duration> store_silence() const override { return membership_.store_silence(); }
+  std::optional<Duration> store_silence() const override {
+    if (auto silence = membership_.store_silence()) return silence;
+    return store_->given_up_after();
+  }
 
   void confirm_membership() override { membership_.confirm_lease(); }
 
@@ -267,7 +271,9 @@ class MembershipWorld final : public ElasticWorld {
   }
 
   std::shared_ptr<Transport> transport_;
-  std::shared_ptr<Store> store_;
+  // The job's store, given up on once it has not answered for longer than a lease: the way out
+  // of a job that lost it then costs one store timeout, not one per request.
+  std::shared_ptr<elastic::FailFastStore> store_;
   ElasticOptions options_;
   Duration timeout_;
   Membership membership_;

@@ -126,6 +126,12 @@ std::string format_number(double value) {
   return text.str();
 }
 
+// A world source handed no world to this rank after `failure`: the others went on without it.
+TrainingError left_out_of_the_run(const Error& failure) {
+  return TrainingError(std::string("this rank was left out of the run's new world after: ") +
+                       failure.what());
+}
+
 }  // namespace
 
 // The state of one run(): where it is, how long it is planned to be, what it reported.
@@ -480,7 +486,13 @@ void Trainer::start(Run& run, bool resume) {
   if (source_->joins_running_run()) {
     auto change = source_->start(*control_, run.at);
     TESSERA_CHECK(change.has_value(), "a world source joining a running run must hand a world");
-    (void)apply(run, std::move(*change));
+    try {
+      (void)apply(run, std::move(*change));
+    } catch (const Error& e) {
+      // A member failed while this rank moved onto the world that admitted it: it is a member
+      // of that world now, and goes on with the others as they do (the source is asked).
+      if (go_on_after(run, e) == AfterStep::left) throw left_out_of_the_run(e);
+    }
     run.result.resumed_from_step = run.at.step;
     validate(schedule_);
     return;
@@ -673,10 +685,7 @@ TrainResult Trainer::train(bool resume) {
       return std::move(run.result);
     } catch (const Error& e) {
       if (recorder_) recorder_->set_active(true);  // what follows a failure is always recorded
-      if (go_on_after(run, e) == AfterStep::left) {
-        throw TrainingError(std::string("this rank was left out of the run's new world after: ") +
-                            e.what());
-      }
+      if (go_on_after(run, e) == AfterStep::left) throw left_out_of_the_run(e);
     }
   }
 }
