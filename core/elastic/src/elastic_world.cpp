@@ -155,6 +155,59 @@ class MembershipWorld final : public ElasticWorld {
 
   const ElasticOptions& options() const override { return options_; }
 
+  std::vector<std::optional<std::string>> gather_without_world(const std::string& round,
+                                                               const std::string& mine,
+                                                               Deadline deadline) override {
+    WorldView view;
+    {
+      std::lock_guard lock(mutex_);
+      view = view_;
+    }
+    if (!view.is_member()) {
+      throw InvalidArgument("elastic: gather_without_world before this worker entered a world");
+    }
+    PrefixStore keys("without_world/" + std::to_string(view.generation) + "/" + round, store_);
+    keys.set("value/" + std::to_string(*view.rank), mine);
+    keys.add("changes", 1);
+    std::optional<std::string> seen;
+    while (!keys.check("roster")) {
+      const auto posted = keys.list("value/");
+      const auto gone = membership_.departed(view);
+      std::size_t accounted = posted.size();
+      for (int r = 0; r < view.size(); ++r) {
+        const bool has_posted = std::ranges::any_of(
+            posted, [&](const auto& entry) { return entry.first == "value/" + std::to_string(r); });
+        if (!has_posted && std::ranges::count(gone, view.members[static_cast<std::size_t>(r)]) > 0)
+          ++accounted;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (accounted >= static_cast<std::size_t>(view.size()) || now >= deadline) {
+        std::string roster;
+        for (const auto& [key, value] : posted) roster += key.substr(6) + ",";
+        (void)keys.compare_set("roster", "", roster);
+        keys.add("changes", 1);
+        continue;
+      }
+      try {
+        seen = keys.wait_for_change(
+            "changes", seen,
+            std::chrono::ceil<Duration>(
+                std::min<std::chrono::steady_clock::duration>(Duration(100), deadline - now)));
+      } catch (const Timeout&) {  // NOLINT(bugprone-empty-catch): a slice ended; look again
+      }
+    }
+    std::vector<std::optional<std::string>> values(static_cast<std::size_t>(view.size()));
+    const auto roster = keys.get("roster", options_.failure_timeout);
+    const auto posted = keys.list("value/");
+    for (const auto& [key, value] : posted) {
+      const auto rank = key.substr(6);
+      if (roster.find(rank + ",") == 0 || roster.find("," + rank + ",") != std::string::npos) {
+        values.at(static_cast<std::size_t>(std::stoi(rank))) = value;
+      }
+    }
+    return values;
+  }
+
   std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
 
   std::optional<Duration> store_silence() const override {

@@ -175,6 +175,10 @@ class Trainer::Control final : public RunControl {
     trainer_.save_checkpoint(at, scratch);
     return *scratch.last_checkpoint;
   }
+  [[nodiscard]] std::map<std::string, std::string> checkpoint_metadata(
+      const TrainingPosition& at) const override {
+    return trainer_.checkpoint_metadata(at);
+  }
 
  private:
   Trainer& trainer_;
@@ -278,17 +282,21 @@ TrainingPosition Trainer::checkpoint_position(const FileCheckpointReader& reader
   return start;
 }
 
-void Trainer::save_checkpoint(const TrainingPosition& next, TrainResult& result) {
-  const trace::Span span("checkpoint_save", "checkpoint", {{"step", next.step}});
-  const std::map<std::string, std::string> meta = {
+std::map<std::string, std::string> Trainer::checkpoint_metadata(
+    const TrainingPosition& next) const {
+  return {
       {kEpochKey, std::to_string(next.epoch)},
       {kSamplesKey, std::to_string(next.samples)},
       {"seed", std::to_string(options_.seed)},
       {"batch_size", std::to_string(options_.batch_size)},
       {"strategy", parts_.strategy_name.empty() ? "unknown" : parts_.strategy_name},
   };
+}
+
+void Trainer::save_checkpoint(const TrainingPosition& next, TrainResult& result) {
+  const trace::Span span("checkpoint_save", "checkpoint", {{"step", next.step}});
   const auto written = write_checkpoint(
-      options_.checkpoint_dir, next.step, meta, *parts_.world,
+      options_.checkpoint_dir, next.step, checkpoint_metadata(next), *parts_.world,
       [&](CheckpointWriter& writer) { parts_.strategy->save(writer); },
       {written_checkpoints_, options_.checkpoint_keep}, parts_.world->timeout());
   std::erase(written_checkpoints_, written);
