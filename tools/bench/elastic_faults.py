@@ -83,7 +83,8 @@ from elastic_node_kills import sh  # noqa: E402
 
 TRANSPORTS = ("shm", "ucx")
 STRATEGIES = ("ddp", "zero2")
-FAULTS = ("kill", "double", "kill-in-regroup", "stop", "stop-in-regroup", "join1", "join2", "join-in-regroup",
+FAULTS = ("kill", "double", "kill-in-regroup", "stop", "stop-in-regroup", "join1", "join2",
+          "join-in-regroup",
           "joiner-killed", "shm-full", "store-kill-tcp", "store-stop-tcp", "store-kill-etcd",
           "store-stop-etcd", "dup-job-id")
 WORKERS = 3
@@ -641,6 +642,8 @@ class Run:
             "redone": sum(int(m.group(5)) - int(m.group(6)) for m in generations
                           if m.group(5) is not None),
             "generations": [m.group(0) for m in generations],
+            "recovery_seconds": [float(m.group(9)) for m in generations
+                                 if m.group(5) is not None],
             "samples_per_epoch": [samples[e] for e in sorted(samples)],
             "evaluations_per_epoch": [evaluations[e] for e in sorted(evaluations)],
             "records_after_final_evaluation":
@@ -751,6 +754,8 @@ def summary(cell, runs):
         "exits": " ".join(exits), "hangs": sum(r["hung"] for r in runs),
         "redone": spread([r["redone"] for r in runs]),
         "stopped": sum(r["checkpoint_step"] is not None for r in runs),
+        "recovery_s": (round(statistics.median(t for r in runs for t in r["recovery_seconds"]), 2)
+                       if any(r["recovery_seconds"] for r in runs) else "-"),
         "lost": spread([r.get("steps_lost") for r in runs]),
         "repeated": spread([r["repeated"] for r in runs]),
         "gaps": spread([r["gaps"] for r in runs]),
@@ -767,16 +772,16 @@ def print_table(rows, baselines):
         print(f"undisturbed {key}: accuracy {b['accuracy']} %, samples per epoch "
               f"{b['samples_per_epoch']}, {b['seconds']} s")
     head = ("cell", "runs", "pass", "exits", "hangs", "redone", "repeated", "gaps", "stopped",
-            "lost", "samples/epoch", "accuracy %", "shm left", "median s", "verdict")
+            "lost", "recovery s", "samples/epoch", "accuracy %", "shm left", "median s", "verdict")
     table = [head]
     for r in rows:
         verdict = "ok" if r["passed"] == r["runs"] else "FAIL"
         if r["known_broken"]:
             verdict += " (known broken)" if verdict == "FAIL" else " (marked broken; passed here)"
         table.append((r["cell"], r["runs"], r["passed"], r["exits"], r["hangs"], r["redone"],
-                      r["repeated"], r["gaps"], r["stopped"], r["lost"], r["samples_per_epoch"],
-                      r["accuracy"],
-                      r["shm_left"], r["seconds"], verdict))
+                      r["repeated"], r["gaps"], r["stopped"], r["lost"], r["recovery_s"],
+                      r["samples_per_epoch"], r["accuracy"], r["shm_left"], r["seconds"],
+                      verdict))
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
