@@ -33,6 +33,7 @@
 #include "fault_test_support.hpp"
 #include "kill_harness.hpp"
 #include "tessera/base/error.hpp"
+#include "tessera/elastic/elastic_world.hpp"
 #include "tessera/plugin/communicator.hpp"
 #include "tessera/plugin/transport.hpp"
 
@@ -214,6 +215,99 @@ TEST_P(UcxSplitTest, AMemberStoppedBeforeGreetingIsNamedOnceStallTimeoutPasses) 
   EXPECT_EQ(failure.peer_rank, kVictim) << failure.what;
   EXPECT_NE(failure.what.find("rank 1 (pid "), std::string::npos) << failure.what;
   EXPECT_NE(failure.what.find("made no progress"), std::string::npos) << failure.what;
+}
+
+// The same window inside an elastic run's regroup. Three members form a world and its side
+// channel (a split); w2 leaves, and w0 and w1 regroup into generation 2. There w1 stops in the
+// window of the side channel's split: after its new group's endpoints exist, before it greets.
+// Nobody's process died and no connection broke; w1's lease ends failure_timeout later, when
+// w0's watcher aborts generation 2's world, which ends the split's greeting: w0 folds it into the
+// regroup and forms generation 3 alone, and connects its side channel, all long before the
+// transport's timeout. Reports "regrouped <ms> <size>" (ms: from the split to the failure).
+constexpr auto kLeaseTtl = 2s;
+
+[[noreturn]] void elastic_worker(const std::filesystem::path& folder, int rank, int report_fd) {
+  int code = 1;
+  const auto say = [&](const std::string& line) {
+    const std::string text = line + "\n";
+    if (::write(report_fd, text.data(), text.size()) < 0) code = 3;
+  };
+  try {
+    fault_test::use_ucx_tls("tcp");
+    const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; };
+    const auto plugins = fault_test::load_worker_plugins(
+        "ucx", {{"timeout", ms(kTransportTimeout)}, {"stall_timeout", ms(10 * kTransportTimeout)}},
+        folder);
+    ElasticOptions options;
+    options.min_workers = 1;
+    options.max_workers = 3;
+    options.heartbeat = Duration(100);
+    options.failure_timeout = kLeaseTtl;
+    options.join_timeout = Duration(2000);
+    auto elastic = make_elastic_world(plugins->transport, plugins->store, options,
+                                      "w" + std::to_string(rank), kTransportTimeout);
+    (void)elastic->enter(deadline_after(kTransportTimeout));
+    (void)elastic->side_channel();
+    // Every member's side channel is whole before anyone moves on (a regroup aborts the world).
+    plugins->store->set("test/side_channel/" + std::to_string(rank), "yes");
+    plugins->store->wait({"test/side_channel/0", "test/side_channel/1", "test/side_channel/2"},
+                         kTransportTimeout);
+    if (rank == 2) {
+      elastic.reset();  // leaves: its lease is revoked
+      ::_exit(0);
+    }
+    (void)elastic->regroup("test: w2 left", deadline_after(kTransportTimeout));
+    if (rank == kVictim) {
+      on_child_connect = [&] {
+        try {
+          (void)plugins->store->get(kSurvivorGreets, kTransportTimeout);
+        } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): stops all the same
+        }
+        ::raise(SIGSTOP);
+      };
+    } else {
+      on_child_connect = [&] { plugins->store->set(kSurvivorGreets, "yes"); };
+    }
+    child_connect_armed = true;
+    const auto started = Clock::now();
+    try {
+      (void)elastic->side_channel();
+      say("the side channel of generation 2 connected: the victim was never in the window");
+    } catch (const TransportError& e) {
+      const auto failed_after =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+      const auto third = elastic->regroup(e.what(), deadline_after(kTransportTimeout));
+      (void)elastic->side_channel();
+      say("regrouped " + std::to_string(failed_after.count()) + " " +
+          std::to_string(third.world->size()));
+      code = 0;
+    }
+  } catch (const std::exception& e) {
+    say(std::string("error ") + e.what());
+  }
+  ::_exit(code);
+}
+
+TEST(ElasticOverUcx, AMemberStoppedInItsSideChannelsGreetingIsFoldedIntoTheRegroup) {
+  const auto folder = std::filesystem::temp_directory_path() /
+                      ("tessera_ucx_split_elastic_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  std::string report;
+  {
+    kill_test::Workers workers;
+    workers.start([&](int rank, int report_fd) { elastic_worker(folder, rank, report_fd); }, 3);
+    report = kill_test::read_line(workers.report_fd(kSurvivor), 2 * kTransportTimeout);
+  }
+  std::filesystem::remove_all(folder);
+  std::istringstream in(report);
+  std::string kind;
+  long ms = -1;
+  int size = 0;
+  in >> kind >> ms >> size;
+  ASSERT_EQ(kind, "regrouped") << report;
+  // The lease's end, a watcher's look and the abort: well before the transport's 20 s.
+  EXPECT_LT(std::chrono::milliseconds(ms), kLeaseTtl + kFailsWithin) << report;
+  EXPECT_EQ(size, 1) << report;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param) {

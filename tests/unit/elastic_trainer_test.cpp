@@ -611,6 +611,48 @@ TEST(ElasticTrainer, AWorkerStartedLaterIsAdmittedAtAStepBoundaryAndReceivesTheS
   EXPECT_EQ(entered.world, nullptr);
 }
 
+// Workers 0 and 1 train 480 samples; worker 2 starts after step 3 and is admitted, and worker
+// `dies` dies in its first reconfiguration: onto the world that admits worker 2.
+std::vector<WorkerOutcome> admit_worker_2_while_one_dies_in_reconfigure(int dies) {
+  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
+  LateStarts late;
+  late.start_after = {0, 0, 3};
+  late.step_pause = std::chrono::milliseconds(10);
+  late.die_in_reconfigure = {dies};
+  auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
+  rethrow_errors(outcomes);
+  return outcomes;
+}
+
+// A member dies while a newcomer is being admitted: worker 2 starts after step 3, and worker 1
+// dies in the reconfiguration onto the world that admits it. The newcomer is a member of that
+// world by then and regroups with worker 0 as worker 0 does, instead of leaving the run with the
+// failure (it once threw out of its trainer's start, which knew no failure path).
+TEST(ElasticTrainer, ANewcomerWhoseAdmissionLosesAMemberGoesOnWithTheOthers) {
+  const auto outcomes = admit_worker_2_while_one_dies_in_reconfigure(1);
+  ASSERT_TRUE(outcomes[1].died);
+  const auto& member = outcomes[0].result;
+  const auto& newcomer = outcomes[2].result;
+  // The admitting world was never adopted: the one change is onto the world after it, which
+  // the newcomer joined and worker 1 left since the world before.
+  ASSERT_EQ(member.world_events.size(), 1U);
+  const auto& event = member.world_events[0];
+  EXPECT_EQ(event.generation, 3);
+  EXPECT_EQ(event.joined, std::vector<std::string>{"w2"});
+  EXPECT_EQ(event.left, std::vector<std::string>{"w1"});
+  EXPECT_EQ(event.world_size, 2);
+  EXPECT_EQ(event.state_from, "memory");
+  ASSERT_EQ(newcomer.world_events.size(), 1U);
+  EXPECT_EQ(newcomer.world_events[0].generation, 3);
+  EXPECT_EQ(newcomer.world_events[0].joined, event.joined);  // every rank names the same change
+  EXPECT_EQ(newcomer.world_events[0].left, event.left);
+  EXPECT_EQ(newcomer.resumed_from_step, event.resumed_at_step);
+  EXPECT_EQ(newcomer.steps, member.steps);
+  EXPECT_EQ(newcomer.rank, 1);
+  EXPECT_EQ(outcomes[2].strategy->parameters(), outcomes[0].strategy->parameters());
+  EXPECT_EQ(counted_samples(outcomes, member.world_events, 480), std::vector<int>(480, 2));
+}
+
 // A `tessera launch --elastic --join -n 1` worker counts only itself: its own max_workers is 1.
 // The room it sees in the job, and so whether it takes part in the members' per-step question
 // about newcomers, must be the job's, or its collectives fall out of step with theirs.
@@ -630,13 +672,7 @@ TEST(ElasticTrainer, ANewcomerStartedWithASmallerMaxWorkersKeepsInStepWithTheJob
 // takes it in: the members regroup without it and go on from the state they held, every sample
 // once per epoch.
 TEST(ElasticTrainer, ANewcomerKilledRightAfterItsAdmissionLeavesTheMembersTraining) {
-  const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(480));
-  LateStarts late;
-  late.start_after = {0, 0, 3};
-  late.step_pause = std::chrono::milliseconds(10);
-  late.die_in_reconfigure = {2};
-  const auto outcomes = run_elastic(3, {0, 0, 0}, 1, options(), data, late);
-  rethrow_errors(outcomes);
+  const auto outcomes = admit_worker_2_while_one_dies_in_reconfigure(2);
   ASSERT_TRUE(outcomes[2].died);
   for (std::size_t w = 0; w < 2; ++w) {
     const auto& result = outcomes[w].result;
@@ -790,11 +826,16 @@ TEST(ElasticTrainer, BelowMinWorkersWithALostShardSaysNoCheckpointCouldBeMadeAnd
   fs::remove_all(folder);
 }
 
-// /dev/shm filled, then a worker died: the survivors' next world is refused for lack of room.
+// The shm transport refuses the survivors' new world for lack of room in /dev/shm (a
+// transport whose room runs out after the first world, as shm's when /dev/shm fills).
 // Every survivor meets that refusal, and so would every world formed again: they stop at once
-// (not after regrouping until failure_timeout + join_timeout, 1 s + 60 s here), each naming the
-// refusal and the newest checkpoint for --resume.
-TEST(ElasticTrainer, ANewWorldRefusedForLackOfRoomStopsTheSurvivorsNamingTheCheckpoint) {
+// (not after regrouping until failure_timeout + join_timeout, 1 s + 60 s here). With no world to
+// gather the state in, they write what their memory holds through the job's store: a checkpoint
+// of the step the copies were of, the one the 3-rank world would have written there, which
+// resumes at any world size. `copies_hold_everything`: false, each rank's copy holds its own part
+// alone, so every survivor writes the old ranks it gives.
+void expect_no_room_stops_with_a_checkpoint_from_memory(bool copies_hold_everything) {
+  constexpr std::int64_t kDieAt = 4;
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   const auto folder = test_folder("no-room");
   const auto o = checkpointing_every_2_steps(folder);
@@ -802,25 +843,56 @@ TEST(ElasticTrainer, ANewWorldRefusedForLackOfRoomStopsTheSurvivorsNamingTheChec
   const auto room = std::make_shared<RoomForOneWorld>(local_transport(), 3);
   late.transport = room;
   late.join_timeout = Duration(60000);
+  late.copies_hold_everything = copies_hold_everything;
   const auto started = std::chrono::steady_clock::now();
-  const auto outcomes = run_elastic(3, {0, 0, 3}, 1, o, data, late);
+  const auto outcomes = run_elastic(3, {0, 0, kDieAt}, 1, o, data, late);
   ASSERT_TRUE(outcomes[2].died);
   // Well within the regroup's bound: a refusal is not retried.
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
   const auto kept = folder / "step-000000000002";
+  const auto from_memory = folder / "step-000000000003";
   for (const auto& message : stop_errors(outcomes, {0, 1})) {
     for (const auto& part : std::vector<std::string>{
-             "elastic: the run stopped after step 2: its next world could not be formed: shm: a "
+             "elastic: the run stopped after step 3: its next world could not be formed: shm: a "
              "world of 2 ranks needs a shared-memory segment of 3.0 MiB, but /dev/shm has only 0 "
              "B free",
-             "the newest checkpoint on disk, " + kept.string() + " (step 2)", "--resume"}) {
+             "the survivors' state after step 3, written from their memory through the job's "
+             "store, is in " +
+                 from_memory.string(),
+             "go on with `tessera train --resume`"}) {
       EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
     }
+    EXPECT_EQ(message, stop_errors(outcomes, {0}).front());
   }
   // One refusal per survivor: neither tried another world.
   EXPECT_EQ(room->refusals(), 2);
-  EXPECT_EQ(list_checkpoints(folder), std::vector<fs::path>{kept});
+  ASSERT_EQ(list_checkpoints(folder), (std::vector<fs::path>{kept, from_memory}));
+  const FileCheckpointReader reader(from_memory);
+  EXPECT_EQ(reader.manifest().step, kDieAt - 1);
+  EXPECT_EQ(reader.saved_world_size(), 3);  // the world whose state the copies were
+
+  // Loaded at 1 or 2 ranks, it is the state a checkpoint written after the same steps by the
+  // 3 ranks holds, bitwise; resumed at 2, the run ends where one resumed from that one ends.
+  const auto reference = test_folder("no-room-reference");
+  train_and_checkpoint(data, reference, 3, kDieAt - 1);
+  const FileCheckpointReader written_by_the_world(reference / "step-000000000003");
+  EXPECT_EQ(reader.manifest().metadata, written_by_the_world.manifest().metadata);
+  for (const int ranks : {1, 2}) {
+    EXPECT_EQ(resumed_parameters(data, folder, ranks, kDieAt - 1),
+              resumed_parameters(data, reference, ranks, kDieAt - 1))
+        << ranks << " rank(s)";
+  }
+  EXPECT_EQ(resumed_parameters(data, folder, 2), resumed_parameters(data, reference, 2));
+  fs::remove_all(reference);
   fs::remove_all(folder);
+}
+
+TEST(ElasticTrainer, ANewWorldRefusedForLackOfRoomStopsTheSurvivorsWithACheckpointFromMemory) {
+  expect_no_room_stops_with_a_checkpoint_from_memory(true);
+}
+
+TEST(ElasticTrainer, ANewWorldRefusedForLackOfRoomWritesEachOldRanksPartFromItsGiver) {
+  expect_no_room_stops_with_a_checkpoint_from_memory(false);
 }
 
 TEST(ElasticTrainer, BelowMinWorkersWithoutACheckpointDirTheErrorSaysNothingWasWritten) {

@@ -17,6 +17,10 @@ Faults (one strike a run, at a step drawn from the middle of the first epoch):
   kill-in-regroup  SIGKILL one worker, and a second one as soon as the launcher reports the
                    first gone, while the survivors regroup (copies = 2)
   stop             SIGSTOP one worker, never continued
+  stop-in-regroup  SIGKILL one worker, and SIGSTOP a second one (never continued) as soon as the
+                   launcher reports the first gone: the second is stopped somewhere in the
+                   regroup (its membership, the new world's connect, the state's exchange, the
+                   side channel's split and, over ucx, that split's greeting) (copies = 2)
   join1, join2     one (two) newcomers by `tessera launch --elastic --join` (max_workers 6)
   join-in-regroup  SIGSTOP a member and start a newcomer at once, so that it is waiting while
                    the survivors regroup; the stopped member is SIGKILLed after the regroup
@@ -41,7 +45,10 @@ What a run must show, each read from what it produced (a run without metrics fai
             test accuracy within --accuracy-tolerance points of the undisturbed run's; nothing
             left in /dev/shm.
   stopped   (the store and shm-full cells may end so instead) a non-zero exit within the bound,
-            a message naming `--resume` and a checkpoint folder that exists; nothing left in
+            a message naming `--resume` and a checkpoint folder that exists, the newest named
+            verifying (`tessera checkpoint inspect`) and resuming (`tessera train --resume` over 2
+            local ranks trains one step from it; the table's "stopped" counts these runs, "lost"
+            is the steps in the metrics file after the checkpoint's); nothing left in
             /dev/shm. store-kill-tcp kills the launcher itself: there, every process of the job
             gone within the bound and nothing left in /dev/shm.
   dup-job-id  the first job finished (as above); the second exits non-zero naming the id,
@@ -76,7 +83,8 @@ from elastic_node_kills import sh  # noqa: E402
 
 TRANSPORTS = ("shm", "ucx")
 STRATEGIES = ("ddp", "zero2")
-FAULTS = ("kill", "double", "kill-in-regroup", "stop", "join1", "join2", "join-in-regroup",
+FAULTS = ("kill", "double", "kill-in-regroup", "stop", "stop-in-regroup", "join1", "join2",
+          "join-in-regroup",
           "joiner-killed", "shm-full", "store-kill-tcp", "store-stop-tcp", "store-kill-etcd",
           "store-stop-etcd", "dup-job-id")
 WORKERS = 3
@@ -92,8 +100,6 @@ KNOWN_BROKEN = {
     # regroup): double/*/* and kill-in-regroup/*/* at --runs 5 passed every struck run (39; one
     # run lost to a rebuild of the plugin under it), then kill, double and kill-in-regroup 10 of
     # 10 in every cell.
-    "join-in-regroup/*/*": "item 9: a step missing from metrics_file (its rank 0 was stopped); "
-                           "not rerun since the successor writes the step its predecessor missed",
 }
 # The ctest short form: cells that pass on main, 1 run each, 1 epoch.
 SHORT_CELLS = ("kill/shm/ddp", "kill/shm/zero2", "shm-full/shm/ddp")
@@ -271,7 +277,7 @@ class Run:
     # ---- starting processes
 
     def train_command(self, world_size, metrics_file, checkpoint_dir):
-        copies = 2 if self.fault in ("double", "kill-in-regroup") else 1
+        copies = 2 if self.fault in ("double", "kill-in-regroup", "stop-in-regroup") else 1
         return [os.path.join(self.args.build, "bin", "tessera"), "train", "--config",
                 os.path.join(ROOT, "samples", "configs", "elastic.ini"),
                 f"--runtime.transport={self.transport}", "--runtime.store=tcp",
@@ -458,6 +464,9 @@ class Run:
     # ---- the faults
 
     def fault_kill(self):
+        if not self.members():
+            self.notes.append("the job's workers were gone before the kill: not struck")
+            return
         victim = self.rng.choice(sorted(self.members()))
         self.strike(signal.SIGKILL, self.members()[victim], f"SIGKILL {victim}")
 
@@ -469,15 +478,19 @@ class Run:
         time.sleep(gap)  # the gap between the two kills is the fault itself
         self.strike(signal.SIGKILL, members[second], f"SIGKILL {second} {gap * 1000:.0f} ms later")
 
-    def fault_kill_in_regroup(self):
+    def fault_kill_in_regroup(self, second_signal=signal.SIGKILL):
         members = self.members()
         first, second = self.rng.sample(sorted(members), 2)
         self.strike(signal.SIGKILL, members[first], f"SIGKILL {first}")
         if self.wait_for(lambda: f"worker {first} left" in self.output("main"), limit=30):
-            self.strike(signal.SIGKILL, members[second],
-                        f"SIGKILL {second} once the launcher reported {first} gone")
+            self.strike(second_signal, members[second],
+                        f"{signal.Signals(second_signal).name} {second} once the launcher "
+                        f"reported {first} gone")
         else:
-            self.notes.append(f"the launcher never reported {first} gone within 30 s")
+            self.notes.append(f"the launcher never reported {first} gone within 30 s: not struck")
+
+    def fault_stop_in_regroup(self):
+        self.fault_kill_in_regroup(signal.SIGSTOP)
 
     def fault_stop(self):
         victim = self.rng.choice(sorted(self.members()))
@@ -553,6 +566,36 @@ class Run:
 
     # ---- what the run produced
 
+    def resume_from(self, named):
+        """For a job that stopped: whether the newest checkpoint it named verifies (`tessera
+        checkpoint inspect`) and a run resumed from it trains a step (2 ranks as threads);
+        {"step": its step or None, "resumes": bool}."""
+        if not named:
+            return {"step": None, "resumes": False}
+        newest = max(named)
+        tessera = os.path.join(self.args.build, "bin", "tessera")
+        inspect = subprocess.run([tessera, "checkpoint", "inspect", newest], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=60)
+        found = re.search(r"format \d+, step (\d+)", inspect.stdout)
+        if inspect.returncode != 0 or not found:
+            return {"step": None, "resumes": False}
+        step = int(found.group(1))
+        command = [tessera, "train", "--config", os.path.join(ROOT, "samples", "configs",
+                                                                "elastic.ini"),
+                   "--runtime.transport=local", "--runtime.world_size=2",
+                   "--elastic.enabled=false", f"--train.strategy={self.strategy}",
+                   f"--train.epochs={self.args.epochs}", "--train.schedule=cosine",
+                   f"--train.checkpoint_dir={os.path.dirname(newest)}",
+                   f"--train.max_steps={step + 1}", "--train.progress=off", "--resume"]
+        try:
+            trained = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return {"step": step, "resumes": False}
+        with open(os.path.join(self.work, "out-resume.txt"), "w") as f:
+            f.write(trained.stdout)
+        return {"step": step, "resumes": trained.returncode == 0}
+
     def facts(self, hung, seconds, left, orphans):
         records = []
         path = os.path.join(self.work, "metrics.jsonl")
@@ -587,6 +630,7 @@ class Run:
         checkpoints = [c for c in re.findall(r"(\S*ckpt/step-\d+)", text)
                        if os.path.isdir(c)]
         generations = self.events()
+        resumed = self.resume_from(checkpoints) if self.main_job().returncode else None
         return {
             "cell": self.cell, "run": self.number, "strike_step": self.strike_step,
             "fault": self.notes,
@@ -598,12 +642,18 @@ class Run:
             "redone": sum(int(m.group(5)) - int(m.group(6)) for m in generations
                           if m.group(5) is not None),
             "generations": [m.group(0) for m in generations],
+            "recovery_seconds": [float(m.group(9)) for m in generations
+                                 if m.group(5) is not None],
             "samples_per_epoch": [samples[e] for e in sorted(samples)],
             "evaluations_per_epoch": [evaluations[e] for e in sorted(evaluations)],
             "records_after_final_evaluation":
                 None if last_eval is None else len(records) - 1 - last_eval,
             "accuracy": round(100 * evals[-1]["test_accuracy"], 2) if evals else None,
             "resume_named": bool(resume), "checkpoints_named": sorted(set(checkpoints)),
+            "checkpoint_step": resumed and resumed["step"],
+            "steps_lost": (resumed["step"] is not None and numbers
+                           and max(numbers) - resumed["step"]) if resumed else None,
+            "resumes": resumed and resumed["resumes"],
             "second_job_steps": len(metrics(os.path.join(self.work, "metrics-second.jsonl"))),
             "shm_left": left, "processes_left": orphans, "hung_in": self.stacks,
             "second_names_id": self.job_id in self.output("second"),
@@ -644,6 +694,9 @@ def problems(facts, baseline, args):
     elif fault in MAY_STOP and not facts["hung"]:
         if not (facts["resume_named"] and facts["checkpoints_named"]):
             found.append(f"exits {codes}, without naming an existing checkpoint for --resume")
+        elif not facts["resumes"]:
+            found.append(f"exits {codes}; the checkpoint it named does not resume (see "
+                         "out-resume.txt)")
     elif not facts["hung"]:
         found.append(f"exits {codes}")
     return found
@@ -700,6 +753,10 @@ def summary(cell, runs):
         "cell": cell, "runs": len(runs), "passed": sum(not r["problems"] for r in runs),
         "exits": " ".join(exits), "hangs": sum(r["hung"] for r in runs),
         "redone": spread([r["redone"] for r in runs]),
+        "stopped": sum(r["checkpoint_step"] is not None for r in runs),
+        "recovery_s": (round(statistics.median(t for r in runs for t in r["recovery_seconds"]), 2)
+                       if any(r["recovery_seconds"] for r in runs) else "-"),
+        "lost": spread([r.get("steps_lost") for r in runs]),
         "repeated": spread([r["repeated"] for r in runs]),
         "gaps": spread([r["gaps"] for r in runs]),
         "samples_per_epoch": " | ".join(epochs),
@@ -714,16 +771,17 @@ def print_table(rows, baselines):
     for key, b in sorted(baselines.items()):
         print(f"undisturbed {key}: accuracy {b['accuracy']} %, samples per epoch "
               f"{b['samples_per_epoch']}, {b['seconds']} s")
-    head = ("cell", "runs", "pass", "exits", "hangs", "redone", "repeated", "gaps",
-            "samples/epoch", "accuracy %", "shm left", "median s", "verdict")
+    head = ("cell", "runs", "pass", "exits", "hangs", "redone", "repeated", "gaps", "stopped",
+            "lost", "recovery s", "samples/epoch", "accuracy %", "shm left", "median s", "verdict")
     table = [head]
     for r in rows:
         verdict = "ok" if r["passed"] == r["runs"] else "FAIL"
         if r["known_broken"]:
             verdict += " (known broken)" if verdict == "FAIL" else " (marked broken; passed here)"
         table.append((r["cell"], r["runs"], r["passed"], r["exits"], r["hangs"], r["redone"],
-                      r["repeated"], r["gaps"], r["samples_per_epoch"], r["accuracy"],
-                      r["shm_left"], r["seconds"], verdict))
+                      r["repeated"], r["gaps"], r["stopped"], r["lost"], r["recovery_s"],
+                      r["samples_per_epoch"], r["accuracy"], r["shm_left"], r["seconds"],
+                      verdict))
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())

@@ -468,6 +468,13 @@ RecoveryPlan plan_recovery(const std::vector<std::vector<HeldCopy>>& held,
   return plan;
 }
 
+void CopyRing::prepare_recovery() {
+  // Copies that arrived whole before the failure count; the rest are dropped. The old world's
+  // channel was aborted with it (or, for an admission, its peers are all alive).
+  land_exchange(false);
+  read_mapped_copies();
+}
+
 int CopyRing::agree_on_old_world_size(Communicator& world, bool holds) const {
   // The old world's size: every survivor that refreshed knows it.
   const auto sizes = gather_i64(world, {holds ? own_.front().world_size : -1});
@@ -489,25 +496,61 @@ int CopyRing::agree_on_old_world_size(Communicator& world, bool holds) const {
   return static_cast<int>(old_size);
 }
 
+std::vector<HeldCopy> CopyRing::holdings(int old_size) const {
+  const auto n_old = static_cast<std::size_t>(old_size);
+  std::vector<HeldCopy> held;
+  for (const auto& own : own_) {
+    HeldCopy copy{own.position.step, own.whole, std::vector<bool>(n_old)};
+    for (std::size_t old = 0; old < n_old; ++old) {
+      const bool of_mine = static_cast<int>(old) == rank_;
+      const auto it = copies_.find(static_cast<int>(old));
+      copy.can_give[old] =
+          own.whole || of_mine ||
+          (it != copies_.end() && at_step(it->second, own.position.step) != nullptr);
+    }
+    held.push_back(std::move(copy));
+  }
+  return held;
+}
+
+std::optional<TrainingPosition> CopyRing::position_at(std::int64_t step) const {
+  const Snapshot* own = at_step(own_, step);
+  if (own == nullptr) return std::nullopt;
+  return own->position;
+}
+
+void CopyRing::state_of(int old, const RecoveryPlan& plan, Strategy& strategy,
+                        const std::function<void(std::span<const std::uint8_t>)>& use) const {
+  const Snapshot* snapshot =
+      plan.whole || old == rank_ ? at_step(own_, plan.step) : at_step(copies_.at(old), plan.step);
+  TESSERA_CHECK(snapshot != nullptr, "elastic recovery: a giver holds no state of its old rank");
+  if (!snapshot->live) {
+    use(bytes_of(*snapshot));
+    return;
+  }
+  // The live state is of the plan's step (a failed step leaves it so): saved now, once.
+  const trace::Span span("copy_save", "run");
+  std::vector<std::uint8_t> saved_now;
+  PackedCheckpointWriter saved(saved_now, /*replicated_on_every_rank=*/true);
+  strategy.save(saved);
+  saved.finish();
+  use(saved_now);
+}
+
 std::vector<std::vector<HeldCopy>> CopyRing::gather_holdings(Communicator& world, bool holds,
                                                              int old_size) const {
   // Each rank's own copies as rows of [step, whole, can give old rank 0, ..., n-1].
   const auto n_old = static_cast<std::size_t>(old_size);
   const std::size_t row = 2 + n_old;
   std::vector<std::int64_t> mine(kOwnCopies * row, 0);
+  const auto held_here = holds ? holdings(old_size) : std::vector<HeldCopy>{};
   for (std::size_t j = 0; j < kOwnCopies; ++j) {
     auto* slot = mine.data() + j * row;
     slot[0] = -1;
-    if (!holds || j >= own_.size()) continue;
-    const auto& own = own_[j];
-    slot[0] = own.position.step;
-    slot[1] = own.whole ? 1 : 0;
-    for (std::size_t old = 0; old < n_old; ++old) {
-      const bool of_mine = static_cast<int>(old) == rank_;
-      const auto it = copies_.find(static_cast<int>(old));
-      slot[2 + old] = own.whole || of_mine ||
-                      (it != copies_.end() && at_step(it->second, own.position.step) != nullptr);
-    }
+    if (j >= held_here.size()) continue;
+    slot[0] = held_here[j].step;
+    slot[1] = held_here[j].whole ? 1 : 0;
+    for (std::size_t old = 0; old < n_old; ++old) slot[2 + old] = held_here[j].can_give[old];
   }
   const auto everyone = gather_i64(world, mine);
   std::vector<std::vector<HeldCopy>> held(static_cast<std::size_t>(world.size()));
@@ -539,22 +582,11 @@ std::shared_ptr<MemoryCheckpoint> CopyRing::exchange_state(Communicator& world,
   }
   for (std::size_t old = 0; plan.step >= 0 && old < plan.giver.size(); ++old) {
     if (plan.giver[old] != world.rank()) continue;
-    const Snapshot* snapshot = plan.whole || static_cast<int>(old) == rank_
-                                   ? at_step(own_, plan.step)
-                                   : at_step(copies_.at(static_cast<int>(old)), plan.step);
-    std::vector<std::uint8_t> saved_now;
-    if (snapshot->live) {
-      // The live state is of the plan's step (a failed step leaves it so): saved now, once.
-      const trace::Span span("copy_save", "run");
-      PackedCheckpointWriter saved(saved_now, /*replicated_on_every_rank=*/true);
-      strategy.save(saved);
-      saved.finish();
-    }
-    const auto bytes =
-        snapshot->live ? std::span<const std::uint8_t>(saved_now) : bytes_of(*snapshot);
-    append_i64(given, static_cast<std::int64_t>(old));
-    append_i64(given, static_cast<std::int64_t>(bytes.size()));
-    given.insert(given.end(), bytes.begin(), bytes.end());
+    state_of(static_cast<int>(old), plan, strategy, [&](std::span<const std::uint8_t> bytes) {
+      append_i64(given, static_cast<std::int64_t>(old));
+      append_i64(given, static_cast<std::int64_t>(bytes.size()));
+      given.insert(given.end(), bytes.begin(), bytes.end());
+    });
     if (plan.whole) break;
   }
   const auto everyone_gave = all_gather_bytes(world, std::move(given));
@@ -587,10 +619,7 @@ RecoveredState CopyRing::recover(Communicator& world, const std::vector<int>& pr
                                  Strategy& strategy) {
   TESSERA_CHECK(previous_rank.size() == static_cast<std::size_t>(world.size()),
                 "CopyRing::recover: previous_rank must name every rank of the new world");
-  // Copies that arrived whole before the failure count; the rest are dropped. The old world's
-  // channel was aborted with it (or, for an admission, its peers are all alive).
-  land_exchange(false);
-  read_mapped_copies();
+  prepare_recovery();
   const bool survivor = previous_rank[static_cast<std::size_t>(world.rank())] >= 0;
   const bool holds = survivor && !own_.empty();
 

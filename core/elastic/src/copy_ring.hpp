@@ -33,6 +33,7 @@
 // which each started after waiting for the copies of refresh s-2: that step is always whole.
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,6 +136,22 @@ class CopyRing {
 
   // Drops every copy: after a recovery, the copies of the old world are of no further use.
   void clear() noexcept;
+
+  // The parts of recover() a rank does alone, for survivors that plan the recovery without a
+  // communicator (they agree through the job's store: no world of theirs could be formed).
+  // prepare_recovery lands the copies in flight and reads those held in other ranks' areas on
+  // this host; then old_world_size is the size of the world of the refreshes (-1 before the
+  // first), holdings what this rank holds of it (its entries of plan_recovery's `held`),
+  // position_at where the run was at one of its own copies' steps, and state_of hands `use`
+  // the saved state of old rank `old` at the plan's step, which plan.giver says this rank gives.
+  void prepare_recovery();
+  [[nodiscard]] int old_world_size() const noexcept {
+    return own_.empty() ? -1 : own_.front().world_size;
+  }
+  [[nodiscard]] std::vector<HeldCopy> holdings(int old_size) const;
+  [[nodiscard]] std::optional<TrainingPosition> position_at(std::int64_t step) const;
+  void state_of(int old, const RecoveryPlan& plan, Strategy& strategy,
+                const std::function<void(std::span<const std::uint8_t>)>& use) const;
 
  private:
   struct Snapshot {

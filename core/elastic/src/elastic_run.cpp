@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "copy_ring.hpp"
+#include "save_without_world.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/base/trace.hpp"
 #include "tessera/runtime/checkpoint.hpp"
@@ -249,20 +250,49 @@ class ElasticRun final : public WorldSource {
   // The new world could not be had for lack of memory (a shm segment /dev/shm cannot hold):
   // unlike a member's failure, every survivor met the same refusal (the shm transport hands rank
   // 0's to all), and every world formed again would meet it too, so the job stops now rather
-  // than regroup until the deadline. With no world to gather the state in, nothing is written
-  // from memory: the message names the newest checkpoint on disk for --resume.
+  // than regroup until the deadline. With no world to gather the state in, the survivors write
+  // it into checkpoint_dir through the store (save_without_world), and the message names it.
   [[noreturn]] void stop_without_room(RunControl& run, const OutOfMemory& refusal,
                                       std::int64_t failed_at_step) {
     const auto& dir = run.checkpoint_dir();
-    throw TrainingError(
+    const std::string why =
         "elastic: the run stopped" +
         (failed_at_step >= 0 ? " after step " + std::to_string(failed_at_step) : std::string()) +
         ": its next world could not be formed: " + refusal.what() +
-        "; no world of these workers can be, so they stop instead of regrouping, and nothing is "
-        "saved from memory (there is no world to gather it in); " +
-        (dir.empty() ? std::string("no checkpoint to resume from: [train] checkpoint_dir "
-                                   "(--train.checkpoint_dir) is not set")
-                     : newest_checkpoint_note(dir)));
+        "; no world of these workers can be, so they stop instead of regrouping; ";
+    if (dir.empty()) {
+      throw TrainingError(why +
+                          "no checkpoint was written: [train] checkpoint_dir "
+                          "(--train.checkpoint_dir) is not set, so the survivors' state is lost");
+    }
+    std::string outcome;
+    try {
+      const auto saved = elastic::save_without_world(*elastic_, *ring_, copies_generation_, run,
+                                                     run.world()->timeout());
+      if (saved.written) {
+        outcome = "the survivors' state after step " + std::to_string(saved.step) +
+                  ", written from their memory through the job's store, is in " +
+                  saved.folder->string();
+      } else if (saved.folder) {
+        outcome = "nothing new was written: the survivors' state after step " +
+                  std::to_string(saved.step) + " is as old as the newest checkpoint, " +
+                  saved.folder->string();
+      } else {
+        outcome = "no checkpoint could be made from memory: " + saved.problem + "; " +
+                  newest_checkpoint_note(dir);
+      }
+      if (saved.folder) {
+        outcome +=
+            ": go on with `tessera train --resume` (the same config and checkpoint_dir, "
+            "any number of workers, once /dev/shm has room)";
+      }
+    } catch (const Error& e) {
+      outcome =
+          "no checkpoint was written: saving the survivors' state through the job's store "
+          "failed (" +
+          std::string(e.what()) + "); " + newest_checkpoint_note(dir);
+    }
+    throw TrainingError(why + outcome);
   }
 
   // For each rank of `world`, its rank in the world whose state the copies are of (-1: it holds
@@ -297,6 +327,17 @@ class ElasticRun final : public WorldSource {
     return left;
   }
 
+  // Who joined since the world whose state the copies are: the members that hold none of it
+  // (ranks_in_copied_world's -1), so that a newcomer admitted to a generation that failed before
+  // the run moved onto it is still named in the change onto the world after it, by every rank.
+  [[nodiscard]] static std::vector<std::string> joined_since_copied(const Regrouping& regroup) {
+    std::vector<std::string> joined;
+    for (std::size_t r = 0; r < regroup.members.size() && r < regroup.previous_rank.size(); ++r) {
+      if (regroup.previous_rank[r] < 0) joined.push_back(regroup.members[r]);
+    }
+    return joined;
+  }
+
   // The change onto `regroup`'s world, the members and newcomers of it together: the state of
   // the world before, from memory or else the newest checkpoint.
   WorldChange adopt(RunControl& run, Regrouping regroup, std::int64_t failed_at_step,
@@ -315,9 +356,9 @@ class ElasticRun final : public WorldSource {
     event.generation = regroup.generation;
     adopting_members_ = regroup.members;
     event.left = left_since_adopted(regroup);
-    event.joined = regroup.joined;
     event.world_size = regroup.world->size();
     regroup.previous_rank = ranks_in_copied_world(run, *regroup.world);
+    event.joined = joined_since_copied(regroup);
     const auto recovered = ring_->recover(*regroup.world, regroup.previous_rank, run.strategy());
     if (recovered.state) {
       event.state_from = "memory";

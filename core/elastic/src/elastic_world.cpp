@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fail_fast_store.hpp"
 #include "tessera/base/error.hpp"
 #include "tessera/elastic/membership.hpp"
 
@@ -53,7 +54,7 @@ class MembershipWorld final : public ElasticWorld {
   MembershipWorld(std::shared_ptr<Transport> transport, std::shared_ptr<Store> store,
                   ElasticOptions options, std::string worker_id, Duration timeout)
       : transport_(std::move(transport)),
-        store_(std::move(store)),
+        store_(std::make_shared<elastic::FailFastStore>(std::move(store), options.failure_timeout)),
         options_(std::move(options)),
         timeout_(timeout),
         membership_(store_, {std::move(worker_id), options_.min_workers, options_.max_workers,
@@ -154,9 +155,65 @@ class MembershipWorld final : public ElasticWorld {
 
   const ElasticOptions& options() const override { return options_; }
 
+  std::vector<std::optional<std::string>> gather_without_world(const std::string& round,
+                                                               const std::string& mine,
+                                                               Deadline deadline) override {
+    WorldView view;
+    {
+      std::lock_guard lock(mutex_);
+      view = view_;
+    }
+    if (!view.is_member()) {
+      throw InvalidArgument("elastic: gather_without_world before this worker entered a world");
+    }
+    PrefixStore keys("without_world/" + std::to_string(view.generation) + "/" + round, store_);
+    keys.set("value/" + std::to_string(*view.rank), mine);
+    keys.add("changes", 1);
+    std::optional<std::string> seen;
+    while (!keys.check("roster")) {
+      const auto posted = keys.list("value/");
+      const auto gone = membership_.departed(view);
+      std::size_t accounted = posted.size();
+      for (int r = 0; r < view.size(); ++r) {
+        const bool has_posted = std::ranges::any_of(
+            posted, [&](const auto& entry) { return entry.first == "value/" + std::to_string(r); });
+        if (!has_posted && std::ranges::count(gone, view.members[static_cast<std::size_t>(r)]) > 0)
+          ++accounted;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (accounted >= static_cast<std::size_t>(view.size()) || now >= deadline) {
+        std::string roster;
+        for (const auto& [key, value] : posted) roster += key.substr(6) + ",";
+        (void)keys.compare_set("roster", "", roster);
+        keys.add("changes", 1);
+        continue;
+      }
+      try {
+        seen = keys.wait_for_change(
+            "changes", seen,
+            std::chrono::ceil<Duration>(
+                std::min<std::chrono::steady_clock::duration>(Duration(100), deadline - now)));
+      } catch (const Timeout&) {  // NOLINT(bugprone-empty-catch): a slice ended; look again
+      }
+    }
+    std::vector<std::optional<std::string>> values(static_cast<std::size_t>(view.size()));
+    const auto roster = keys.get("roster", options_.failure_timeout);
+    const auto posted = keys.list("value/");
+    for (const auto& [key, value] : posted) {
+      const auto rank = key.substr(6);
+      if (roster.find(rank + ",") == 0 || roster.find("," + rank + ",") != std::string::npos) {
+        values.at(static_cast<std::size_t>(std::stoi(rank))) = value;
+      }
+    }
+    return values;
+  }
+
   std::string failure_domain() const override { return failure_domain_of(membership_.worker_id()); }
 
-  std::optional<Duration> store_silence() const override { return membership_.store_silence(); }
+  std::optional<Duration> store_silence() const override {
+    if (auto silence = membership_.store_silence()) return silence;
+    return store_->given_up_after();
+  }
 
   void confirm_membership() override { membership_.confirm_lease(); }
 
@@ -267,7 +324,9 @@ class MembershipWorld final : public ElasticWorld {
   }
 
   std::shared_ptr<Transport> transport_;
-  std::shared_ptr<Store> store_;
+  // The job's store, given up on once it has not answered for longer than a lease: the way out
+  // of a job that lost it then costs one store timeout, not one per request.
+  std::shared_ptr<elastic::FailFastStore> store_;
   ElasticOptions options_;
   Duration timeout_;
   Membership membership_;

@@ -126,6 +126,12 @@ std::string format_number(double value) {
   return text.str();
 }
 
+// A world source handed no world to this rank after `failure`: the others went on without it.
+TrainingError left_out_of_the_run(const Error& failure) {
+  return TrainingError(std::string("this rank was left out of the run's new world after: ") +
+                       failure.what());
+}
+
 }  // namespace
 
 // The state of one run(): where it is, how long it is planned to be, what it reported.
@@ -168,6 +174,10 @@ class Trainer::Control final : public RunControl {
     TrainResult scratch;
     trainer_.save_checkpoint(at, scratch);
     return *scratch.last_checkpoint;
+  }
+  [[nodiscard]] std::map<std::string, std::string> checkpoint_metadata(
+      const TrainingPosition& at) const override {
+    return trainer_.checkpoint_metadata(at);
   }
 
  private:
@@ -272,17 +282,21 @@ TrainingPosition Trainer::checkpoint_position(const FileCheckpointReader& reader
   return start;
 }
 
-void Trainer::save_checkpoint(const TrainingPosition& next, TrainResult& result) {
-  const trace::Span span("checkpoint_save", "checkpoint", {{"step", next.step}});
-  const std::map<std::string, std::string> meta = {
+std::map<std::string, std::string> Trainer::checkpoint_metadata(
+    const TrainingPosition& next) const {
+  return {
       {kEpochKey, std::to_string(next.epoch)},
       {kSamplesKey, std::to_string(next.samples)},
       {"seed", std::to_string(options_.seed)},
       {"batch_size", std::to_string(options_.batch_size)},
       {"strategy", parts_.strategy_name.empty() ? "unknown" : parts_.strategy_name},
   };
+}
+
+void Trainer::save_checkpoint(const TrainingPosition& next, TrainResult& result) {
+  const trace::Span span("checkpoint_save", "checkpoint", {{"step", next.step}});
   const auto written = write_checkpoint(
-      options_.checkpoint_dir, next.step, meta, *parts_.world,
+      options_.checkpoint_dir, next.step, checkpoint_metadata(next), *parts_.world,
       [&](CheckpointWriter& writer) { parts_.strategy->save(writer); },
       {written_checkpoints_, options_.checkpoint_keep}, parts_.world->timeout());
   std::erase(written_checkpoints_, written);
@@ -480,7 +494,13 @@ void Trainer::start(Run& run, bool resume) {
   if (source_->joins_running_run()) {
     auto change = source_->start(*control_, run.at);
     TESSERA_CHECK(change.has_value(), "a world source joining a running run must hand a world");
-    (void)apply(run, std::move(*change));
+    try {
+      (void)apply(run, std::move(*change));
+    } catch (const Error& e) {
+      // A member failed while this rank moved onto the world that admitted it: it is a member
+      // of that world now, and goes on with the others as they do (the source is asked).
+      if (go_on_after(run, e) == AfterStep::left) throw left_out_of_the_run(e);
+    }
     run.result.resumed_from_step = run.at.step;
     validate(schedule_);
     return;
@@ -673,10 +693,7 @@ TrainResult Trainer::train(bool resume) {
       return std::move(run.result);
     } catch (const Error& e) {
       if (recorder_) recorder_->set_active(true);  // what follows a failure is always recorded
-      if (go_on_after(run, e) == AfterStep::left) {
-        throw TrainingError(std::string("this rank was left out of the run's new world after: ") +
-                            e.what());
-      }
+      if (go_on_after(run, e) == AfterStep::left) throw left_out_of_the_run(e);
     }
   }
 }

@@ -100,50 +100,63 @@ void commit(const fs::path& root, const fs::path& temporary, const fs::path& fin
 
 }  // namespace
 
+CheckpointParts::CheckpointParts(fs::path root, std::int64_t step,
+                                 const std::string& temporary_name)
+    : root_(std::move(root)),
+      step_(step),
+      final_folder_(root_ / step_folder_name(step)),
+      temporary_(root_ / temporary_name) {}
+
+void CheckpointParts::prepare() const {
+  fs::create_directories(root_);
+  fs::remove_all(temporary_);  // left by a crash during an earlier attempt
+  fs::create_directory(temporary_);
+}
+
+void CheckpointParts::write_rank(int rank,
+                                 const std::function<void(CheckpointWriter&)>& save) const {
+  fs::create_directories(temporary_);
+  FileCheckpointWriter writer(temporary_, rank);
+  save(writer);
+  checkpoint::write_file_synced(temporary_ / ("rank-" + std::to_string(rank) + ".blobs"),
+                                checkpoint::format_blob_lines(writer.blobs()));
+}
+
+fs::path CheckpointParts::commit(int world_size, const std::map<std::string, std::string>& metadata,
+                                 const CheckpointRetention& retention) const {
+  CheckpointManifest manifest{step_, world_size, metadata, {}};
+  for (int r = 0; r < world_size; ++r) {
+    const fs::path part = temporary_ / ("rank-" + std::to_string(r) + ".blobs");
+    const auto bytes = checkpoint::read_file(part);
+    auto blobs = checkpoint::parse_blob_lines(
+        std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), part.string());
+    for (auto& blob : blobs) {
+      const bool duplicate =
+          std::any_of(manifest.blobs.begin(), manifest.blobs.end(),
+                      [&](const CheckpointBlob& b) { return b.name == blob.name; });
+      if (duplicate) throw CheckpointError("checkpoint: two ranks wrote blob '" + blob.name + "'");
+      manifest.blobs.push_back(std::move(blob));
+    }
+  }
+  tessera::commit(root_, temporary_, final_folder_, manifest, retention);
+  return final_folder_;
+}
+
 fs::path write_checkpoint(const fs::path& root, std::int64_t step,
                           const std::map<std::string, std::string>& metadata, Communicator& group,
                           const std::function<void(CheckpointWriter&)>& save,
                           const CheckpointRetention& retention, Duration timeout) {
   const int rank = group.rank();
-  const fs::path final_folder = root / step_folder_name(step);
-  const fs::path temporary = root / (".tmp-" + final_folder.filename().string());
+  const CheckpointParts parts(root, step, ".tmp-" + step_folder_name(step));
 
+  agree(group, rank != 0 ? std::string() : attempt([&] { parts.prepare(); }),
+        "preparing " + parts.temporary().string(), timeout);
+  agree(group, attempt([&] { parts.write_rank(rank, save); }), "writing blobs", timeout);
   agree(group, rank != 0 ? std::string() : attempt([&] {
-          fs::create_directories(root);
-          fs::remove_all(temporary);  // left by a crash during an earlier attempt
-          fs::create_directory(temporary);
+          (void)parts.commit(group.size(), metadata, retention);
         }),
-        "preparing " + temporary.string(), timeout);
-
-  FileCheckpointWriter writer(temporary, rank);
-  agree(group, attempt([&] {
-          save(writer);
-          checkpoint::write_file_synced(temporary / ("rank-" + std::to_string(rank) + ".blobs"),
-                                        checkpoint::format_blob_lines(writer.blobs()));
-        }),
-        "writing blobs", timeout);
-
-  agree(group, rank != 0 ? std::string() : attempt([&] {
-          CheckpointManifest manifest{step, group.size(), metadata, {}};
-          for (int r = 0; r < group.size(); ++r) {
-            const fs::path part = temporary / ("rank-" + std::to_string(r) + ".blobs");
-            const auto bytes = checkpoint::read_file(part);
-            auto blobs = checkpoint::parse_blob_lines(
-                std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                part.string());
-            for (auto& blob : blobs) {
-              const bool duplicate =
-                  std::any_of(manifest.blobs.begin(), manifest.blobs.end(),
-                              [&](const CheckpointBlob& b) { return b.name == blob.name; });
-              if (duplicate)
-                throw CheckpointError("checkpoint: two ranks wrote blob '" + blob.name + "'");
-              manifest.blobs.push_back(std::move(blob));
-            }
-          }
-          commit(root, temporary, final_folder, manifest, retention);
-        }),
-        "committing " + final_folder.string(), timeout);
-  return final_folder;
+        "committing " + parts.final_folder().string(), timeout);
+  return parts.final_folder();
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& root) {

@@ -84,6 +84,16 @@ class ElasticWorld {
   // nothing into it. Not collective; free while the worker's lease is renewed (Membership::
   // confirm_lease). The default: nothing to confirm.
   virtual void confirm_membership();
+  // For the members of the current generation when no world of theirs can be formed (its
+  // transport refused it for lack of memory) but the job's store answers: round `round` of an
+  // all-gather through the store. Each member posts `mine`; once every member of the
+  // generation has posted or left (its lease ended), or at `deadline`, the first to see it fixes
+  // who is in the round, and every caller returns the same values, by rank in the generation,
+  // nullopt for those left out. Not collective over a communicator; rounds are told apart by
+  // name, each used once per generation. Throws the store's errors, and InvalidArgument before
+  // this worker entered.
+  [[nodiscard]] virtual std::vector<std::optional<std::string>> gather_without_world(
+      const std::string& round, const std::string& mine, Deadline deadline) = 0;
   [[nodiscard]] virtual const ElasticOptions& options() const = 0;
 };
 

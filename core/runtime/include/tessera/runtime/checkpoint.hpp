@@ -63,6 +63,36 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& root, std::i
                                        const std::function<void(CheckpointWriter&)>& save,
                                        const CheckpointRetention& retention, Duration timeout);
 
+// write_checkpoint's steps, for writers that agree on them without a communicator (an elastic
+// run's survivors when no world of theirs can be formed agree through the job's store): the
+// temporary folder root/`temporary_name` is prepared, each rank's blobs of a world of some size
+// are written into it (by any process, several ranks by one), and once every rank's are there,
+// one process commits: the manifest, the rename into root/step-<step>, `latest` and pruning, as
+// write_checkpoint does. Each step throws CheckpointError (or the filesystem's error) on an I/O
+// failure; nothing is visible under root/step-<step> before commit() returned.
+class CheckpointParts {
+ public:
+  CheckpointParts(std::filesystem::path root, std::int64_t step, const std::string& temporary_name);
+
+  [[nodiscard]] const std::filesystem::path& temporary() const noexcept { return temporary_; }
+  [[nodiscard]] const std::filesystem::path& final_folder() const noexcept { return final_folder_; }
+  // Makes the temporary folder, empty (what an earlier attempt left there is removed).
+  void prepare() const;
+  // Writes rank `rank`'s blobs through `save` (each file fsync'ed) and the list of them; makes
+  // the temporary folder if it is not there.
+  void write_rank(int rank, const std::function<void(CheckpointWriter&)>& save) const;
+  // Reads the lists of ranks 0..world_size-1 (each must have been written) into the manifest
+  // and commits. Throws CheckpointError for a blob two ranks wrote.
+  std::filesystem::path commit(int world_size, const std::map<std::string, std::string>& metadata,
+                               const CheckpointRetention& retention) const;
+
+ private:
+  std::filesystem::path root_;
+  std::int64_t step_;
+  std::filesystem::path final_folder_;
+  std::filesystem::path temporary_;
+};
+
 // The checkpoint root/latest points at, or nullopt when there is none yet. Throws
 // CheckpointError if `latest` names a folder that does not exist.
 [[nodiscard]] std::optional<std::filesystem::path> latest_checkpoint(

@@ -93,6 +93,8 @@ class Trainer {
   AfterStep go_on_after(Run& run, const Error& failure);
   void reconfigure(std::shared_ptr<Communicator> world, const CheckpointReader& state);
   void save_checkpoint(const TrainingPosition& next, TrainResult& result);
+  [[nodiscard]] std::map<std::string, std::string> checkpoint_metadata(
+      const TrainingPosition& next) const;
   void evaluate_into(Run& run, std::int64_t epoch);
   // The run's planned length: the rest of this epoch at the current data-parallel size, then
   // whole epochs (max_steps caps it). Recomputed when the world changes.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +88,11 @@ class RunControl {
   // Writes the strategy's state as a checkpoint recorded at `at` (collective over world()) and
   // returns its folder. Needs checkpoint_dir.
   virtual std::filesystem::path save_checkpoint(const TrainingPosition& at) = 0;
+  // What a checkpoint of the run at `at` records beside the strategy's state (its manifest's
+  // metadata: the position, the seed, the strategy), for a source that writes one without
+  // world() (CheckpointParts). Not collective.
+  [[nodiscard]] virtual std::map<std::string, std::string> checkpoint_metadata(
+      const TrainingPosition& at) const = 0;
 };
 
 // Consulted by Trainer::run() (Trainer::set_world_source). The defaults change nothing. Unless
