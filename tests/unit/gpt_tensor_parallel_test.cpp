@@ -147,7 +147,12 @@ TEST(GptTensorParallel, TwoTensorRanksTimesTwoPipelineStagesFollowOneRankOfDdp) 
 }
 
 // With dropout everywhere (the attention probabilities too), each tensor rank draws its heads'
-// masks under their global head numbers, and every mask is the one ddp's one rank draws.
+// masks under their global head numbers, and every mask is the one ddp's one rank draws: a wrong
+// mask moves the first step's loss by about 1e-2, and every step's loss is within 1e-5 of ddp's
+// (measured: 6.6e-7 at most, the first 6.6e-10). The test loss after the seventh update is held
+// to 5e-5 (measured 3.1e-6 at tp 2, 2.5e-5 at tp 3, 7.1e-6 at tp 2 x pp 2, with the embedding and
+// head split by vocabulary 29): the clipped Adam step magnifies rounding on this trajectory, as
+// the test at vocabulary 30 below says.
 TEST(GptTensorParallel, WithDropoutTwoAndThreeTensorRanksAndTwoStagesFollowOneRankOfDdp) {
   constexpr float kDropout = 0.137F;
   const auto o = options(16, 2);
@@ -157,10 +162,10 @@ TEST(GptTensorParallel, WithDropoutTwoAndThreeTensorRanksAndTwoStagesFollowOneRa
   for (const int tp : {2, 3}) {
     expect_same_curve(
         train(Parallelism{tp, 1}, tp, o, nullptr, false, six_head_gpt(kVocab, kDropout)), ddp,
-        "tp " + std::to_string(tp) + ", dropout");
+        "tp " + std::to_string(tp) + ", dropout", 5e-5);
   }
   expect_same_curve(train(Parallelism{2, 2}, 4, o, nullptr, false, six_head_gpt(kVocab, kDropout)),
-                    ddp, "tp 2 x pp 2, dropout");
+                    ddp, "tp 2 x pp 2, dropout", 5e-5);
 }
 
 // Two data-parallel replicas of a tensor group of two, batch 8 each: ddp's batch of 16 in two

@@ -15,10 +15,12 @@ data set (linux-doc-6.1's token file, `tessera data prepare`). Each row is one s
       of parameters + 4 P_s of gradients + 8 P_s / dp of Adam state, plus the activations of the
       micro-batches a stage holds in flight under 1f1b (pp - stage);
   hybrid tp2 x pp2 (4 ranks): the same stages, each block split by heads over a tensor group of
-      2 (its 12 C^2 + 7 C split elements halved, the norms and c_proj biases whole; the
-      embedding, ln_f and head whole): 16 bytes per element a tensor rank holds, plus the
-      activations in flight, whose block part saves 4 C + 4 floats a token whole (input, ln_1,
-      mid, ln_2 and the norms' statistics) and 12 C + heads split (Q, K, V, attention, the MLP);
+      2 (its 12 C^2 + 7 C split elements halved, the norms and c_proj biases whole; the token
+      embedding's and the head's V x C rows split by vocabulary, wpe and ln_f whole): 16 bytes
+      per element a tensor rank holds, plus the activations in flight, whose block part saves
+      4 C + 4 floats a token whole (input, ln_1, mid, ln_2 and the norms' statistics) and
+      12 C + heads split (Q, K, V, attention, the MLP), the head's logits and their gradient
+      2 V / tp;
   ddp is not run: 16 P = 5.3 GiB a rank, four ranks 21 GiB of a 23 GiB host (that is the point).
 
 Columns: rank, peak RSS, the state the strategy must hold by arithmetic (from the model's shape,
@@ -48,7 +50,7 @@ def layer_parameters(layers, width, context, vocab):
 
 def activation_bytes(blocks, width, heads, vocab, tokens, with_head, tensor=1):
     block = 4 * width + 4 + (12 * width + heads) / tensor  # 16 C + heads + 4 whole (tensor 1)
-    per_token = blocks * block + (width + 2 * vocab if with_head else 0)
+    per_token = blocks * block + (width + 2 * vocab / tensor if with_head else 0)
     return 4 * per_token * tokens
 
 
@@ -125,6 +127,8 @@ def main():
                         state = 4 * held + 4 * held + 8 * held / 2  # Adam's state over dp 2
                     else:
                         held -= blocks * (12 * width * width + 7 * width) / 2
+                        # wte's rows and the head's, split by vocabulary (uneven halves sum up)
+                        held -= vocab * width / 2 * ((first == 0) + (last == len(layer_params)))
                         state = 16 * held
                     in_flight = 2 - stage  # 1f1b: pp - stage micro-batches of 1 window
                     activations = in_flight * activation_bytes(
