@@ -99,6 +99,33 @@ class LaunchStore : public ::testing::Test {
   fs::path dir_;
 };
 
+// ---- tcp, served by the job's launcher --------------------------------------------------------
+
+// The launcher that serves an elastic job's tcp store keeps it until the workers another launcher
+// started (--join) have left: their lease renewals and the revoke at their end are answered. It
+// once stopped serving as soon as its own workers finished, and a joiner still running then
+// retried the vanished store for its `timeout` (300 s) before it could exit.
+TEST_F(LaunchStore, TheJobsLauncherServesItsStoreUntilTheJoinersWorkersHaveLeft) {
+  const std::string store = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
+  ShellJob job(command("job",
+                       "--elastic -n 1 --timeout 60s --store " + store + " -- " +
+                           TESSERA_TEST_WORKER + " leased_stop none 1500",
+                       kSharedToken));
+  // The joiner dials once the job's store answers (its launcher retries until then).
+  std::this_thread::sleep_for(300ms);
+  const auto started = Clock::now();
+  ShellJob joiner(command("joiner",
+                          "--elastic --join -n 1 --timeout 60s --store " + store + " -- " +
+                              TESSERA_TEST_WORKER + " leased_stop none 4000",
+                          kSharedToken));
+  EXPECT_EQ(joiner.wait(30s), 0) << err("joiner") << out("joiner");
+  const auto joiner_done = Clock::now() - started;
+  EXPECT_EQ(job.wait(30s), 0) << err("job");
+  EXPECT_TRUE(contains(out("joiner"), " holds its lease")) << out("joiner");
+  // 4 s of the joiner's run, its launcher's start and exit: far below the store's 300 s.
+  EXPECT_LT(joiner_done, 15s) << err("joiner");
+}
+
 // ---- etcd ---------------------------------------------------------------------------------
 
 TEST_F(LaunchStore, TwoWorkersTrainThroughEtcdWithTheConfigsDefaultStore) {

@@ -92,6 +92,22 @@ class EtcdServer {
   }
   void resume() const { ::kill(pid_, SIGCONT); }
 
+  // A TCP port on 127.0.0.1 nothing listened on a moment ago (another process may take it).
+  static int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ::close(fd);
+      throw std::runtime_error("no free TCP port on 127.0.0.1");
+    }
+    ::close(fd);
+    return ntohs(address.sin_port);
+  }
+
  private:
   // The state letter of /proc/<pid>/stat (R, S, T, ...), after the command name in parentheses.
   [[nodiscard]] char process_state() const {
@@ -117,21 +133,6 @@ class EtcdServer {
     throw std::runtime_error(
         "etcd is not installed (no `etcd` on PATH, TESSERA_TEST_ETCD unset): the etcd store's "
         "tests need a real server; run tools/dev/install-deps.sh (Debian package etcd-server)");
-  }
-
-  static int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      ::close(fd);
-      throw std::runtime_error("no free TCP port on 127.0.0.1 for etcd");
-    }
-    ::close(fd);
-    return ntohs(address.sin_port);
   }
 
   void start() {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "job_claim.hpp"
 #include "line_relay.hpp"
@@ -60,6 +61,32 @@ std::shared_ptr<Store> create_store(const PluginRegistry& registry, const std::s
   for (const auto& [key, value] : values) all[key] = value;
   if (timeout) all["timeout"] = std::to_string(timeout->count()) + "ms";
   return registry.create<Store>(plugin, Options(defaults.section(), defaults.specs(), all));
+}
+
+// Polls the job's store until no worker holds a live lease (every one revoked it, or was marked
+// gone, or its lease ended), for at most `bound`; SIGINT or SIGTERM ends the wait, as does a
+// store that stops answering (nobody is left to serve then).
+void wait_for_members_to_leave(Store& store, launch::SignalRelay& signals, Duration bound,
+                               int stderr_fd) {
+  const auto deadline = Clock::now() + bound;
+  for (;;) {
+    try {
+      if (!any_worker_alive(store, "")) return;
+    } catch (const std::exception&) {
+      return;
+    }
+    while (const auto sig = signals.next())
+      if (*sig == SIGINT || *sig == SIGTERM) return;
+    if (Clock::now() >= deadline) {
+      print(stderr_fd,
+            "elastic: stopping the job's store " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) +
+                " s after this node's workers finished, while workers that other "
+                "launchers started (--join) still hold a lease; they lose the store");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::shared_ptr<Store> tcp_store(const PluginRegistry& registry, bool serve,
@@ -734,6 +761,13 @@ LaunchResult launch_workers(const LaunchOptions& options, const PluginRegistry& 
                                      missing + " have not reported their workers finished");
     }
   }
+  // An elastic job's store outlives its members: a worker that a `--join` launcher started is
+  // no worker of this node's, and may still be leaving (revoking its lease) when this node's
+  // are done. A tcp store served here and gone then would hold its exit for its client's
+  // retries (the store's `timeout`), and an etcd job's keys removed under it would fail it.
+  if (options.elastic && options.node_rank == 0 && !options.join && !interrupted &&
+      membership_store)
+    wait_for_members_to_leave(*membership_store, signals, options.finish_wait, options.stderr_fd);
   if (external && options.node_rank == 0 && !options.join)
     forget_job(*quick_store, *job_store, options.stderr_fd);
   return result;
