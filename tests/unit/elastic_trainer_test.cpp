@@ -437,6 +437,89 @@ std::vector<int> counted_samples(const std::vector<WorkerOutcome>& outcomes,
   return counts;
 }
 
+// A RunControl for calling a WorldSource's hooks outside a Trainer: only world() is asked.
+class WorldOnly final : public RunControl {
+ public:
+  explicit WorldOnly(std::shared_ptr<Communicator> world) : world_(std::move(world)) {}
+  Strategy& strategy() override { throw InvalidArgument("WorldOnly: no strategy"); }
+  [[nodiscard]] const std::shared_ptr<Communicator>& world() const override { return world_; }
+  [[nodiscard]] DeviceAllocator* memory() const override { return nullptr; }
+  [[nodiscard]] const fs::path& checkpoint_dir() const override { return none_; }
+  [[nodiscard]] TrainingPosition checkpoint_position(
+      const FileCheckpointReader& /*reader*/) const override {
+    throw InvalidArgument("WorldOnly: no checkpoints");
+  }
+  void reconfigure(std::shared_ptr<Communicator> /*world*/,
+                   const CheckpointReader& /*state*/) override {
+    throw InvalidArgument("WorldOnly: no strategy");
+  }
+  fs::path save_checkpoint(const TrainingPosition& /*at*/) override {
+    throw InvalidArgument("WorldOnly: no checkpoints");
+  }
+  [[nodiscard]] std::map<std::string, std::string> checkpoint_metadata(
+      const TrainingPosition& /*at*/) const override {
+    throw InvalidArgument("WorldOnly: no checkpoints");
+  }
+
+ private:
+  std::shared_ptr<Communicator> world_;
+  fs::path none_;
+};
+
+// Two members at the run's end, the second `late` behind the first; `second_finishes`: whether it
+// reaches the finished hook at all (false: it leaves without, its lease revoked). Returns how
+// long the first member's finished() took, and whether it returned before the second got there.
+struct FinishTimes {
+  std::chrono::steady_clock::duration first_waited{};
+  bool first_left_before_second_finished = false;
+};
+FinishTimes finish_two_members(std::chrono::milliseconds late, bool second_finishes) {
+  const auto transport = local_transport();
+  const auto store = memory::make_memory_store();
+  std::atomic<bool> second_there{false};
+  FinishTimes times;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      auto options = elastic_options(2, 1);
+      options.failure_timeout = Duration(5000);
+      auto elastic = make_elastic_world(transport, store, options, "w" + std::to_string(w),
+                                        testing::kTestTimeout);
+      const auto first = elastic->enter(deadline_after(testing::kTestTimeout));
+      const auto source = make_elastic_run(elastic, first, true);
+      WorldOnly run(first.world);
+      if (first.world->rank() == 1) {
+        std::this_thread::sleep_for(late);
+        if (!second_finishes) return;  // ~ElasticWorld revokes its lease
+        second_there = true;
+        source->finished(run);
+        return;
+      }
+      const auto started = std::chrono::steady_clock::now();
+      source->finished(run);
+      times.first_left_before_second_finished = !second_there;
+      times.first_waited = std::chrono::steady_clock::now() - started;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return times;
+}
+
+// A member that left the world as soon as its own part of the run's last collective ended failed
+// the members still inside it (over ucx their connections closed, over shm its pid was gone):
+// they regrouped onto the finished job and exited 1. Every member now reaches the end before any
+// leaves, through the store, and one that leaves without reaching it holds nobody for long.
+TEST(ElasticTrainer, NoMemberLeavesTheFinishedRunBeforeEveryMemberReachedItsEnd) {
+  using std::chrono::milliseconds;
+  const auto waited = finish_two_members(milliseconds(300), true);
+  EXPECT_FALSE(waited.first_left_before_second_finished);
+  EXPECT_GE(waited.first_waited, milliseconds(250));
+  EXPECT_LT(waited.first_waited, milliseconds(4000)) << "the round waited out failure_timeout";
+  const auto left = finish_two_members(milliseconds(200), false);
+  EXPECT_LT(left.first_waited, milliseconds(3000))
+      << "a member that left without finishing held the other for its failure_timeout";
+}
+
 TEST(ElasticTrainer, ARankThatDiesMidStepIsDroppedAndTheSurvivorsTrainEverySampleOnce) {
   const auto data = std::make_shared<RecordingDataset>(testing::small_synthetic_data(120));
   constexpr std::int64_t kDieAt = 4;

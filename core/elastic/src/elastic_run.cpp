@@ -194,6 +194,17 @@ class ElasticRun final : public WorldSource {
   }
 
   void finished(RunControl& run) override {
+    // No member leaves the world before every member is out of the run's last collective: one
+    // that left as soon as its own part of it ended (its lease revoked, its connections closed)
+    // failed the members still inside it, who regrouped onto the finished job and exited 1
+    // (join2/ucx/zero2 of the fault campaign). They meet through the store, which those
+    // departures do not touch, for at most failure_timeout; a member that dies meanwhile is
+    // left out of the round, and a store that fails here changes nothing the run did.
+    try {
+      (void)elastic_->gather_without_world("finished", "",
+                                           deadline_after(elastic_->options().failure_timeout));
+    } catch (const Error&) {  // NOLINT(bugprone-empty-catch): the run itself is complete
+    }
     // Newcomers still waiting to enter learn that there is nothing left to join.
     if (run.world()->rank() == 0) elastic_->finish();
   }
