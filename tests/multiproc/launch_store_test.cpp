@@ -126,6 +126,28 @@ TEST_F(LaunchStore, TheJobsLauncherServesItsStoreUntilTheJoinersWorkersHaveLeft)
   EXPECT_LT(joiner_done, 15s) << err("joiner");
 }
 
+// Once a worker finished the run, a store that no longer answers holds no lease for anyone: a
+// worker of a --join launcher still entering when the job ended (its store gone with it) is
+// stopped after the grace period, as one whose lease ended, instead of being asked after
+// forever (join2/shm/ddp hung so, its launcher polling the vanished store).
+TEST_F(LaunchStore, AJoinersWorkerLeftBehindAStoreThatIsGoneIsStoppedOnceTheRunFinished) {
+  const std::string gone = "127.0.0.1:" + std::to_string(EtcdServer::free_port());
+  const auto started = Clock::now();
+  // Rank 0 exits 0 at once (it finished the run); rank 1 waits to be stopped (30 s at most).
+  EXPECT_EQ(run("joiner",
+                "--elastic --join -n 2 --grace 500ms --timeout 60s --store " + gone + " -- " +
+                    TESSERA_TEST_WORKER + " exit 0 0",
+                60s, kSharedToken),
+            0)
+      << err("joiner");
+  EXPECT_LT(Clock::now() - started, 15s) << err("joiner");
+  const auto text = err("joiner");
+  const std::string stopping = "lost its lease and the run finished without it; stopping it";
+  const auto first = text.find(stopping);
+  EXPECT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find(stopping, first + 1), std::string::npos) << "stopped twice:\n" << text;
+}
+
 // ---- etcd ---------------------------------------------------------------------------------
 
 TEST_F(LaunchStore, TwoWorkersTrainThroughEtcdWithTheConfigsDefaultStore) {

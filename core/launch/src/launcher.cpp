@@ -358,6 +358,9 @@ class Job {
     int rank;
     int status;
     std::string id;  // the worker id
+    // Stopped by this launcher as left behind (stop_workers_left_behind): its lease is gone
+    // already, so there is no liveness key to remove.
+    bool left_behind = false;
   };
 
   void reap() {
@@ -372,14 +375,14 @@ class Job {
       const int rank = it->rank;
       const auto id = ids_[it->pid];
       ids_.erase(it->pid);
-      kill_one_at_.erase(it->pid);
+      const bool left_behind = kill_one_at_.erase(it->pid) > 0;
       lease_gone_since_.erase(it->pid);
       it = live_.erase(it);
       if (pid < 0) status = 0xff00;  // not our child any more: count it as a failure, code 255
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         ++finished_;
       } else {
-        failed.push_back({rank, status, id});
+        failed.push_back({rank, status, id, left_behind});
       }
     }
     if (options_.elastic) {
@@ -431,7 +434,9 @@ class Job {
         continue;
       }
       ::kill(-it->first, SIGKILL);
-      it = kill_one_at_.erase(it);
+      // Kept until the worker is reaped, so that stop_workers_left_behind does not stop it again.
+      it->second = Clock::time_point::max();
+      ++it;
     }
   }
 
@@ -449,10 +454,12 @@ class Job {
     for (const auto& w : live_) {
       if (kill_one_at_.contains(w.pid)) continue;
       const auto& id = ids_[w.pid];
-      bool alive = true;
+      // The run has finished: a store that no longer answers (the job's launcher served it and
+      // is gone) holds no lease for anyone, so a worker still entering then is left behind too.
+      bool alive = false;
       try {
         alive = worker_alive(*store_, id);
-      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): asked again next poll
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): counted gone
       }
       if (alive) {
         lease_gone_since_.erase(w.pid);
@@ -476,7 +483,8 @@ class Job {
     for (const auto& exit : failed) {
       const auto why = launch::describe_exit(exit.rank, exit.status);
       try {
-        if (store_ && result_.failure.empty()) mark_worker_gone(*store_, exit.id);
+        if (store_ && result_.failure.empty() && !exit.left_behind)
+          mark_worker_gone(*store_, exit.id);
       } catch (const Error& e) {
         // The membership lives in the store: without it nobody can regroup, admit or finish,
         // and a worker that finished would make the job look like a success.
